@@ -1,0 +1,33 @@
+# The course's front door. Every target is a thin wrapper over `python3 course.py ...`,
+# which also works without make (Windows: `py course.py ...`).
+PY ?= python3
+
+# LANG picks the build language (zh by default). The shell's own LANG (a locale such
+# as en_US.UTF-8) is ignored: only `make source LANG=en` on the command line counts.
+ifeq ($(origin LANG),command line)
+COURSE_LANG := $(LANG)
+else
+COURSE_LANG := zh
+endif
+override LANG := C.UTF-8
+export LANG
+
+.PHONY: help env lab test source release
+
+help:
+	@$(PY) course.py help
+
+env:      ## create .venv and install everything
+	$(PY) course.py env
+
+lab:      ## start JupyterLab on the course
+	$(PY) course.py lab
+
+test:     ## the whole test suite
+	$(PY) course.py test
+
+source:   ## notebooks/ -> source/  (LANG=zh|en)
+	$(PY) course.py source --lang $(COURSE_LANG)
+
+release:  ## source/ -> release/
+	$(PY) course.py release

@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""The course's front door, for every platform (the Makefile only calls this).
+
+    python course.py lab                 start JupyterLab on the course
+    python course.py test                run the whole test suite
+    python course.py source [--lang en]  build source/ from notebooks/
+    python course.py release             regenerate release/ from source/
+
+Each command first creates the local environment (.venv) when it is missing or
+when requirements.txt / pyproject.toml changed, using only the standard library.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+WINDOWS = os.name == "nt"
+BIN = VENV / ("Scripts" if WINDOWS else "bin")
+PYTHON = BIN / ("python.exe" if WINDOWS else "python")
+STAMP = VENV / ".course-stamp"
+
+
+def say(msg: str) -> None:
+    print(f"[course] {msg}", flush=True)
+
+
+def _fingerprint() -> str:
+    h = hashlib.sha256()
+    for name in ("requirements.txt", "pyproject.toml"):
+        h.update((ROOT / name).read_bytes())
+    return h.hexdigest()
+
+
+def ensure_env() -> None:
+    """Create .venv and install the pinned requirements plus this project."""
+    if sys.version_info < (3, 11):
+        sys.exit(f"[course] Python 3.11 or newer is needed; this is {sys.version.split()[0]}.")
+    want = _fingerprint()
+    if PYTHON.exists() and STAMP.exists() and STAMP.read_text().strip() == want:
+        return
+    if not PYTHON.exists():
+        say(f"creating the environment in {VENV} ...")
+        venv.EnvBuilder(with_pip=True, clear=False).create(VENV)
+    say("installing the course requirements (first time only; a few minutes) ...")
+    pip = [str(PYTHON), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    subprocess.run(pip + ["-r", str(ROOT / "requirements.txt")], check=True)
+    subprocess.run(pip + ["--no-deps", "-e", str(ROOT)], check=True)
+    STAMP.write_text(want)
+    say("environment ready.")
+
+
+def env() -> dict:
+    e = dict(os.environ)
+    e["PATH"] = str(BIN) + os.pathsep + e.get("PATH", "")  # nbgrader runs `alembic` from here
+    e["VIRTUAL_ENV"] = str(VENV)
+    e.setdefault("PYTHONUTF8", "1")
+    e.pop("PYTHONHOME", None)
+    return e
+
+
+def run(args: list[str]) -> int:
+    return subprocess.call(args, cwd=ROOT, env=env())
+
+
+def free_port(preferred: int) -> int:
+    for port in [preferred, *range(preferred + 1, preferred + 50)]:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    return preferred
+
+
+def cmd_lab(argv: list[str]) -> int:
+    ip = os.environ.get("LAB_IP", "127.0.0.1")
+    port = free_port(int(os.environ.get("LAB_PORT", "8888")))
+    token = os.environ.get("LAB_TOKEN") or secrets.token_hex(16)
+    args = [str(BIN / "jupyter"), "lab", "--no-browser", f"--ip={ip}", f"--port={port}",
+            f"--ServerApp.root_dir={ROOT}", f"--IdentityProvider.token={token}",
+            "--ServerApp.port_retries=0"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        args.append("--allow-root")
+    host = "127.0.0.1" if ip in ("0.0.0.0", "") else ip
+    say("JupyterLab is starting. Open this address in your browser (students: the release/ folder):")
+    say(f"    http://{host}:{port}/lab/tree/release?token={token}")
+    say("Stop it with Ctrl+C.")
+    return run(args + argv)
+
+
+def cmd_test(argv: list[str]) -> int:
+    args = [str(PYTHON), "-m", "pytest", "-n", os.environ.get("TEST_WORKERS", "auto"), "--dist", "loadgroup",
+            "-p", "no:cacheprovider", *argv]
+    rc = run(args)
+    if rc == 5:
+        say("pytest collected no tests.")
+    return rc
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(__doc__)
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    ensure_env()
+    if cmd == "lab":
+        return cmd_lab(rest)
+    if cmd == "test":
+        return cmd_test(rest)
+    if cmd == "env":
+        return 0
+    return run([str(PYTHON), "-m", "coursekit.cli", cmd, *rest])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,1 @@
+"""Instructor tooling: build chapters, generate the student release, grade."""

@@ -1,0 +1,210 @@
+"""Build nbgrader source notebooks from the bilingual chapter texts in notebooks/.
+
+A chapter is one jupytext MyST file holding both languages. The build is a chain
+of small steps, each testable alone:
+
+    read_chapter -> validate -> select_language -> complete_nbgrader_metadata -> to_notebook
+
+Rules a chapter must follow (violations raise BuildError naming the cell):
+- every markdown cell carries ``lang`` (``zh`` or ``en``); a ``zh`` cell is
+  immediately followed by its ``en`` counterpart (and vice versa);
+- a code cell may carry ``lang`` too (widget labels, the language switch); it is
+  paired the same way and may not be a graded cell unless both copies share
+  the grade id;
+- grade ids are unique within a language;
+- a code solution cell contains ``### BEGIN SOLUTION`` / ``### END SOLUTION``;
+- a graded cell has ``points``.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import jupytext
+import nbformat
+
+LANGS = ("zh", "en")
+DEFAULT_LANG = "zh"
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+
+
+class BuildError(ValueError):
+    """A chapter text breaks one of the build rules."""
+
+
+@dataclass(frozen=True)
+class CellRef:
+    index: int
+    line: int
+
+    def __str__(self) -> str:
+        return f"cell {self.index} (line {self.line})"
+
+
+def chapters(root: Path = NOTEBOOKS) -> list[str]:
+    """Chapter names, e.g. ``ch01_attention``, in course order."""
+    return sorted(p.stem for p in root.glob("ch[0-9][0-9]_*.md"))
+
+
+def _cell_lines(text: str) -> list[int]:
+    """Line number where each cell starts in a MyST file (best effort)."""
+    lines = []
+    in_code = False
+    seen_header = False
+    for no, line in enumerate(text.splitlines(), 1):
+        if line.startswith("```{code-cell}"):
+            lines.append(no)
+            in_code = True
+        elif in_code and line.startswith("```"):
+            in_code = False
+        elif not in_code and line.startswith("+++"):
+            lines.append(no)
+        elif not in_code and not seen_header and line == "---" and no > 1:
+            seen_header = True
+    return lines
+
+
+def read_chapter(path: Path) -> tuple[nbformat.NotebookNode, list[CellRef]]:
+    text = Path(path).read_text(encoding="utf-8")
+    nb = jupytext.reads(text, fmt="md:myst")
+    starts = _cell_lines(text)
+    refs = []
+    for i, _ in enumerate(nb.cells):
+        refs.append(CellRef(i, starts[i] if i < len(starts) else 0))
+    return nb, refs
+
+
+def _grade_id(cell) -> str | None:
+    return (cell.metadata.get("nbgrader") or {}).get("grade_id")
+
+
+def validate(nb, refs: list[CellRef], name: str = "chapter") -> None:
+    cells = nb.cells
+    for cell, ref in zip(cells, refs):
+        lang = cell.metadata.get("lang")
+        if lang is not None and lang not in LANGS:
+            raise BuildError(f"{name}: {ref}: unknown language {lang!r} (use one of {LANGS})")
+    i = 0
+    while i < len(cells):
+        cell, ref = cells[i], refs[i]
+        lang = cell.metadata.get("lang")
+        if cell.cell_type == "markdown" and lang is None:
+            raise BuildError(f"{name}: {ref}: markdown cell has no language; "
+                             f'start it with +++ {{"lang": "zh"}} or +++ {{"lang": "en"}}')
+        if lang is not None:
+            other = "en" if lang == "zh" else "zh"
+            nxt = cells[i + 1] if i + 1 < len(cells) else None
+            if nxt is None or nxt.metadata.get("lang") != other or nxt.cell_type != cell.cell_type:
+                raise BuildError(f"{name}: {ref}: {cell.cell_type} cell in {lang!r} has no "
+                                 f"{other!r} counterpart right after it")
+            if _grade_id(cell) != _grade_id(nxt):
+                raise BuildError(f"{name}: {ref}: the {lang!r} and {other!r} copies of this cell "
+                                 f"have different grade ids ({_grade_id(cell)!r} vs {_grade_id(nxt)!r})")
+            i += 2
+        else:
+            i += 1
+
+    for lang in LANGS:
+        seen: dict[str, CellRef] = {}
+        for cell, ref in zip(cells, refs):
+            if cell.metadata.get("lang", lang) != lang:
+                continue
+            gid = _grade_id(cell)
+            if gid is None:
+                continue
+            if gid in seen:
+                raise BuildError(f"{name}: {ref}: duplicate grade id {gid!r} (first used at {seen[gid]})")
+            seen[gid] = ref
+
+    for cell, ref in zip(cells, refs):
+        meta = cell.metadata.get("nbgrader")
+        if meta is None:
+            continue
+        gid = meta.get("grade_id")
+        if not gid or not re.fullmatch(r"[A-Za-z0-9_\-]+", gid):
+            raise BuildError(f"{name}: {ref}: nbgrader cell needs a grade_id of letters, digits, _ or -")
+        if meta.get("solution") and cell.cell_type == "code":
+            if "### BEGIN SOLUTION" not in cell.source or "### END SOLUTION" not in cell.source:
+                raise BuildError(f"{name}: {ref}: solution cell {gid!r} has no "
+                                 "### BEGIN SOLUTION / ### END SOLUTION markers")
+        if meta.get("grade") and not meta.get("points"):
+            raise BuildError(f"{name}: {ref}: graded cell {gid!r} has no points")
+        if "### BEGIN HIDDEN TESTS" in cell.source and not meta.get("grade"):
+            raise BuildError(f"{name}: {ref}: hidden tests in a cell that is not graded ({gid!r})")
+
+
+def select_language(nb, lang: str):
+    if lang not in LANGS:
+        raise BuildError(f"unknown language {lang!r}; choose one of {', '.join(LANGS)}")
+    out = copy.deepcopy(nb)
+    out.cells = [c for c in out.cells if c.metadata.get("lang", lang) == lang]
+    for c in out.cells:
+        c.metadata.pop("lang", None)
+    return out
+
+
+def complete_nbgrader_metadata(nb):
+    """Fill the fields nbgrader needs so chapter texts only state what matters."""
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader")
+        if meta is None:
+            continue
+        full = {
+            "grade": bool(meta.get("grade", False)),
+            "grade_id": meta["grade_id"],
+            "locked": bool(meta.get("locked", not meta.get("solution", False))),
+            "schema_version": 3,
+            "solution": bool(meta.get("solution", False)),
+            "task": bool(meta.get("task", False)),
+        }
+        if full["grade"]:
+            full["points"] = meta["points"]
+        cell.metadata["nbgrader"] = full
+    return nb
+
+
+def to_notebook(nb, chapter: str, lang: str):
+    out = nbformat.v4.new_notebook()
+    out.metadata = {
+        "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
+        "language_info": {"name": "python"},
+        "course": {"chapter": chapter, "lang": lang},
+    }
+    for i, cell in enumerate(nb.cells):
+        gid = _grade_id(cell)
+        if cell.cell_type == "markdown":
+            new = nbformat.v4.new_markdown_cell(cell.source)
+        else:
+            new = nbformat.v4.new_code_cell(cell.source)
+        new.metadata = {k: v for k, v in cell.metadata.items() if k not in ("lang",)}
+        new.id = gid if gid else f"{chapter[:4]}-{i:03d}"
+        out.cells.append(new)
+    nbformat.validate(out)
+    return out
+
+
+def build_chapter(chapter: str, lang: str = DEFAULT_LANG, root: Path = NOTEBOOKS):
+    path = Path(root) / f"{chapter}.md"
+    if not path.exists():
+        raise BuildError(f"no chapter text {path}")
+    nb, refs = read_chapter(path)
+    validate(nb, refs, name=path.name)
+    nb = select_language(nb, lang)
+    nb = complete_nbgrader_metadata(nb)
+    return to_notebook(nb, chapter, lang)
+
+
+def dumps(nb) -> str:
+    return json.dumps(nb, ensure_ascii=False, indent=1, sort_keys=True) + "\n"
+
+
+def write_source(chapter: str, lang: str, course_root: Path = ROOT, notebooks: Path = NOTEBOOKS) -> Path:
+    nb = build_chapter(chapter, lang, notebooks)
+    dest = Path(course_root) / "source" / chapter / f"{chapter}.ipynb"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(dumps(nb), encoding="utf-8")
+    return dest

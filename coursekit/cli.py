@@ -1,0 +1,45 @@
+"""The course's commands (run inside the environment; see course.py)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import build, release
+
+
+def cmd_source(args) -> int:
+    names = args.chapters or build.chapters()
+    for ch in names:
+        path = build.write_source(ch, args.lang)
+        print(f"source: {path.relative_to(build.ROOT)} ({args.lang})")
+    return 0
+
+
+def cmd_release(args) -> int:
+    names = args.chapters or build.chapters()
+    for ch in names:
+        path = release.generate_release(ch)
+        print(f"release: {path.relative_to(build.ROOT)}")
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="course", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("source", help="build source/ from notebooks/")
+    s.add_argument("chapters", nargs="*")
+    s.add_argument("--lang", default=build.DEFAULT_LANG, choices=build.LANGS)
+    s.set_defaults(fn=cmd_source)
+    r = sub.add_parser("release", help="regenerate release/ from source/")
+    r.add_argument("chapters", nargs="*")
+    r.set_defaults(fn=cmd_release)
+    args = p.parse_args(argv)
+    try:
+        return args.fn(args)
+    except build.BuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

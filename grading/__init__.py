@@ -1,0 +1,1 @@
+"""Grading-only support for hidden tests (never shipped to students)."""

@@ -1,0 +1,305 @@
+"""Hidden tests of ch01_attention: softmax, score_variance,
+scaled_dot_product_attention."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from helpers.i18n import t
+
+from .core import (ATTENTION_FAMILY, SOFTMAX_FAMILY, Bug, GradingFailure, call, close, diagnose, failure,
+                   forbidden, passed, seeded, show)
+
+FORBIDDEN = SOFTMAX_FAMILY | ATTENTION_FAMILY
+
+
+# ---------------------------------------------------------------- references (float64)
+
+def ref_softmax(x, dim=-1):
+    x = x.to(torch.float64)
+    m = x.amax(dim=dim, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    e = torch.exp(x - m)
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def ref_attention(q, k, v, mask=None):
+    q, k, v = (a.to(torch.float64) for a in (q, k, v))
+    s = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask.bool(), float("-inf"))
+    w = ref_softmax(s, -1)
+    return torch.einsum("...qk,...kd->...qd", w, v), w
+
+
+# ---------------------------------------------------------------- known bugs: softmax
+
+def _sm_no_max(x, dim=-1):
+    e = torch.exp(x.to(torch.float64) if x.dtype == torch.float64 else x)
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def _sm_global_max(x, dim=-1):
+    e = torch.exp(x - x.max())
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def _sm_last_dim(x, dim=-1):
+    return ref_softmax(x, -1)
+
+
+def _sm_dim0(x, dim=-1):
+    return ref_softmax(x, 0)
+
+
+def _sm_no_norm(x, dim=-1):
+    return torch.exp(x - x.amax(dim=dim, keepdim=True))
+
+
+def _sm_no_keepdim(x, dim=-1):
+    e = torch.exp(x - x.amax(dim=dim, keepdim=True))
+    return e / e.sum(dim=dim)
+
+
+SOFTMAX_BUGS = [
+    Bug("softmax_no_max_subtraction",
+        "没有先减去每行的最大值：exp(1000) 溢出成 inf，inf/inf 得到 nan。先算 x - x.max(dim, keepdim=True)。",
+        "you did not subtract the row maximum first: exp(1000) overflows to inf and inf/inf is nan. "
+        "Compute x - x.max(dim, keepdim=True) first.", _sm_no_max),
+    Bug("softmax_global_max",
+        "减去的是整个张量的最大值，而不是每行（沿 dim）的最大值：数值很小的那一行全部下溢成 0，0/0 得到 nan。",
+        "you subtracted the maximum of the whole tensor instead of the maximum along dim: a row of much "
+        "smaller numbers underflows to all zeros and 0/0 gives nan.", _sm_global_max),
+    Bug("softmax_ignores_dim",
+        "总是沿最后一维归一化，忽略了参数 dim。",
+        "you always normalise over the last dimension and ignore the dim argument.", _sm_last_dim),
+    Bug("softmax_wrong_dim",
+        "沿错误的维度（dim=0）求和：应该沿参数 dim 指定的那一维，让那一维加起来等于 1。",
+        "you summed over the wrong dimension (dim=0): normalise along the dim argument so that it sums to 1.",
+        _sm_dim0),
+    Bug("softmax_no_normalisation",
+        "只算了 exp，没有除以总和：结果加起来不等于 1。",
+        "you computed exp but did not divide by the sum: the result does not add up to 1.", _sm_no_norm),
+    Bug("softmax_sum_without_keepdim",
+        "求和时没有 keepdim=True：除法按错误的维度广播了。",
+        "the sum is taken without keepdim=True, so the division broadcasts along the wrong dimension.",
+        _sm_no_keepdim),
+]
+
+
+def check_softmax(softmax) -> None:
+    what = "softmax"
+    n = 0
+    gen = seeded(101)
+    cases = [
+        (t("二维随机输入，dim=-1", "2-D random input, dim=-1"), torch.randn(4, 7, generator=gen), -1),
+        (t("三维输入，dim=1", "3-D input, dim=1"), torch.randn(2, 5, 3, generator=gen), 1),
+        (t("三维输入，dim=0", "3-D input, dim=0"), torch.randn(3, 2, 4, generator=gen), 0),
+        (t("方阵，dim=-1", "square matrix, dim=-1"), torch.randn(5, 5, generator=gen) * 3, -1),
+        (t("很大的数（1000 左右）", "large entries (about 1000)"),
+         torch.tensor([[1000.0, 1001.0, 1002.0], [-3.0, 0.0, 3.0]]), -1),
+        (t("各行量级相差很大", "rows of very different magnitude"),
+         torch.tensor([[-1000.0, -1001.0, -1002.0], [5.0, 6.0, 7.0]]), -1),
+        (t("除一个之外全是 -inf 的行", "a row of -inf except one entry"),
+         torch.tensor([[float("-inf"), float("-inf"), 3.0, float("-inf")], [0.5, 0.1, -0.2, 0.3]]), -1),
+        (t("float64 输入", "float64 input"), torch.randn(3, 6, generator=gen, dtype=torch.float64) * 10, -1),
+    ]
+    keepdim_hint = [(lambda exc, line: "must match the size" in str(exc), SOFTMAX_BUGS[-1])]
+    for label, x, dim in cases:
+        with forbidden(FORBIDDEN, "softmax"):
+            out = call(softmax, x.clone(), dim=dim, what=f"{what}({label})", hints=keepdim_hint)
+        expected = ref_softmax(x, dim)
+        n += 1
+        tol = 1e-10 if x.dtype == torch.float64 else 2e-4
+        if not isinstance(out, torch.Tensor) or not close(out, expected, atol=tol, rtol=tol):
+            bug = diagnose(out, SOFTMAX_BUGS, x.clone(), dim=dim, expected=expected)
+            raise failure(f"{what}: {label}", show(expected), show(out), bug)
+    # gradients must flow through it (attention is trained)
+    x = torch.randn(3, 4, generator=gen, requires_grad=True)
+    with forbidden(FORBIDDEN, "softmax"):
+        out = call(softmax, x, dim=-1, what=t(f"{what}（需要梯度的输入）", f"{what} (input with requires_grad)"))
+    n += 1
+    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+        raise GradingFailure(t(f"{what}：输出断开了计算图（用了 .detach()、.item() 或 numpy？），梯度无法传回。",
+                               f"{what}: the output is cut off from autograd (.detach(), .item() or numpy?), "
+                               "so no gradient can flow back."))
+    passed(what, n)
+
+
+# ---------------------------------------------------------------- score_variance
+
+def check_score_variance(score_variance) -> None:
+    what = "score_variance"
+    n = 0
+    bugs = {
+        "ignores_scaled": Bug("variance_ignores_scaled", "scaled=True 时没有除以 √d_k：方差仍然约等于 d_k。",
+                              "scaled=True does not divide by √d_k: the variance is still about d_k."),
+        "by_dk": Bug("variance_scaled_by_dk", "除的是 d_k 而不是 √d_k：缩放后方差约为 1/d_k，而不是 1。",
+                     "you divided by d_k instead of √d_k: the scaled variance is about 1/d_k, not 1."),
+        "std": Bug("variance_returns_std", "返回的是标准差（√d_k 左右），题目要的是方差（d_k 左右）。",
+                   "you returned the standard deviation (about √d_k); the exercise asks for the variance (about d_k)."),
+        "mean": Bug("variance_returns_mean", "返回的是均值（约为 0），题目要的是方差。",
+                    "you returned the mean (about 0); the exercise asks for the variance."),
+        "sum": Bug("variance_of_elementwise_product",
+                   "计算的是逐元素乘积 q_i·k_i 的方差（约为 1），而不是点积 q·k（对 d_k 个分量求和）的方差。",
+                   "you took the variance of the element-wise products q_i·k_i (about 1) instead of the dot "
+                   "product q·k (summed over the d_k components)."),
+        "generator": Bug("variance_ignores_generator", "没有把 generator 传给 torch.randn：同一个种子两次结果不同，实验无法复现。",
+                         "the generator is not passed to torch.randn: the same seed gives two different results, "
+                         "so the experiment cannot be repeated."),
+    }
+
+    def run(d_k, scaled, seed, n_samples=20_000):
+        label = f"score_variance(d_k={d_k}, n_samples={n_samples}, scaled={scaled})"
+        out = call(score_variance, d_k, n_samples=n_samples, scaled=scaled, generator=seeded(seed), what=label)
+        try:
+            return float(out), label
+        except Exception:
+            raise GradingFailure(t(f"{label}：应返回一个数（float），实际得到 {type(out).__name__}。",
+                                   f"{label}: expected a number (float), got {type(out).__name__}.")) from None
+
+    for d_k in (16, 64, 200):
+        v, label = run(d_k, False, d_k)
+        n += 1
+        if not (0.93 * d_k < v < 1.07 * d_k):
+            bug = (bugs["std"] if abs(v - math.sqrt(d_k)) < 0.15 * math.sqrt(d_k) else
+                   bugs["mean"] if abs(v) < 0.5 else bugs["sum"] if abs(v - 1) < 0.1 else None)
+            raise failure(label, t(f"约 {d_k}（= d_k）", f"about {d_k} (= d_k)"), f"{v:.4g}", bug)
+        v, label = run(d_k, True, d_k + 1)
+        n += 1
+        if not (0.93 < v < 1.07):
+            bug = (bugs["ignores_scaled"] if 0.9 * d_k < v < 1.1 * d_k else
+                   bugs["by_dk"] if abs(v - 1 / d_k) < 0.2 / d_k else None)
+            raise failure(label, t("约 1", "about 1"), f"{v:.4g}", bug)
+    a, label = run(32, False, 7, n_samples=2_000)
+    b, _ = run(32, False, 7, n_samples=2_000)
+    n += 1
+    if a != b:
+        raise failure(t(f"{label} 用同一个种子调用两次", f"{label} called twice with the same seed"),
+                      t("两次结果相同", "the same result twice"), f"{a:.6g} / {b:.6g}", bugs["generator"])
+    c, _ = run(32, False, 8, n_samples=2_000)
+    n += 1
+    if c == a:
+        raise GradingFailure(t(f"{what}：不同的种子给出了完全相同的结果，随机数没有来自传入的 generator。",
+                               f"{what}: different seeds gave exactly the same result; the random numbers do not "
+                               "come from the generator you were given."))
+    passed(what, n)
+
+
+# ---------------------------------------------------------------- attention
+
+def _att_scale(scale_fn, mask_mode="correct", softmax_dim=-1):
+    def impl(q, k, v, mask=None):
+        q, k, v = (a.to(torch.float64) for a in (q, k, v))
+        s = q @ k.transpose(-2, -1) / scale_fn(q, k, v)
+        if mask is not None and mask_mode == "correct":
+            s = s.masked_fill(~mask.bool(), float("-inf"))
+        elif mask is not None and mask_mode == "inverted":
+            s = s.masked_fill(mask.bool(), float("-inf"))
+        w = ref_softmax(s, softmax_dim)
+        if mask is not None and mask_mode == "after_softmax":
+            w = w.masked_fill(~mask.bool(), 0.0)
+        if mask is not None and mask_mode == "zero_fill":
+            s = s.masked_fill(~mask.bool(), 0.0)
+            w = ref_softmax(s, softmax_dim)
+        return w @ v, w
+    return impl
+
+
+_sqrt_dk = lambda q, k, v: math.sqrt(q.shape[-1])  # noqa: E731
+
+ATTENTION_BUGS = [
+    Bug("attention_no_scaling", "分数没有除以 √d_k：d_k 大时 softmax 饱和成 one-hot。",
+        "the scores are not divided by √d_k: for large d_k softmax saturates to one-hot.",
+        _att_scale(lambda q, k, v: 1.0)),
+    Bug("attention_scaled_by_dk", "除的是 d_k 而不是 √d_k：分数被压得太小，权重几乎是均匀分布。",
+        "you divided by d_k instead of √d_k: the scores shrink too much and the weights become almost uniform.",
+        _att_scale(lambda q, k, v: float(q.shape[-1]))),
+    Bug("attention_scaled_by_sqrt_dv", "除的是 √d_v（v 的最后一维）而不是 √d_k（q、k 的最后一维）。",
+        "you divided by √d_v (v's last dimension) instead of √d_k (the last dimension of q and k).",
+        _att_scale(lambda q, k, v: math.sqrt(v.shape[-1]))),
+    Bug("attention_scaled_by_sqrt_nk", "除的是 √n_k（key 的个数）而不是 √d_k（向量维度）。",
+        "you divided by √n_k (the number of keys) instead of √d_k (the vector size).",
+        _att_scale(lambda q, k, v: math.sqrt(k.shape[-2]))),
+    Bug("attention_softmax_wrong_dim", "softmax 沿错误的维度（dim=-2，沿 query）：应该让每个 query 的一行权重（沿 key，dim=-1）加起来等于 1。",
+        "softmax runs over the wrong dimension (dim=-2, across queries): each query's row of weights "
+        "(over the keys, dim=-1) must add up to 1.", _att_scale(_sqrt_dk, softmax_dim=-2)),
+    Bug("attention_mask_inverted", "掩码的含义反了：True 表示“可以看”，你把 True 的位置屏蔽掉了。",
+        "the mask is inverted: True means 'may attend', but you blocked the True positions.",
+        _att_scale(_sqrt_dk, mask_mode="inverted")),
+    Bug("attention_mask_after_softmax", "在 softmax 之后才把被屏蔽的权重置 0：每行加起来不再是 1。掩码要在 softmax 之前（把分数设为 -inf）。",
+        "the mask is applied after softmax (weights set to 0): rows no longer add up to 1. Mask the scores "
+        "with -inf before softmax.", _att_scale(_sqrt_dk, mask_mode="after_softmax")),
+    Bug("attention_mask_zero_fill", "被屏蔽的分数设成了 0 而不是 -inf：exp(0)=1，被屏蔽的位置仍然拿到权重。",
+        "masked scores are set to 0 instead of -inf: exp(0) = 1, so masked positions still get weight.",
+        _att_scale(_sqrt_dk, mask_mode="zero_fill")),
+    Bug("attention_mask_ignored", "传入的 mask 被忽略了。", "the mask argument is ignored.",
+        _att_scale(_sqrt_dk, mask_mode="ignored")),
+]
+
+
+T_HINT = [(lambda exc, line: ".T" in line.replace(" ", "") or ".t()" in line,
+           Bug("attention_k_T", "批量输入时 k.T 会把所有维度倒序（而不只是最后两维）；要用 k.transpose(-2, -1)。",
+               "with batch dimensions k.T reverses *all* dimensions, not just the last two; use "
+               "k.transpose(-2, -1)."))]
+
+
+def _outputs(result, label):
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise GradingFailure(t(f"{label}：应返回 (out, weights) 两个张量组成的元组，实际得到 {type(result).__name__}。",
+                               f"{label}: expected a tuple (out, weights) of two tensors, got {type(result).__name__}."))
+    return result
+
+
+def check_attention(scaled_dot_product_attention) -> None:
+    what = "scaled_dot_product_attention"
+    gen = seeded(202)
+    n = 0
+
+    def r(*shape, scale=1.0, dtype=torch.float32):
+        return torch.randn(*shape, generator=gen, dtype=dtype) * scale
+
+    causal = torch.ones(4, 4).tril().bool()
+    band = torch.rand(2, 1, 3, 5, generator=gen) > 0.4
+    band[..., 0] = True  # no fully-masked row
+    cases = [
+        (t("无批量维，n_q=3, n_k=5, d_k=8, d_v=6", "no batch, n_q=3, n_k=5, d_k=8, d_v=6"),
+         (r(3, 8), r(5, 8), r(5, 6)), None, 1e-5),
+        (t("批量维 (2, 3)，n_q=4 ≠ n_k=6，d_k=16 ≠ d_v=5", "batch dims (2, 3), n_q=4 ≠ n_k=6, d_k=16 ≠ d_v=5"),
+         (r(2, 3, 4, 16), r(2, 3, 6, 16), r(2, 3, 6, 5)), None, 1e-5),
+        (t("因果掩码（下三角 True）", "causal mask (lower triangle True)"),
+         (r(2, 4, 8), r(2, 4, 8), r(2, 4, 8)), causal, 1e-5),
+        (t("广播的掩码 (2, 1, 3, 5)", "a broadcast mask (2, 1, 3, 5)"),
+         (r(2, 4, 3, 8), r(2, 4, 5, 8), r(2, 4, 5, 7)), band, 1e-5),
+        (t("很大的分数（q、k 放大 30 倍）", "large scores (q and k scaled by 30)"),
+         (r(3, 8, scale=30.0), r(5, 8, scale=30.0), r(5, 4)), None, 1e-4),
+        (t("float64 输入，与独立参考实现逐位比较", "float64 inputs, compared tightly with an independent reference"),
+         (r(2, 5, 32, dtype=torch.float64), r(2, 7, 32, dtype=torch.float64), r(2, 7, 3, dtype=torch.float64)),
+         None, 1e-10),
+    ]
+    for label, (q, k, v), mask, tol in cases:
+        full = f"{what}: {label}"
+        with forbidden(FORBIDDEN, what):
+            args = (q.clone(), k.clone(), v.clone())
+            kw = {"mask": mask} if mask is not None else {}
+            result = call(scaled_dot_product_attention, *args, what=full, hints=T_HINT, **kw)
+        out, weights = _outputs(result, full)
+        exp_out, exp_w = ref_attention(q, k, v, mask)
+        n += 1
+        if not isinstance(weights, torch.Tensor) or tuple(weights.shape) != tuple(exp_w.shape):
+            got = tuple(weights.shape) if isinstance(weights, torch.Tensor) else type(weights).__name__
+            raise failure(t(f"{full}：weights 的形状", f"{full}: shape of weights"), str(tuple(exp_w.shape)), str(got),
+                          hint=t("weights 的形状是 (..., n_q, n_k)。", "weights have shape (..., n_q, n_k)."))
+        if not close(weights, exp_w, atol=tol, rtol=tol):
+            bug = diagnose(weights, ATTENTION_BUGS, q, k, v, mask, expected=(exp_out, exp_w),
+                           match=lambda s, b: close(s[1] if isinstance(s, tuple) else s, b[1], 1e-5, 1e-4))
+            if bug is None and close(weights.transpose(-2, -1), exp_w):
+                bug = ATTENTION_BUGS[4]
+            raise failure(t(f"{full}：注意力权重", f"{full}: attention weights"), show(exp_w), show(weights), bug)
+        if not isinstance(out, torch.Tensor) or not close(out, exp_out, atol=tol, rtol=tol):
+            raise failure(t(f"{full}：输出 out", f"{full}: output out"), show(exp_out), show(out),
+                          hint=t("权重已经对了：out = weights @ v。", "the weights are right: out = weights @ v."))
+        if out.dtype != q.dtype:
+            raise failure(t(f"{full}：输出的 dtype", f"{full}: dtype of the output"), str(q.dtype), str(out.dtype))
+    passed(what, n)

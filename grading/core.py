@@ -1,0 +1,211 @@
+"""The machinery of hidden tests: call a student's function safely, compare in
+float64 against an independent reference, and when the answer is wrong, name
+the most likely known bug.
+
+This package is grading-only: it is never part of the student pack.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from helpers.i18n import t
+
+
+class GradingFailure(AssertionError):
+    """A hidden test failed. IPython shows only this message, not the test code."""
+
+    def _render_traceback_(self):
+        return [f"\x1b[31m✗\x1b[0m {self}"]
+
+
+class ForbiddenCall(RuntimeError):
+    """A 'from scratch' exercise called the library function it must replace."""
+
+
+@dataclass(frozen=True)
+class Bug:
+    """A realistic wrong answer: a stable key (used in class reports), its
+    explanation in both languages, and an implementation that behaves like it."""
+    key: str
+    zh: str
+    en: str
+    impl: Callable[..., Any] | None = field(default=None, compare=False)
+
+    def describe(self) -> str:
+        return f"[{self.key}] " + t(self.zh, self.en)
+
+
+# ----------------------------------------------------------------- comparing
+
+def as_f64(x) -> torch.Tensor:
+    if isinstance(x, torch.Tensor):
+        return x.detach().to("cpu", torch.float64)
+    return torch.as_tensor(x, dtype=torch.float64)
+
+
+def close(a, b, atol: float = 1e-5, rtol: float = 1e-4) -> bool:
+    """Same shape, same nan/inf pattern, and close elsewhere."""
+    try:
+        a, b = as_f64(a), as_f64(b)
+    except Exception:
+        return False
+    if a.shape != b.shape:
+        return False
+    fa, fb = torch.isfinite(a), torch.isfinite(b)
+    if not torch.equal(fa, fb):
+        return False
+    if not torch.equal(a[~fa].nan_to_num(), b[~fb].nan_to_num()):
+        return False
+    diff = (a[fa] - b[fb]).abs()
+    return bool((diff <= atol + rtol * b[fb].abs()).all())
+
+
+def show(x, n: int = 6) -> str:
+    """A short printable view of a tensor (first values, shape)."""
+    if isinstance(x, torch.Tensor):
+        flat = as_f64(x).flatten()
+        vals = ", ".join(f"{v:.4g}" for v in flat[:n].tolist())
+        more = ", …" if flat.numel() > n else ""
+        return f"shape {tuple(x.shape)}, [{vals}{more}]"
+    if isinstance(x, float):
+        return f"{x:.6g}"
+    return repr(x)[:200]
+
+
+# ---------------------------------------------------------------- calling
+
+def not_done(exc: BaseException) -> bool:
+    return isinstance(exc, NotImplementedError)
+
+
+def _student_line(exc: BaseException) -> str | None:
+    """The last line of the traceback that is the student's own code."""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        name = frame.filename or ""
+        if "site-packages" in name or "/grading/" in name or "/lib/python" in name:
+            continue
+        return (frame.line or "").strip() or None
+    return None
+
+
+def call(fn: Callable, *args, what: str, hints=(), **kwargs):
+    """Run the student's function; turn any exception into a readable failure.
+
+    ``hints`` is a list of (predicate(exc, line) -> bool, Bug): when the
+    student's code raises, the first matching bug is named."""
+    if not callable(fn):
+        raise GradingFailure(t(f"{what}：没有找到可以调用的函数。", f"{what}: there is no function to call."))
+    try:
+        return fn(*args, **kwargs)
+    except ForbiddenCall as exc:
+        raise GradingFailure(f"{what}: {exc}") from None
+    except NotImplementedError:
+        raise GradingFailure(t(f"{what}：还没有实现（仍然是 raise NotImplementedError()）。",
+                               f"{what}: not implemented yet (still raise NotImplementedError()).")) from None
+    except Exception as exc:  # the student's code crashed: say where, and why if we know
+        line = _student_line(exc)
+        where = t(f"\n  出错的一行：{line}", f"\n  failing line: {line}") if line else ""
+        msg = t(f"{what}：你的代码抛出了 {type(exc).__name__}: {exc}{where}",
+                f"{what}: your code raised {type(exc).__name__}: {exc}{where}")
+        for predicate, bug in hints:
+            try:
+                hit = predicate(exc, line or "")
+            except Exception:
+                hit = False
+            if hit:
+                msg += "\n" + t("  诊断：", "  Diagnosis: ") + bug.describe()
+                break
+        raise GradingFailure(msg) from None
+
+
+def diagnose(student_out, bugs: list[Bug], *args, expected=None, match=close, **kwargs) -> Bug | None:
+    """The first known bug whose output equals the student's on these inputs
+    (bugs that give the right answer on these inputs are skipped)."""
+    for bug in bugs:
+        if bug.impl is None:
+            continue
+        try:
+            with torch.no_grad():
+                bug_out = bug.impl(*args, **kwargs)
+        except Exception:
+            continue
+        if expected is not None and match(expected, bug_out):
+            continue
+        if match(student_out, bug_out):
+            return bug
+    return None
+
+
+def failure(what: str, expected: str, got: str, bug: Bug | None = None, hint: str | None = None):
+    lines = [f"{what}",
+             t(f"  期望：{expected}", f"  expected: {expected}"),
+             t(f"  实际：{got}", f"  got:      {got}")]
+    if bug is not None:
+        lines.append(t("  诊断：", "  Diagnosis: ") + bug.describe())
+    elif hint:
+        lines.append(t("  提示：", "  Hint: ") + hint)
+    return GradingFailure("\n".join(lines))
+
+
+def passed(what: str, n_checks: int) -> None:
+    print(t(f"✓ {what}：{n_checks} 项隐藏检查全部通过", f"✓ {what}: all {n_checks} hidden checks passed"))
+
+
+# ------------------------------------------------------------- forbidding
+
+def _forbid_message(name: str, exercise: str) -> str:
+    return t(f"{exercise} 要求从零实现，不能调用 {name}。请只用基本张量运算（exp、sum、max、矩阵乘……）。",
+             f"{exercise} must be written from scratch: calling {name} is not allowed. "
+             f"Use basic tensor operations (exp, sum, max, matmul, ...).")
+
+
+SOFTMAX_FAMILY = frozenset({"softmax", "log_softmax", "_softmax", "_log_softmax", "_softmax_backward_data"})
+ATTENTION_FAMILY = frozenset({"scaled_dot_product_attention", "multi_head_attention_forward",
+                              "_scaled_dot_product_attention_math", "_scaled_dot_product_flash_attention_for_cpu",
+                              "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
+                              "_fused_sdp_choice"})
+LAYER_NORM_FAMILY = frozenset({"layer_norm", "native_layer_norm", "rms_norm", "_fused_rms_norm"})
+
+
+class _ForbidFunctions(torch.overrides.TorchFunctionMode):
+    def __init__(self, names, exercise):
+        super().__init__()
+        self.names, self.exercise = names, exercise
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in self.names:
+            qual = getattr(func, "__qualname__", "") or ""
+            module = getattr(func, "__module__", "") or ""
+            if module.startswith("torch.nn.functional"):
+                shown = f"torch.nn.functional.{name}"
+            elif qual.startswith(("TensorBase", "Tensor")):
+                shown = f"Tensor.{name}"
+            else:
+                shown = f"torch.{name}"
+            raise ForbiddenCall(_forbid_message(shown, self.exercise))
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def forbidden(names, exercise: str):
+    """While the block runs, any call into the named torch functions raises
+    ForbiddenCall, however the student reached it (torch.softmax, F.softmax,
+    x.softmax, nn.Softmax, an alias imported under another name): the check
+    sits in torch's __torch_function__ dispatch, not on the names."""
+    with _ForbidFunctions(set(names), exercise):
+        yield
+
+
+def seeded(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def sqrt(x: float) -> float:
+    return math.sqrt(x)

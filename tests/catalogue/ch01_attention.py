@@ -1,0 +1,120 @@
+"""Known wrong answers (and correct variants) for ch01_attention.
+
+Each wrong answer must lose the points of the named test cell and its
+feedback must name the bug in plain words (the zh build is graded here)."""
+from harness import Variant
+
+SM_HEAD = "def softmax(x, dim=-1):\n"
+ATT_HEAD = "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+VAR_HEAD = "def score_variance(d_k, n_samples=100_000, scaled=False, generator=None):\n"
+
+
+def sm(body: str) -> dict:
+    return {"softmax": SM_HEAD + body}
+
+
+def att(body: str) -> dict:
+    return {"attention": ATT_HEAD + body}
+
+
+def var(body: str) -> dict:
+    return {"score_variance": VAR_HEAD + body}
+
+
+ATT_OK = """    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    w = softmax(s, dim=-1)
+    return w @ v, w
+"""
+
+BUGS = [
+    # softmax
+    Variant("sm_no_max", sm("    e = torch.exp(x)\n    return e / e.sum(dim=dim, keepdim=True)\n"),
+            lose=("test_softmax",), words=("没有先减去每行的最大值", "nan")),
+    Variant("sm_global_max", sm("    e = torch.exp(x - x.max())\n    return e / e.sum(dim=dim, keepdim=True)\n"),
+            lose=("test_softmax",), words=("整个张量的最大值",)),
+    Variant("sm_wrong_dim", sm("    e = torch.exp(x - x.amax(dim=0, keepdim=True))\n"
+                               "    return e / e.sum(dim=0, keepdim=True)\n"),
+            lose=("test_softmax",), words=("错误的维度",)),
+    Variant("sm_no_keepdim", sm("    e = torch.exp(x - x.amax(dim=dim, keepdim=True))\n    return e / e.sum(dim=dim)\n"),
+            lose=("test_softmax",), words=("keepdim=True",)),
+    Variant("sm_uses_torch", sm("    return torch.softmax(x, dim=dim)\n"),
+            lose=("test_softmax",), words=("从零实现", "torch.softmax")),
+    Variant("sm_uses_functional_alias",
+            {"softmax": "from torch.nn.functional import softmax as _sm\n" + SM_HEAD + "    return _sm(x, dim)\n"},
+            lose=("test_softmax",), words=("从零实现", "torch.nn.functional.softmax")),
+    # score_variance
+    Variant("var_ignores_scaled", var("    q = torch.randn(n_samples, d_k, generator=generator)\n"
+                                      "    k = torch.randn(n_samples, d_k, generator=generator)\n"
+                                      "    return (q * k).sum(-1).var().item()\n"),
+            lose=("test_score_variance",), words=("scaled=True", "没有除以 √d_k")),
+    Variant("var_by_dk", var("    q = torch.randn(n_samples, d_k, generator=generator)\n"
+                             "    k = torch.randn(n_samples, d_k, generator=generator)\n"
+                             "    s = (q * k).sum(-1)\n"
+                             "    return (s / d_k if scaled else s).var().item()\n"),
+            lose=("test_score_variance",), words=("除的是 d_k",)),
+    Variant("var_std", var("    q = torch.randn(n_samples, d_k, generator=generator)\n"
+                           "    k = torch.randn(n_samples, d_k, generator=generator)\n"
+                           "    s = (q * k).sum(-1)\n"
+                           "    return (s / math.sqrt(d_k) if scaled else s).std().item()\n"),
+            lose=("test_score_variance",), words=("标准差",)),
+    Variant("var_no_generator", var("    q = torch.randn(n_samples, d_k)\n    k = torch.randn(n_samples, d_k)\n"
+                                    "    s = (q * k).sum(-1)\n"
+                                    "    return (s / math.sqrt(d_k) if scaled else s).var().item()\n"),
+            lose=("test_score_variance",), words=("generator", "无法复现")),
+    # attention
+    Variant("att_no_scaling", att(ATT_OK.replace(" / math.sqrt(q.shape[-1])", "")),
+            lose=("test_attention",), words=("没有除以 √d_k",)),
+    Variant("att_scale_dk", att(ATT_OK.replace("math.sqrt(q.shape[-1])", "q.shape[-1]")),
+            lose=("test_attention",), words=("除的是 d_k",)),
+    Variant("att_scale_dv", att(ATT_OK.replace("math.sqrt(q.shape[-1])", "math.sqrt(v.shape[-1])")),
+            lose=("test_attention",), words=("√d_v",)),
+    Variant("att_softmax_dim", att(ATT_OK.replace("softmax(s, dim=-1)", "softmax(s, dim=-2)")),
+            lose=("test_attention",), words=("softmax 沿错误的维度",)),
+    Variant("att_mask_inverted", att(ATT_OK.replace("masked_fill(~mask", "masked_fill(mask")),
+            lose=("test_attention",), words=("掩码的含义反了",)),
+    Variant("att_mask_after_softmax", att("""    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    w = softmax(s, dim=-1)
+    if mask is not None:
+        w = w.masked_fill(~mask, 0.0)
+    return w @ v, w
+"""), lose=("test_attention",), words=("softmax 之后",)),
+    Variant("att_mask_zero", att(ATT_OK.replace('float("-inf")', "0.0")),
+            lose=("test_attention",), words=("设成了 0 而不是 -inf",)),
+    Variant("att_k_T", att(ATT_OK.replace("k.transpose(-2, -1)", "k.T")),
+            lose=("test_attention",), words=("k.transpose(-2, -1)",)),
+    Variant("att_uses_sdpa", att("""    import torch.nn.functional as F
+    w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), -1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), w
+"""), lose=("test_attention",), words=("从零实现",)),
+    Variant("att_uses_torch_softmax", att(ATT_OK.replace("softmax(s, dim=-1)", "torch.softmax(s, dim=-1)")),
+            lose=("test_attention",), words=("从零实现", "torch.softmax")),
+]
+
+CORRECT = [
+    Variant("ok_einsum", {**sm("    m = x.max(dim=dim, keepdim=True).values\n    e = (x - m).exp()\n"
+                                "    return e / e.sum(dim, keepdim=True)\n"),
+                          **att("""    s = torch.einsum("...qd,...kd->...qk", q, k) * q.shape[-1] ** -0.5
+    if mask is not None:
+        s = torch.where(mask, s, torch.full_like(s, float("-inf")))
+    w = softmax(s)
+    return torch.einsum("...qk,...kd->...qd", w, v), w
+""")}),
+    Variant("ok_minus_1e9", att(ATT_OK.replace('float("-inf")', "-1e9"))),
+    Variant("ok_float64", {**sm("    y = x.double()\n    y = torch.exp(y - y.amax(dim, keepdim=True))\n"
+                                 "    return (y / y.sum(dim, keepdim=True)).to(x.dtype)\n"),
+                           **att("""    dt = q.dtype
+    q, k, v = q.double(), k.double(), v.double()
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask.bool(), float("-inf"))
+    w = softmax(s, dim=-1)
+    return (w @ v).to(dt), w.to(dt)
+"""), **var("    q = torch.randn(n_samples, d_k, generator=generator)\n"
+            "    k = torch.randn(n_samples, d_k, generator=generator)\n"
+            "    s = torch.einsum('nd,nd->n', q, k).double()\n"
+            "    if scaled:\n        s = s / d_k ** 0.5\n"
+            "    return float(((s - s.mean()) ** 2).mean())\n")}),
+    Variant("ok_logsumexp", sm("    return torch.exp(x - torch.logsumexp(x, dim=dim, keepdim=True))\n")),
+]

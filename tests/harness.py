@@ -1,0 +1,140 @@
+"""Drive the real nbgrader on synthetic submissions.
+
+A chapter's catalogue (tests/catalogue/<chapter>.py) lists Variants: the code
+that replaces a student's answer cells, which test cells must then lose their
+points, and the words the feedback must contain. ``grade_class`` builds a
+throw-away course in a temporary folder, writes one submission per variant
+(plus the untouched release), runs ``nbgrader autograde`` once for all of them
+and reads back scores from the gradebook and feedback text from the
+autograded notebooks.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from coursekit.nbgrader_run import nbgrader
+
+ROOT = Path(__file__).resolve().parent.parent
+UNTOUCHED = "untouched_release"
+SOLUTION = "full_solution"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def catalogued_chapters() -> list[str]:
+    """Chapters that have a known-bug catalogue in tests/catalogue/."""
+    return sorted(p.stem for p in (Path(__file__).parent / "catalogue").glob("ch[0-9][0-9]_*.py"))
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One synthetic submission.
+
+    name     -- student id (letters, digits, underscores)
+    replace  -- grade id of an answer cell -> the code the student wrote there
+    lose     -- grade ids of test cells that must score below full marks
+    words    -- strings the feedback of those cells must contain (zh build)
+    """
+    name: str
+    replace: dict[str, str]
+    lose: tuple[str, ...] = ()
+    words: tuple[str, ...] = ()
+
+
+@dataclass
+class Result:
+    scores: dict[str, tuple[float, float]] = field(default_factory=dict)  # grade id -> (score, max)
+    feedback: dict[str, str] = field(default_factory=dict)               # grade id -> text of outputs
+
+    def total(self) -> tuple[float, float]:
+        return (sum(s for s, _ in self.scores.values()), sum(m for _, m in self.scores.values()))
+
+
+def auto_graded_ids(nb) -> list[str]:
+    """Grade ids of auto-graded test cells (code cells with points)."""
+    return [c.metadata["nbgrader"]["grade_id"] for c in nb.cells
+            if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade")]
+
+
+def make_submission(release_nb, source_nb, replace: dict[str, str] | None, fill: bool = True):
+    """The release notebook as a student would hand it in: answer cells filled
+    with the model solution (``fill``), then any cell in ``replace`` swapped."""
+    sol = {c.metadata["nbgrader"]["grade_id"]: c.source for c in source_nb.cells
+           if c.metadata.get("nbgrader", {}).get("solution")}
+    nb = nbformat.from_dict(release_nb)
+    replace = dict(replace or {})
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in replace:
+            cell.source = replace.pop(gid)
+        elif fill and gid in sol:
+            cell.source = _strip_markers(sol[gid])
+    if replace:
+        raise KeyError(f"no such answer cell(s): {sorted(replace)}")
+    return nb
+
+
+def _strip_markers(src: str) -> str:
+    return "\n".join(l for l in src.splitlines() if l.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
+
+
+def setup_course(workdir: Path, chapter: str) -> Path:
+    workdir.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "nbgrader_config.py", workdir / "nbgrader_config.py")
+    shutil.copytree(ROOT / "source" / chapter, workdir / "source" / chapter, dirs_exist_ok=True)
+    nbgrader(["generate_assignment", chapter, "--force", "--log-level=ERROR"], workdir)
+    return workdir
+
+
+def output_text(cell) -> str:
+    parts = []
+    for o in cell.get("outputs", []):
+        if o.output_type == "stream":
+            parts.append(o.text)
+        elif o.output_type == "error":
+            parts.append(f"{o.ename}: {o.evalue}")
+            parts.extend(o.traceback)
+        elif "text/plain" in o.get("data", {}):
+            parts.append(o["data"]["text/plain"])
+    return ANSI.sub("", "\n".join(parts))
+
+
+def grade_class(chapter: str, variants: list[Variant], workdir: Path) -> dict[str, Result]:
+    """Autograde every variant (plus the untouched release and the full
+    solution) in one nbgrader run; return their results by name."""
+    from nbgrader.api import Gradebook
+
+    setup_course(workdir, chapter)
+    release_nb = nbformat.read(workdir / "release" / chapter / f"{chapter}.ipynb", as_version=4)
+    source_nb = nbformat.read(workdir / "source" / chapter / f"{chapter}.ipynb", as_version=4)
+    subs = {UNTOUCHED: make_submission(release_nb, source_nb, None, fill=False),
+            SOLUTION: make_submission(release_nb, source_nb, None)}
+    for v in variants:
+        if v.name in subs:
+            raise ValueError(f"duplicate variant name {v.name}")
+        subs[v.name] = make_submission(release_nb, source_nb, v.replace)
+    for name, nb in subs.items():
+        dest = workdir / "submitted" / name / chapter / f"{chapter}.ipynb"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, dest)
+    nbgrader(["autograde", chapter, "--force", "--log-level=ERROR"], workdir)
+
+    results: dict[str, Result] = {}
+    with Gradebook(f"sqlite:///{workdir / 'gradebook.db'}") as gb:
+        for name in subs:
+            res = Result()
+            sub = gb.find_submission_notebook(chapter, chapter, name)
+            for grade in sub.grades:
+                score = grade.score if grade.score is not None else 0.0
+                res.scores[grade.name] = (score, grade.max_score)
+            graded = nbformat.read(workdir / "autograded" / name / chapter / f"{chapter}.ipynb", as_version=4)
+            for cell in graded.cells:
+                gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+                if gid:
+                    res.feedback[gid] = output_text(cell)
+            results[name] = res
+    return results

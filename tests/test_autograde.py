@@ -1,0 +1,71 @@
+"""The real nbgrader on synthetic submissions: the solution scores full marks,
+the untouched release scores zero, every known bug loses points with feedback
+that names it, and correct variants keep full marks."""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from harness import catalogued_chapters, SOLUTION, UNTOUCHED, auto_graded_ids, grade_class
+
+CHAPTERS = catalogued_chapters()
+_cache: dict[str, dict] = {}
+
+
+def catalogue(chapter):
+    return importlib.import_module(f"catalogue.{chapter}")
+
+
+def graded(chapter, tmp_path_factory):
+    if chapter not in _cache:
+        cat = catalogue(chapter)
+        _cache[chapter] = grade_class(chapter, cat.BUGS + cat.CORRECT, tmp_path_factory.mktemp(chapter))
+    return _cache[chapter]
+
+
+def cases(attr):
+    out = []
+    for ch in CHAPTERS:
+        for v in getattr(catalogue(ch), attr):
+            out.append(pytest.param(ch, v, id=f"{ch}-{v.name}", marks=pytest.mark.xdist_group(ch)))
+    return out
+
+
+@pytest.mark.parametrize("chapter", [pytest.param(c, marks=pytest.mark.xdist_group(c)) for c in CHAPTERS])
+def test_solution_full_marks_and_release_zero(chapter, tmp_path_factory):
+    res = graded(chapter, tmp_path_factory)
+    import nbformat
+    from harness import ROOT
+    ids = auto_graded_ids(nbformat.read(ROOT / "source" / chapter / f"{chapter}.ipynb", as_version=4))
+    assert ids, "chapter has no auto-graded cells"
+    for gid in ids:
+        score, max_score = res[SOLUTION].scores[gid]
+        assert score == max_score > 0, f"solution lost points on {gid}: {res[SOLUTION].feedback[gid]}"
+        assert res[UNTOUCHED].scores[gid][0] == 0, f"untouched release scored on {gid}"
+
+
+@pytest.mark.parametrize("chapter,variant", cases("BUGS"))
+def test_known_bug_loses_points_and_is_named(chapter, variant, tmp_path_factory):
+    res = graded(chapter, tmp_path_factory)[variant.name]
+    assert variant.lose, "a bug variant must say which test cell it fails"
+    for gid in variant.lose:
+        score, max_score = res.scores[gid]
+        assert score < max_score, f"{variant.name} kept full marks on {gid}"
+        text = res.feedback[gid]
+        for word in variant.words:
+            assert word in text, f"feedback of {gid} for {variant.name} lacks {word!r}:\n{text}"
+    solution_ids = set(res.scores) - set(variant.lose)
+    for gid in solution_ids:
+        pass  # other cells may legitimately fail when a shared function is wrong
+
+
+@pytest.mark.parametrize("chapter,variant", cases("CORRECT"))
+def test_correct_variant_keeps_full_marks(chapter, variant, tmp_path_factory):
+    res = graded(chapter, tmp_path_factory)[variant.name]
+    import nbformat
+    from harness import ROOT
+    ids = auto_graded_ids(nbformat.read(ROOT / "source" / chapter / f"{chapter}.ipynb", as_version=4))
+    for gid in ids:
+        score, max_score = res.scores[gid]
+        assert score == max_score, f"{variant.name} lost points on {gid}:\n{res.feedback[gid]}"

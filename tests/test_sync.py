@@ -1,0 +1,33 @@
+"""source/ and release/ are generated: they must equal a fresh build."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from coursekit import build, release
+from harness import ROOT
+
+
+def normalised(path):
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        cell.get("metadata", {}).pop("execution", None)
+    return nb
+
+
+@pytest.mark.parametrize("chapter", build.chapters())
+def test_source_and_release_match_a_fresh_build(chapter, tmp_path):
+    fresh_source = build.write_source(chapter, build.DEFAULT_LANG, course_root=tmp_path)
+    committed_source = ROOT / "source" / chapter / f"{chapter}.ipynb"
+    assert committed_source.exists(), f"{committed_source} missing: run `make source`"
+    assert normalised(committed_source) == normalised(fresh_source), \
+        f"source/{chapter} is out of date: run `make source` (notebooks/ is the only place to edit)"
+
+    shutil.copy(ROOT / "nbgrader_config.py", tmp_path / "nbgrader_config.py")
+    fresh_release = release.generate_release(chapter, course_root=tmp_path)
+    committed_release = ROOT / "release" / chapter / f"{chapter}.ipynb"
+    assert committed_release.exists(), f"{committed_release} missing: run `make release`"
+    assert normalised(committed_release) == normalised(fresh_release), \
+        f"release/{chapter} is out of date: run `make release`"
