@@ -12,7 +12,7 @@ endif
 override LANG := C.UTF-8
 export LANG
 
-.PHONY: help env lab test source release
+.PHONY: help env lab test source release dist
 
 help:
 	@$(PY) course.py help
@@ -31,3 +31,6 @@ source:   ## notebooks/ -> source/  (LANG=zh|en)
 
 release:  ## source/ -> release/
 	$(PY) course.py release
+
+dist:     ## the student packs, one zip per language, in dist/
+	$(PY) course.py dist

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import build, release
+from . import build, dist, release
 
 
 def cmd_source(args) -> int:
@@ -23,6 +23,13 @@ def cmd_release(args) -> int:
     return 0
 
 
+def cmd_dist(args) -> int:
+    for lang in args.langs or build.LANGS:
+        path = dist.make_pack(lang)
+        print(f"student pack: {path.relative_to(build.ROOT)}")
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="course", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -33,6 +40,9 @@ def main(argv=None) -> int:
     r = sub.add_parser("release", help="regenerate release/ from source/")
     r.add_argument("chapters", nargs="*")
     r.set_defaults(fn=cmd_release)
+    d = sub.add_parser("dist", help="build the student packs (one zip per language) in dist/")
+    d.add_argument("langs", nargs="*", choices=[[], *build.LANGS])
+    d.set_defaults(fn=cmd_dist)
     args = p.parse_args(argv)
     try:
         return args.fn(args)

@@ -1,0 +1,72 @@
+"""The student packs: one zip per language with the release notebooks, the
+public helpers package, the environment files and a student README.
+
+Never in a pack: source/, hidden tests, model answers, grading/, coursekit/,
+the gradebook, autograded/ or submitted/ (tests/test_dist.py checks).
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import zipfile
+from pathlib import Path
+
+from . import build, release
+
+COURSE = "transformer-course"
+STUDENT_FILES = Path(__file__).parent / "student"
+STUDENT_PYPROJECT = """[build-system]
+requires = ["setuptools>=64"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "transformer-course-student"
+version = "0.1.0"
+requires-python = ">=3.11"
+
+[tool.setuptools]
+packages = ["helpers"]
+"""
+STUDENT_MAKEFILE = """PY ?= python3
+.PHONY: lab env
+lab:
+\t$(PY) course.py lab
+env:
+\t$(PY) course.py env
+"""
+
+
+def _student_release(lang: str, work: Path) -> Path:
+    """Build every chapter in ``lang`` and run nbgrader on it in ``work``."""
+    shutil.copy(build.ROOT / "nbgrader_config.py", work / "nbgrader_config.py")
+    for ch in build.chapters():
+        build.write_source(ch, lang, course_root=work)
+        release.generate_release(ch, course_root=work)
+    return work / "release"
+
+
+def make_pack(lang: str, out_dir: Path = build.ROOT / "dist") -> Path:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    name = f"{COURSE}-student-{lang}"
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        work = tmp / "build"
+        work.mkdir()
+        rel = _student_release(lang, work)
+        pack = tmp / name
+        pack.mkdir()
+        shutil.copytree(rel, pack / "release")
+        shutil.copytree(build.ROOT / "helpers", pack / "helpers",
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        for f in ("course.py", "requirements.txt", "environment.yml"):
+            shutil.copy(build.ROOT / f, pack / f)
+        (pack / "pyproject.toml").write_text(STUDENT_PYPROJECT)
+        (pack / "Makefile").write_text(STUDENT_MAKEFILE)
+        shutil.copy(STUDENT_FILES / f"README.{lang}.md", pack / "README.md")
+        zpath = out_dir / f"{name}.zip"
+        with zipfile.ZipFile(zpath, "w", zipfile.ZIP_DEFLATED) as z:
+            for p in sorted(pack.rglob("*")):
+                if p.is_file():
+                    z.write(p, p.relative_to(tmp).as_posix())
+    return zpath

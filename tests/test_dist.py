@@ -1,0 +1,107 @@
+"""The student packs: what is in them, what never is, and that a student can
+start from one with the command its README gives."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from coursekit import build, dist
+from harness import ROOT, make_submission
+
+CJK = re.compile(r"[\u4e00-\u9fff]")
+LATIN_WORD = re.compile(r"[A-Za-z]{3,}")
+SECRETS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS",
+           "参考答案", "Model answer", "check_softmax")
+GRADING_IMPORT = re.compile(r"^\s*(from grading\b|import grading\b)", re.M)
+
+
+@pytest.fixture(scope="module")
+def packs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dist")
+    return {lang: dist.make_pack(lang, out) for lang in build.LANGS}
+
+
+def names(zpath):
+    with zipfile.ZipFile(zpath) as z:
+        return z.namelist()
+
+
+@pytest.mark.parametrize("lang", build.LANGS)
+def test_pack_holds_release_helpers_and_environment_only(packs, lang):
+    files = names(packs[lang])
+    top = f"{dist.COURSE}-student-{lang}/"
+    rel = {f[len(top):] for f in files}
+    for must in ("README.md", "course.py", "requirements.txt", "environment.yml", "pyproject.toml",
+                 "helpers/__init__.py", "helpers/checks.py"):
+        assert must in rel, f"{must} missing from the {lang} pack"
+    for ch in build.chapters():
+        assert f"release/{ch}/{ch}.ipynb" in rel, f"{ch} missing from the {lang} pack"
+    for f in rel:
+        assert not f.startswith(("source/", "grading/", "coursekit/", "autograded/", "submitted/", "feedback/",
+                                 "tests/", "notebooks/")), f"{f} must not be in a student pack"
+        assert not f.endswith((".db", ".pyc")), f"{f} must not be in a student pack"
+
+
+@pytest.mark.parametrize("lang", build.LANGS)
+def test_pack_contains_no_solution_or_hidden_test(packs, lang):
+    with zipfile.ZipFile(packs[lang]) as z:
+        for info in z.infolist():
+            text = z.read(info).decode("utf-8", errors="replace")
+            for secret in SECRETS:
+                assert secret not in text, f"{info.filename} in the {lang} pack contains {secret!r}"
+            assert not GRADING_IMPORT.search(text), f"{info.filename} in the {lang} pack imports grading"
+
+
+@pytest.mark.parametrize("lang", build.LANGS)
+def test_built_notebooks_hold_only_their_language(lang):
+    for ch in build.chapters():
+        nb = build.build_chapter(ch, lang)
+        for i, cell in enumerate(nb.cells):
+            if cell.cell_type != "markdown":
+                continue
+            cjk = len(CJK.findall(cell.source))
+            latin = len(LATIN_WORD.findall(re.sub(r"\$[^$]*\$|`[^`]*`", "", cell.source)))
+            if lang == "en":
+                assert cjk <= 12, f"{ch} (en) cell {i} looks Chinese:\n{cell.source[:200]}"
+            else:
+                assert cjk > 0 or latin < 8, f"{ch} (zh) cell {i} looks English:\n{cell.source[:200]}"
+
+
+@pytest.mark.skipif(os.environ.get("COURSE_SKIP_PACK_INSTALL") == "1", reason="COURSE_SKIP_PACK_INSTALL=1")
+def test_student_starts_from_the_pack_and_visible_tests_pass(packs, tmp_path):
+    """Unpack the zh pack into an empty folder, run `python course.py env` as
+    its README says, and run ch01 with the model answers filled in: its
+    visible tests pass inside the pack's own environment."""
+    with zipfile.ZipFile(packs["zh"]) as z:
+        z.extractall(tmp_path)
+    pack = tmp_path / f"{dist.COURSE}-student-zh"
+    assert "python course.py lab" in (pack / "README.md").read_text(encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    subprocess.run([sys.executable, "course.py", "env"], cwd=pack, env=env, check=True, timeout=900)
+    ch = "ch01_attention"
+    release_nb = nbformat.read(pack / "release" / ch / f"{ch}.ipynb", as_version=4)
+    source_nb = nbformat.read(ROOT / "source" / ch / f"{ch}.ipynb", as_version=4)
+    nb = make_submission(release_nb, source_nb, None)
+    # the pack's environment must not see this repository's packages
+    probe = subprocess.run([str(pack / ".venv" / "bin" / "python"), "-c",
+                            "import helpers, importlib.util as u; print(helpers.__file__, u.find_spec('grading'))"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
+    assert str(pack) in probe.stdout and "None" in probe.stdout, probe.stdout
+    work = pack / "release" / ch / "done.ipynb"
+    nbformat.write(nb, work)
+    run = subprocess.run([str(pack / ".venv" / "bin" / "jupyter"), "nbconvert", "--to", "notebook", "--execute",
+                          "--inplace", str(work)], cwd=work.parent, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = json.loads(work.read_text(encoding="utf-8"))
+    texts = "".join("".join(o.get("text", "")) for c in out["cells"] for o in c.get("outputs", []))
+    assert texts.count("✓") >= 3, texts[-1000:]
