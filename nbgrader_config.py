@@ -27,3 +27,12 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 c.Execute.timeout = int(os.environ.get("COURSE_CELL_TIMEOUT", "120"))
 c.Execute.interrupt_on_timeout = True
 c.Execute.raise_on_iopub_timeout = False
+
+# Feedback never shows hidden test code (nbgrader #917, #1363): the hidden
+# block is removed from each test cell before the HTML is written. Tracebacks
+# of hidden checks are already a single message (grading.core.GradingFailure).
+c.GenerateFeedback.preprocessors = [
+    "nbgrader.preprocessors.GetGrades",
+    "nbgrader.preprocessors.ClearHiddenTests",
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+]

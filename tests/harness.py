@@ -49,6 +49,7 @@ class Variant:
 class Result:
     scores: dict[str, tuple[float, float]] = field(default_factory=dict)  # grade id -> (score, max)
     feedback: dict[str, str] = field(default_factory=dict)               # grade id -> text of outputs
+    feedback_html: str = ""                                              # what nbgrader hands back
 
     def total(self) -> tuple[float, float]:
         return (sum(s for s, _ in self.scores.values()), sum(m for _, m in self.scores.values()))
@@ -80,6 +81,20 @@ def make_submission(release_nb, source_nb, replace: dict[str, str] | None, fill:
 
 def _strip_markers(src: str) -> str:
     return "\n".join(l for l in src.splitlines() if l.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
+
+
+def hidden_test_lines(source_nb) -> set[str]:
+    """Lines between the hidden-test markers of a source notebook."""
+    lines, inside = set(), False
+    for cell in source_nb.cells:
+        for line in cell.source.splitlines():
+            if "### BEGIN HIDDEN TESTS" in line:
+                inside = True
+            elif "### END HIDDEN TESTS" in line:
+                inside = False
+            elif inside and line.strip():
+                lines.add(line.strip())
+    return lines
 
 
 def setup_course(workdir: Path, chapter: str) -> Path:
@@ -122,6 +137,7 @@ def grade_class(chapter: str, variants: list[Variant], workdir: Path) -> dict[st
         dest.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, dest)
     nbgrader(["autograde", chapter, "--force", "--log-level=ERROR"], workdir)
+    nbgrader(["generate_feedback", chapter, "--force", "--log-level=ERROR"], workdir)
 
     results: dict[str, Result] = {}
     with Gradebook(f"sqlite:///{workdir / 'gradebook.db'}") as gb:
@@ -136,5 +152,7 @@ def grade_class(chapter: str, variants: list[Variant], workdir: Path) -> dict[st
                 gid = cell.metadata.get("nbgrader", {}).get("grade_id")
                 if gid:
                     res.feedback[gid] = output_text(cell)
+            html = workdir / "feedback" / name / chapter / f"{chapter}.html"
+            res.feedback_html = html.read_text(encoding="utf-8") if html.exists() else ""
             results[name] = res
     return results

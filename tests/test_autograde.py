@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-from harness import catalogued_chapters, SOLUTION, UNTOUCHED, auto_graded_ids, grade_class
+from harness import SOLUTION, UNTOUCHED, auto_graded_ids, catalogued_chapters, grade_class, hidden_test_lines
 
 CHAPTERS = catalogued_chapters()
 _cache: dict[str, dict] = {}
@@ -69,3 +69,24 @@ def test_correct_variant_keeps_full_marks(chapter, variant, tmp_path_factory):
     for gid in ids:
         score, max_score = res.scores[gid]
         assert score == max_score, f"{variant.name} lost points on {gid}:\n{res.feedback[gid]}"
+
+
+@pytest.mark.parametrize("chapter", [pytest.param(c, marks=pytest.mark.xdist_group(c)) for c in CHAPTERS])
+def test_feedback_never_shows_hidden_tests(chapter, tmp_path_factory):
+    import html
+    import re
+
+    import nbformat
+    from harness import ROOT
+    res = graded(chapter, tmp_path_factory)
+    secret = hidden_test_lines(nbformat.read(ROOT / "source" / chapter / f"{chapter}.ipynb", as_version=4))
+    assert secret, "the chapter has no hidden tests"
+    checked = 0
+    for name, r in res.items():
+        assert r.feedback_html, f"no feedback generated for {name}"
+        text = html.unescape(re.sub(r"<[^>]+>", "", r.feedback_html))
+        for line in secret:
+            assert line not in text, f"feedback of {name} shows hidden test line {line!r}"
+        assert "HIDDEN TESTS" not in text
+        checked += 1
+    assert checked >= 3
