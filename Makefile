@@ -12,7 +12,7 @@ endif
 override LANG := C.UTF-8
 export LANG
 
-.PHONY: help env lab test source release dist
+.PHONY: help env lab test source release dist grade
 
 help:
 	@$(PY) course.py help
@@ -34,3 +34,7 @@ release:  ## source/ -> release/
 
 dist:     ## the student packs, one zip per language, in dist/
 	$(PY) course.py dist
+
+# make grade [CHAPTER=ch01_attention] [STUDENT=alice]
+grade:    ## autograde submitted/, feedback, grades.csv, class report
+	$(PY) course.py grade $(if $(CHAPTER),--chapter $(CHAPTER)) $(if $(STUDENT),--student $(STUDENT))

@@ -30,6 +30,13 @@ def cmd_dist(args) -> int:
     return 0
 
 
+def cmd_grade(args) -> int:
+    from . import grade
+    jobs = grade.grade(chapter=args.chapter, student=args.student, jobs=args.jobs, sandbox=not args.unsandboxed,
+                       timeout=args.timeout)
+    return 0 if all(j.ok for j in jobs) else 1
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="course", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -43,6 +50,14 @@ def main(argv=None) -> int:
     d = sub.add_parser("dist", help="build the student packs (one zip per language) in dist/")
     d.add_argument("langs", nargs="*", choices=[[], *build.LANGS])
     d.set_defaults(fn=cmd_dist)
+    g = sub.add_parser("grade", help="grade everything under submitted/ (autograde, feedback, grades.csv, report)")
+    g.add_argument("--chapter", help="only this chapter, e.g. ch01_attention")
+    g.add_argument("--student", help="only this student")
+    g.add_argument("--jobs", type=int, help="parallel workers (default: number of cores)")
+    g.add_argument("--timeout", type=int, default=600, help="time limit per notebook in seconds")
+    g.add_argument("--unsandboxed", action="store_true",
+                   help="grade without bubblewrap (submissions then run with your rights)")
+    g.set_defaults(fn=cmd_grade)
     args = p.parse_args(argv)
     try:
         return args.fn(args)

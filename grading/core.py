@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -15,6 +16,8 @@ from typing import Any, Callable
 import torch
 
 from helpers.i18n import t
+
+from . import guard
 
 
 class GradingFailure(AssertionError):
@@ -98,30 +101,65 @@ def call(fn: Callable, *args, what: str, hints=(), **kwargs):
     """Run the student's function; turn any exception into a readable failure.
 
     ``hints`` is a list of (predicate(exc, line) -> bool, Bug): when the
-    student's code raises, the first matching bug is named."""
+    student's code raises, the first matching bug is named. While the student's
+    code runs, a profile hook notes any call into the grading modules (whose
+    references would otherwise stand in for an answer)."""
     if not callable(fn):
         raise GradingFailure(t(f"{what}：没有找到可以调用的函数。", f"{what}: there is no function to call."))
+    ensure_untampered(what)
+    borrowed: list[str] = []
+
+    def hook(frame, event, arg):
+        if event == "call" and guard.is_grading_code(frame.f_code) and frame.f_code not in _ALLOWED_INSIDE:
+            borrowed.append(frame.f_code.co_name)
+
+    previous = sys.getprofile()
+    error = None
+    guard._set_hook(hook)
+    sys.setprofile(hook)
     try:
-        return fn(*args, **kwargs)
-    except ForbiddenCall as exc:
-        raise GradingFailure(f"{what}: {exc}") from None
-    except NotImplementedError:
+        result = fn(*args, **kwargs)
+    except BaseException as exc:  # noqa: BLE001 (reported below, with the student's line)
+        error = exc
+    finally:
+        sys.setprofile(previous)
+        guard._set_hook(None)
+    if borrowed:
+        raise GradingFailure(t(f"{what}：你的代码调用了评分模块里的函数（{borrowed[0]}）。答案必须是你自己的实现。",
+                               f"{what}: your code calls a function of the grading module ({borrowed[0]}). "
+                               "The answer must be your own implementation."))
+    if error is None:
+        return result
+    if isinstance(error, ForbiddenCall):
+        raise GradingFailure(f"{what}: {error}") from None
+    if isinstance(error, NotImplementedError):
         raise GradingFailure(t(f"{what}：还没有实现（仍然是 raise NotImplementedError()）。",
                                f"{what}: not implemented yet (still raise NotImplementedError()).")) from None
-    except Exception as exc:  # the student's code crashed: say where, and why if we know
-        line = _student_line(exc)
-        where = t(f"\n  出错的一行：{line}", f"\n  failing line: {line}") if line else ""
-        msg = t(f"{what}：你的代码抛出了 {type(exc).__name__}: {exc}{where}",
-                f"{what}: your code raised {type(exc).__name__}: {exc}{where}")
-        for predicate, bug in hints:
-            try:
-                hit = predicate(exc, line or "")
-            except Exception:
-                hit = False
-            if hit:
-                msg += "\n" + t("  诊断：", "  Diagnosis: ") + bug.describe()
-                break
-        raise GradingFailure(msg) from None
+    if not isinstance(error, Exception):  # KeyboardInterrupt, SystemExit: let them through
+        raise error
+    line = _student_line(error)
+    where = t(f"\n  出错的一行：{line}", f"\n  failing line: {line}") if line else ""
+    msg = t(f"{what}：你的代码抛出了 {type(error).__name__}: {error}{where}",
+            f"{what}: your code raised {type(error).__name__}: {error}{where}")
+    for predicate, bug in hints:
+        try:
+            hit = predicate(error, line or "")
+        except Exception:
+            hit = False
+        if hit:
+            msg += "\n" + t("  诊断：", "  Diagnosis: ") + bug.describe()
+            break
+    raise GradingFailure(msg) from None
+
+
+def ensure_untampered(what: str) -> None:
+    """Fail when code run earlier replaced something the checks rely on."""
+    touched = guard.changed()
+    if touched:
+        shown = ", ".join(touched[:4]) + (" …" if len(touched) > 4 else "")
+        raise GradingFailure(t(f"{what}：检测到篡改——之前运行的代码替换了评分依赖的函数（{shown}）。这一项不得分。",
+                               f"{what}: tampering detected — code run earlier replaced functions the checks rely on "
+                               f"({shown}). No points for this check."))
 
 
 def diagnose(student_out, bugs: list[Bug], *args, expected=None, match=close, **kwargs) -> Bug | None:
@@ -154,7 +192,14 @@ def failure(what: str, expected: str, got: str, bug: Bug | None = None, hint: st
 
 
 def passed(what: str, n_checks: int) -> None:
-    print(t(f"✓ {what}：{n_checks} 项隐藏检查全部通过", f"✓ {what}: all {n_checks} hidden checks passed"))
+    """Report a passed check (and, under the grading pipeline, seal it)."""
+    ensure_untampered(what)
+    caller = sys._getframe(1).f_code
+    token = guard.seal(caller.co_name, caller)
+    done = (t(f"✓ {what}：隐藏检查通过", f"✓ {what}: hidden check passed") if n_checks == 1 else
+            t(f"✓ {what}：{n_checks} 项隐藏检查全部通过", f"✓ {what}: all {n_checks} hidden checks passed"))
+    print(done
+          + (f" {token}" if token else ""))
 
 
 # ------------------------------------------------------------- forbidding
@@ -191,6 +236,9 @@ class _ForbidFunctions(torch.overrides.TorchFunctionMode):
                 shown = f"torch.{name}"
             raise ForbiddenCall(_forbid_message(shown, self.exercise))
         return func(*args, **(kwargs or {}))
+
+
+_ALLOWED_INSIDE = frozenset({_ForbidFunctions.__torch_function__.__code__, _forbid_message.__code__})
 
 
 @contextlib.contextmanager

@@ -1,0 +1,126 @@
+"""The grading kernel's launcher: resource limits, then bubblewrap, then the
+kernel as an unprivileged user.
+
+Kernel spec argv: ``python -m coursekit.sandbox {connection_file}``. Settings
+come from the environment the grading pipeline sets:
+
+COURSE_ROOT         the course folder, hidden in the sandbox except for the
+                    code the kernel needs (helpers/, grading/, coursekit/, .venv/)
+COURSE_SANDBOX      "1" to use bubblewrap, "0" to run unsandboxed (limits still apply)
+COURSE_MEM_MB       address-space limit of the kernel (default 6144)
+COURSE_NPROC        process/thread limit of the sandbox user (default 256)
+COURSE_SEAL_FILE    file holding this notebook's seal key (read here, passed on a pipe)
+
+Inside the sandbox the kernel sees the machine read-only, its own working
+folder (the student's autograded notebook folder) writable, a private /tmp,
+no course files (no source/, gradebook, other submissions), no network other
+than the kernel's own sockets, and runs as nobody.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import sys
+
+NOBODY = 65534
+
+
+def sandbox_available() -> tuple[bool, str]:
+    """Whether bubblewrap is installed and can start a sandbox here."""
+    import subprocess
+    bwrap = shutil.which("bwrap")
+    if not bwrap:
+        return False, "bubblewrap (bwrap) is not installed"
+    try:
+        r = subprocess.run([bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--dev", "/dev", "--proc", "/proc",
+                            "true"], capture_output=True, text=True, timeout=20)
+    except Exception as exc:  # noqa: BLE001
+        return False, f"bwrap failed to start: {exc}"
+    if r.returncode != 0:
+        return False, f"bwrap cannot create a sandbox here: {r.stderr.strip()}"
+    return True, "ok"
+
+
+def _limits(mem_mb: int) -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (mem_mb * 2**20, mem_mb * 2**20))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (512 * 2**20, 512 * 2**20))
+
+
+def bwrap_args(root: str, cwd: str, conn: str) -> list[str]:
+    root = os.path.realpath(root)
+    args = [shutil.which("bwrap") or "bwrap", "--die-with-parent", "--unshare-pid", "--unshare-ipc",
+            "--unshare-uts", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+            "--perms", "1777", "--tmpfs", "/tmp"]
+    home = os.path.expanduser("~")
+    code_root = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # where helpers/ and grading/ live
+    hidden = [root] + ([code_root] if code_root != root else [])
+    if home not in ("/", "") and not any(h.startswith(home + os.sep) or h == home for h in hidden):
+        hidden.append(home)
+    for h in hidden:
+        args += ["--tmpfs", h]
+    # what the kernel needs back from the hidden folders
+    keep = [os.path.join(code_root, d) for d in ("helpers", "grading", "coursekit")]
+    venv = os.path.realpath(sys.prefix)
+    base = os.path.realpath(sys.base_prefix)
+    for path in [venv, base, *keep]:
+        if any(path == h or path.startswith(h + os.sep) for h in hidden) and os.path.exists(path):
+            args += ["--ro-bind", path, path]
+    args += ["--bind", cwd, cwd, "--ro-bind", conn, conn]   # the connection file alone, not its folder
+    # folders bwrap creates on the way to a bound path are private (0700): open them up for the kernel's user
+    parents = set()
+    for path in [cwd, conn, venv, base, *keep]:
+        p = os.path.dirname(path)
+        while p not in ("/", ""):
+            parents.add(p)
+            p = os.path.dirname(p)
+    created = [h for h in [*hidden, "/tmp"]]
+    for p in sorted(parents, key=len):
+        if any(p.startswith(h + os.sep) for h in created):
+            args += ["--chmod", "0755", p]
+    args += ["--chdir", cwd, "--setenv", "HOME", "/tmp", "--setenv", "MPLCONFIGDIR", "/tmp/mpl",
+             "--setenv", "IPYTHONDIR", "/tmp/ipython"]
+    return args
+
+
+def main(argv: list[str]) -> None:
+    conn = os.path.abspath(argv[0])   # {connection_file}; the client may append kernel options after it
+    extra = argv[1:]
+    cwd = os.getcwd()
+    root = os.environ.get("COURSE_ROOT", cwd)
+    use_sandbox = os.environ.get("COURSE_SANDBOX", "1") == "1"
+    env = dict(os.environ)
+    env.pop("COURSE_SEAL_FILE", None)
+    env.pop("JPY_PARENT_PID", None)  # in its own pid namespace the kernel would take its parent for dead
+
+    key_file = os.environ.get("COURSE_SEAL_FILE")
+    if key_file and os.path.exists(key_file):
+        with open(key_file, "rb") as f:
+            key = f.read()
+        r, w = os.pipe()
+        os.write(w, key)
+        os.close(w)
+        os.set_inheritable(r, True)
+        env["COURSE_SEAL_FD"] = str(r)
+
+    _limits(int(os.environ.get("COURSE_MEM_MB", "6144")))
+    kernel = [sys.executable, "-m", "coursekit.kernel_boot", "-f", conn, *extra]
+    if not use_sandbox:
+        os.execve(kernel[0], kernel, env)
+
+    nproc = int(os.environ.get("COURSE_NPROC", "256"))
+    os.chmod(conn, 0o644)
+    try:
+        os.chown(cwd, NOBODY, NOBODY)
+    except OSError:
+        pass
+    drop = [shutil.which("setpriv") or "setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+            "--inh-caps=-all", "--bounding-set=-all"]
+    limit = [shutil.which("prlimit") or "prlimit", f"--nproc={nproc}", "--"]
+    cmd = bwrap_args(root, cwd, conn) + ["--"] + limit + drop + ["--"] + kernel
+    os.execve(cmd[0], cmd, env)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
