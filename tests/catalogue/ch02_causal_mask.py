@@ -1,0 +1,87 @@
+"""Known wrong answers (and correct variants) for ch02_causal_mask.
+
+Each wrong answer must lose the points of the named test cells and its
+feedback must name the bug in plain words (the zh build is graded here)."""
+from harness import Variant
+
+MASK_HEAD = "def causal_mask(n, device=None):\n"
+APPLY_HEAD = "def apply_mask(scores, mask):\n"
+ATT_HEAD = "def causal_self_attention(x, w_q, w_k, w_v):\n"
+
+
+def mask(body: str) -> dict:
+    return {"causal_mask": MASK_HEAD + body}
+
+
+def apply(body: str) -> dict:
+    return {"apply_mask": APPLY_HEAD + body}
+
+
+def att(body: str) -> dict:
+    return {"attention": ATT_HEAD + body}
+
+
+ATT_OK = """    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    s = apply_mask(s, causal_mask(x.shape[-2], device=x.device))
+    w = torch.softmax(s, dim=-1)
+    return w @ v, w
+"""
+
+BUGS = [
+    Variant("diagonal_masked", mask("    return torch.ones(n, n, dtype=torch.bool, device=device).tril(diagonal=-1)\n"),
+            lose=("test_causal_mask", "test_attention"), words=("对角线也被遮住了",)),
+    Variant("anti_causal", mask("    return torch.ones(n, n, dtype=torch.bool, device=device).triu()\n"),
+            lose=("test_causal_mask", "test_attention"), words=("上三角", "看未来")),
+    Variant("mask_inverted", apply("    return scores.masked_fill(mask, float('-inf'))\n"),
+            lose=("test_apply_mask",), words=("掩码的含义反了",)),
+    Variant("zero_fill", apply("    return scores.masked_fill(~mask, 0.0)\n"),
+            lose=("test_apply_mask",), words=("设成了 0 而不是 −∞",)),
+    Variant("masked_fill_result_dropped", apply("    scores.masked_fill(~mask, float('-inf'))\n    return scores\n"),
+            lose=("test_apply_mask",), words=("masked_fill 不是原地操作",)),
+    Variant("mask_after_softmax", att("""    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    w = torch.softmax(s, dim=-1)
+    w = w.masked_fill(~causal_mask(x.shape[-2]), 0.0)
+    return w @ v, w
+"""), lose=("test_attention",), words=("softmax 之后",)),
+    Variant("mask_ignored", att("""    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+    return w @ v, w
+"""), lose=("test_attention",), words=("没有用因果掩码", "未来")),
+    Variant("no_scaling", att(ATT_OK.replace(" / math.sqrt(q.shape[-1])", "")),
+            lose=("test_attention",), words=("没有除以 √d_k",)),
+    Variant("float_mask_as_index", {**mask("    return torch.tril(torch.ones(n, n, device=device))\n"),
+                                    **apply("    out = scores.clone()\n    out[~mask] = float('-inf')\n    return out\n")},
+            lose=("test_causal_mask", "test_attention"), words=("掩码是浮点数",)),
+    Variant("global_mean_leak", att("""    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    s = s - s.mean(dim=(-2, -1), keepdim=True)          # 'centre' the scores: uses every position
+    w = torch.softmax(apply_mask(s, causal_mask(x.shape[-2])), dim=-1)
+    return w @ v, w
+"""), lose=("test_attention",), words=("因果性", "逐位")),
+    Variant("uses_sdpa", att("""    import torch.nn.functional as F
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    w = torch.softmax(apply_mask(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), causal_mask(x.shape[-2])), -1)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True), w
+"""), lose=("test_attention",), words=("scaled_dot_product_attention",)),
+    Variant("wrong_choice", {"mask_off": "mask_off_choice = 'A'\nn_zeros_mask_on = 66\nn_zeros_mask_off = 0\n"},
+            lose=("test_mask_off",), words=("选项 A 不对",)),
+    Variant("zeros_with_diagonal", {"mask_off": "mask_off_choice = 'B'\nn_zeros_mask_on = 78\nn_zeros_mask_off = 0\n"},
+            lose=("test_mask_off",), words=("n_zeros_mask_on", "n(n−1)/2")),
+]
+
+CORRECT = [
+    Variant("ok_tril_minus_1e9", {**mask("    return torch.tril(torch.ones(n, n, device=device)).bool()\n"),
+                                  **apply("    return scores.masked_fill(mask == 0, -1e9)\n")}),
+    Variant("ok_arange_where", {**mask("    i = torch.arange(n, device=device)\n    return i[None, :] <= i[:, None]\n"),
+                                **apply("    return torch.where(mask, scores, torch.tensor(float('-inf'), dtype=scores.dtype))\n"),
+                                **att("""    q = torch.einsum("...nd,de->...ne", x, w_q)
+    k = torch.einsum("...nd,de->...ne", x, w_k)
+    v = torch.einsum("...nd,de->...ne", x, w_v)
+    s = torch.einsum("...id,...jd->...ij", q, k) * q.shape[-1] ** -0.5
+    w = apply_mask(s, causal_mask(x.shape[-2])).softmax(dim=-1)
+    return w @ v, w
+""")}),
+    Variant("ok_answer_spelling", {"mask_off": "mask_off_choice = ' b '\nn_zeros_mask_on = 66.0\nn_zeros_mask_off = 0\n"}),
+]
