@@ -1,0 +1,450 @@
+"""Hidden tests of ch03_multi_head: split_heads, merge_heads, CausalSelfAttention.
+
+The reference below works head by head on explicit channel slices
+(head i = channels i*d_k:(i+1)*d_k), in float64, so it shares no code path
+with a reshape/transpose solution; the module is also compared with torch's
+own nn.MultiheadAttention loaded with the same weights.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import torch
+from torch import nn
+
+from helpers.i18n import t
+
+from .core import Bug, GradingFailure, as_f64, call, close, diagnose, failure, passed, seeded, show
+
+
+# ---------------------------------------------------------------- references (float64)
+
+def ref_split(x, h):
+    """(B, N, d) -> (B, h, N, d_k), head i = channels i*d_k:(i+1)*d_k, by explicit slicing."""
+    x = as_f64(x)
+    d_k = x.shape[-1] // h
+    return torch.stack([x[..., i * d_k:(i + 1) * d_k] for i in range(h)], dim=1)
+
+
+def ref_merge(x):
+    """(B, h, N, d_k) -> (B, N, h*d_k), by concatenating the heads along channels."""
+    x = as_f64(x)
+    return torch.cat([x[:, i] for i in range(x.shape[1])], dim=-1)
+
+
+def _softmax64(s, dim=-1):
+    m = s.amax(dim=dim, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    e = torch.exp(s - m)
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def ref_mha(x, w_qkv, b_qkv, w_o, b_o, h, *, split=None, merge=None, scale="d_k", proj=True,
+            order=(0, 1, 2), causal=True, softmax_dim=-1):
+    """Causal multi-head self-attention in float64, one head at a time.
+
+    The keyword arguments switch on known bugs (the default is correct)."""
+    x = as_f64(x)
+    B, N, d = x.shape
+    d_k = d // h
+    y = x @ as_f64(w_qkv).T
+    if b_qkv is not None:
+        y = y + as_f64(b_qkv)
+    parts = [y[..., j * d:(j + 1) * d] for j in range(3)]
+    q, k, v = (parts[j] for j in order)
+    split = split or ref_split
+    q, k, v = split(q, h), split(k, h), split(v, h)                   # (B, h, N, d_k)
+    denom = {"d_k": math.sqrt(d_k), "d": math.sqrt(d), "none": 1.0}[scale]
+    s = torch.einsum("bhqc,bhkc->bhqk", q, k) / denom
+    if causal:
+        allowed = torch.ones(N, N, dtype=torch.bool).tril()
+        s = s.masked_fill(~allowed, float("-inf"))
+    w = _softmax64(s, softmax_dim)
+    heads = torch.einsum("bhqk,bhkc->bhqc", w, v)
+    out = (merge or ref_merge)(heads)                                  # (B, N, d)
+    if proj:
+        out = out @ as_f64(w_o).T
+        if b_o is not None:
+            out = out + as_f64(b_o)
+    return out
+
+
+# ---------------------------------------------------------------- known bugs
+
+def _split_view_no_T(x, h):
+    B, N, d = x.shape
+    return as_f64(x).reshape(B, h, N, d // h)
+
+
+def _split_interleaved(x, h):
+    B, N, d = x.shape
+    return as_f64(x).reshape(B, N, d // h, h).permute(0, 3, 1, 2)
+
+
+def _merge_no_T(x):
+    B, h, N, d_k = x.shape
+    return as_f64(x).reshape(B, N, h * d_k)
+
+
+def _merge_interleaved(x):
+    B, h, N, d_k = x.shape
+    return as_f64(x).permute(0, 2, 3, 1).reshape(B, N, h * d_k)
+
+
+B_SPLIT_VIEW = Bug("split_view_without_transpose",
+                   "拆头时直接 view/reshape 成 (B, h, N, d_k)，没有先变成 (B, N, h, d_k) 再 transpose(1, 2)："
+                   "形状虽然对，但每个“头”拿到的是几个 token 首尾相接的一段数，而不是同一批 token 的 d_k 个通道。",
+                   "the heads are split by a direct view/reshape to (B, h, N, d_k) instead of view to "
+                   "(B, N, h, d_k) followed by transpose(1, 2): the shape is right, but each 'head' receives "
+                   "a run of numbers from consecutive tokens instead of d_k channels of every token.",
+                   _split_view_no_T)
+B_SPLIT_INTERLEAVED = Bug("split_interleaved_channels",
+                          "通道按交错方式分给了各个头（头 i 拿到通道 i, i+h, i+2h, …，例如 view(B, N, d_k, h)）："
+                          "头 i 应该拿到连续的通道 i·d_k : (i+1)·d_k，即 view(B, N, h, d_k)。",
+                          "the channels are dealt to the heads interleaved (head i gets channels i, i+h, i+2h, …, "
+                          "e.g. view(B, N, d_k, h)); head i must hold the contiguous channels i·d_k : (i+1)·d_k, "
+                          "i.e. view(B, N, h, d_k).", _split_interleaved)
+B_MERGE_NO_T = Bug("merge_without_transpose",
+                   "合并时直接把 (B, h, N, d_k) reshape 成 (B, N, d)，没有先 transpose(1, 2) 回 (B, N, h, d_k)："
+                   "不同 token 的输出被拼到了一起。",
+                   "the heads are merged by reshaping (B, h, N, d_k) straight to (B, N, d), without first "
+                   "transposing back to (B, N, h, d_k): outputs of different tokens get glued together.",
+                   _merge_no_T)
+B_MERGE_INTERLEAVED = Bug("merge_interleaved_channels",
+                          "合并时把各头的通道交错排列（例如 permute 成 (B, N, d_k, h) 再 reshape）："
+                          "应把头 0 的 d_k 个通道放在最前，然后是头 1，依此类推。",
+                          "the merged channels are interleaved across heads (e.g. permuted to (B, N, d_k, h) "
+                          "before the reshape); head 0's d_k channels must come first, then head 1's, and so on.",
+                          _merge_interleaved)
+B_MERGE_VIEW = Bug("merge_view_non_contiguous",
+                   "transpose 之后的张量在内存里不连续，不能直接 .view：用 .reshape(...)，或先 .contiguous() 再 .view(...)。",
+                   "after a transpose the tensor is not contiguous in memory, so .view fails: use .reshape(...), "
+                   "or .contiguous().view(...).")
+
+
+def _mha_bug(**kw):
+    def impl(x, w_qkv, b_qkv, w_o, b_o, h):
+        return ref_mha(x, w_qkv, b_qkv, w_o, b_o, h, **kw)
+    return impl
+
+
+B_SCALE_D = Bug("mha_scaled_by_sqrt_d",
+                "分数除的是 √d（整个模型宽度），而不是每个头的 √d_k = √(d/h)：每个头的点积只有 d_k 项。",
+                "the scores are divided by √d (the full model width) instead of each head's √d_k = √(d/h): "
+                "a head's dot product has only d_k terms.", _mha_bug(scale="d"))
+B_NO_SCALE = Bug("mha_no_scaling", "分数没有除以 √d_k。", "the scores are not divided by √d_k.",
+                 _mha_bug(scale="none"))
+B_NO_PROJ = Bug("mha_no_output_projection",
+                "拼接各头之后没有经过输出投影 self.proj（W_O）：各头的结果从未被混合。",
+                "the concatenated heads never go through the output projection self.proj (W_O): "
+                "the heads' results are never mixed.", _mha_bug(proj=False))
+B_ORDER = Bug("mha_qkv_wrong_order",
+              "从融合投影 self.qkv 的输出里取 q、k、v 的顺序不对：约定是前 d 个通道为 q，接着 d 个为 k，最后 d 个为 v。",
+              "q, k, v are taken from the fused projection self.qkv in the wrong order: the first d output "
+              "channels are q, the next d are k, the last d are v.")
+B_NO_MASK = Bug("mha_causal_mask_missing",
+                "没有加因果掩码：位置 i 看到了后面的 token（j > i）。在 softmax 之前把上三角设成 -inf。",
+                "the causal mask is missing: position i sees later tokens (j > i). Set the upper triangle "
+                "to -inf before softmax.", _mha_bug(causal=False))
+B_SOFTMAX_DIM = Bug("mha_softmax_wrong_dim",
+                    "softmax 沿错误的维度（dim=-2）：每个 query 的一行权重（沿 key，dim=-1）要加起来等于 1。",
+                    "softmax runs over the wrong dimension (dim=-2): each query's row of weights (over the keys, "
+                    "dim=-1) must add up to 1.", _mha_bug(softmax_dim=-2))
+B_ASSERT = Bug("mha_assert_instead_of_valueerror",
+               "d 不能被 h 整除时用了 assert：assert 抛出的是 AssertionError，而且在 python -O 下会被整个跳过。"
+               "请写 if d % h != 0: raise ValueError(...)。",
+               "you used assert for d not divisible by h: assert raises AssertionError, and python -O skips it "
+               "entirely. Write if d % h != 0: raise ValueError(...).")
+
+
+def _module_bugs():
+    bugs = [Bug(B_SPLIT_VIEW.key, B_SPLIT_VIEW.zh, B_SPLIT_VIEW.en, _mha_bug(split=_split_view_no_T)),
+            Bug(B_SPLIT_VIEW.key, B_SPLIT_VIEW.zh, B_SPLIT_VIEW.en,
+                _mha_bug(split=_split_view_no_T, merge=_merge_no_T)),
+            Bug(B_SPLIT_INTERLEAVED.key, B_SPLIT_INTERLEAVED.zh, B_SPLIT_INTERLEAVED.en,
+                _mha_bug(split=_split_interleaved)),
+            Bug(B_SPLIT_INTERLEAVED.key, B_SPLIT_INTERLEAVED.zh, B_SPLIT_INTERLEAVED.en,
+                _mha_bug(split=_split_interleaved, merge=_merge_interleaved)),
+            Bug(B_MERGE_NO_T.key, B_MERGE_NO_T.zh, B_MERGE_NO_T.en, _mha_bug(merge=_merge_no_T)),
+            Bug(B_MERGE_INTERLEAVED.key, B_MERGE_INTERLEAVED.zh, B_MERGE_INTERLEAVED.en,
+                _mha_bug(merge=_merge_interleaved)),
+            B_SCALE_D, B_NO_SCALE, B_NO_PROJ, B_NO_MASK, B_SOFTMAX_DIM]
+    for order in itertools.permutations(range(3)):
+        if order != (0, 1, 2):
+            bugs.append(Bug(B_ORDER.key, B_ORDER.zh, B_ORDER.en, _mha_bug(order=order)))
+    return bugs
+
+
+MODULE_BUGS = _module_bugs()
+
+B_SPLIT_VIEW_ERROR = Bug(B_SPLIT_VIEW.key,
+                         "这一行 view 报错，是因为 chunk 切出来的 q、k、v 在内存里不连续。但真正的问题是：" + B_SPLIT_VIEW.zh
+                         + "换成 reshape 只会让错误的数不再报错。",
+                         "this view fails because the q, k, v cut out by chunk are not contiguous in memory. The real "
+                         "problem: " + B_SPLIT_VIEW.en + " Switching to reshape would only make the wrong numbers "
+                         "stop raising.")
+
+
+def _view_error(exc, line):
+    return "view size is not compatible" in str(exc) or "contiguous" in str(exc)
+
+
+VIEW_HINT = [(lambda exc, line: _view_error(exc, line) and "transpose" in line, B_MERGE_VIEW),
+             (lambda exc, line: _view_error(exc, line) and "view" in line, B_SPLIT_VIEW_ERROR),
+             (lambda exc, line: _view_error(exc, line), B_MERGE_VIEW)]
+
+
+# ---------------------------------------------------------------- split_heads / merge_heads
+
+def check_split_heads(split_heads) -> None:
+    what = "split_heads"
+    gen = seeded(301)
+    n = 0
+    cases = [  # (label, B, N, d, h, dtype)
+        (t("B=2, N=5, d=12, h=3", "B=2, N=5, d=12, h=3"), 2, 5, 12, 3, torch.float32),
+        (t("B=1, N=7, d=8, h=4（d_k = 2）", "B=1, N=7, d=8, h=4 (d_k = 2)"), 1, 7, 8, 4, torch.float32),
+        (t("h=1：整个宽度就是一个头", "h=1: the whole width is one head"), 3, 4, 6, 1, torch.float32),
+        (t("h=d：每个头只有 1 个通道", "h=d: one channel per head"), 2, 3, 5, 5, torch.float32),
+        (t("N=1：只有一个 token", "N=1: a single token"), 2, 1, 8, 2, torch.float32),
+        (t("float64 输入，B=3, N=6, d=16, h=4", "float64 input, B=3, N=6, d=16, h=4"), 3, 6, 16, 4, torch.float64),
+    ]
+    for label, B, N, d, h, dtype in cases:
+        x = torch.randn(B, N, d, generator=gen, dtype=dtype)
+        full = f"{what}(x, h={h}): {label}"
+        out = call(split_heads, x.clone(), h, what=full)
+        expected = ref_split(x, h)
+        n += 1
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(expected.shape):
+            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            hint = t("结果应为 (B, h, N, d_k)。", "the result must be (B, h, N, d_k).")
+            if got == (B, N, h, d // h) and h > 1:
+                hint = t("形状是 (B, N, h, d_k)：还差一步 transpose(1, 2)，把头的维度换到 N 前面。",
+                         "the shape is (B, N, h, d_k): transpose(1, 2) is missing, to move the head axis before N.")
+            raise failure(t(f"{full}：输出形状", f"{full}: output shape"), str(tuple(expected.shape)), str(got),
+                          hint=hint)
+        if not close(out, expected, atol=1e-12, rtol=0):
+            bug = diagnose(out, [B_SPLIT_VIEW, B_SPLIT_INTERLEAVED], x, h, expected=expected)
+            head1 = t("头 1 应为 x[..., d_k:2·d_k]", "head 1 should be x[..., d_k:2·d_k]")
+            raise failure(t(f"{full}：各头的内容", f"{full}: contents of the heads"), show(expected), show(out), bug,
+                          hint=t(f"头 i 拿到通道 i·d_k:(i+1)·d_k；{head1}。", f"head i holds channels i·d_k:(i+1)·d_k; "
+                                 f"{head1}."))
+        if out.dtype != x.dtype:
+            raise failure(t(f"{full}：dtype", f"{full}: dtype"), str(x.dtype), str(out.dtype))
+    # gradients flow through it
+    x = torch.randn(2, 3, 8, generator=gen, requires_grad=True)
+    out = call(split_heads, x, 2, what=t(f"{what}（需要梯度的输入）", f"{what} (input with requires_grad)"))
+    n += 1
+    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+        raise GradingFailure(t(f"{what}：输出断开了计算图（.detach()、numpy？），梯度无法传回。",
+                               f"{what}: the output is cut off from autograd (.detach(), numpy?), so no gradient "
+                               "can flow back."))
+    passed(what, n)
+
+
+def check_merge_heads(merge_heads) -> None:
+    what = "merge_heads"
+    gen = seeded(302)
+    n = 0
+    cases = [  # (label, B, h, N, d_k, dtype, make it a transposed view)
+        (t("B=2, h=3, N=5, d_k=4", "B=2, h=3, N=5, d_k=4"), 2, 3, 5, 4, torch.float32, False),
+        (t("注意力输出那样的转置视图（内存不连续）", "a transposed view, like the heads after split (not contiguous)"),
+         2, 4, 6, 2, torch.float32, True),
+        (t("h=1", "h=1"), 3, 1, 4, 6, torch.float32, False),
+        (t("N=1", "N=1"), 2, 2, 1, 3, torch.float32, False),
+        (t("float64 输入，B=1, h=4, N=7, d_k=3", "float64 input, B=1, h=4, N=7, d_k=3"),
+         1, 4, 7, 3, torch.float64, False),
+    ]
+    for label, B, h, N, d_k, dtype, strided in cases:
+        if strided:
+            x = torch.randn(B, N, h, d_k, generator=gen, dtype=dtype).transpose(1, 2)
+        else:
+            x = torch.randn(B, h, N, d_k, generator=gen, dtype=dtype)
+        full = f"{what}(x): {label}"
+        arg = x.clone() if not strided else x.transpose(1, 2).clone().transpose(1, 2)
+        out = call(merge_heads, arg, what=full, hints=VIEW_HINT)
+        expected = ref_merge(x)
+        n += 1
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(expected.shape):
+            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            hint = t("结果应为 (B, N, h·d_k)。", "the result must be (B, N, h·d_k).")
+            if got == (B, N, h, d_k) and h > 1:
+                hint = t("形状是 (B, N, h, d_k)：还差最后一步，把最后两维合并成 h·d_k。",
+                         "the shape is (B, N, h, d_k): the last two axes still need to be merged into h·d_k.")
+            raise failure(t(f"{full}：输出形状", f"{full}: output shape"), str(tuple(expected.shape)), str(got),
+                          hint=hint)
+        if not close(out, expected, atol=1e-12, rtol=0):
+            bug = diagnose(out, [B_MERGE_NO_T, B_MERGE_INTERLEAVED], x, expected=expected)
+            raise failure(t(f"{full}：拼接结果", f"{full}: merged values"), show(expected), show(out), bug,
+                          hint=t("merge_heads 是 split_heads 的逆：头 i 的结果回到通道 i·d_k:(i+1)·d_k。",
+                                 "merge_heads undoes split_heads: head i goes back to channels i·d_k:(i+1)·d_k."))
+        if out.dtype != x.dtype:
+            raise failure(t(f"{full}：dtype", f"{full}: dtype"), str(x.dtype), str(out.dtype))
+    passed(what, n)
+
+
+# ---------------------------------------------------------------- CausalSelfAttention
+
+def _weights(m):
+    b_qkv = m.qkv.bias.detach() if m.qkv.bias is not None else None
+    b_o = m.proj.bias.detach() if m.proj.bias is not None else None
+    return m.qkv.weight.detach(), b_qkv, m.proj.weight.detach(), b_o
+
+
+def _torch_mha(m, d, h, x):
+    """The same weights in torch's own nn.MultiheadAttention (float64), causal."""
+    w_qkv, b_qkv, w_o, b_o = _weights(m)
+    ref = nn.MultiheadAttention(d, h, bias=b_qkv is not None, batch_first=True, dtype=torch.float64)
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(as_f64(w_qkv))
+        ref.out_proj.weight.copy_(as_f64(w_o))
+        if b_qkv is not None:
+            ref.in_proj_bias.copy_(as_f64(b_qkv))
+            ref.out_proj.bias.copy_(as_f64(b_o))
+    N = x.shape[1]
+    blocked = ~torch.ones(N, N, dtype=torch.bool).tril()                # nn.MultiheadAttention: True = blocked
+    with torch.no_grad():
+        out, _ = ref(as_f64(x), as_f64(x), as_f64(x), attn_mask=blocked, need_weights=False)
+    return out
+
+
+def _build(cls, d, h, bias, what):
+    m = call(cls, d, h, bias=bias, what=what)
+    if not isinstance(m, nn.Module):
+        raise GradingFailure(t(f"{what}：应当是 nn.Module 的子类（class CausalSelfAttention(nn.Module)）。",
+                               f"{what}: must be a subclass of nn.Module (class CausalSelfAttention(nn.Module))."))
+    for name, shape in (("qkv", (3 * d, d)), ("proj", (d, d))):
+        layer = getattr(m, name, None)
+        if not isinstance(layer, nn.Linear):
+            raise GradingFailure(t(f"{what}：需要属性 self.{name} = nn.Linear(...)，没有找到。",
+                                   f"{what}: the attribute self.{name} = nn.Linear(...) is missing."))
+        if tuple(layer.weight.shape) != shape:
+            expect = "nn.Linear(d, 3 * d)" if name == "qkv" else "nn.Linear(d, d)"
+            raise failure(t(f"{what}：self.{name}.weight 的形状", f"{what}: shape of self.{name}.weight"),
+                          f"{shape}  ({expect})", str(tuple(layer.weight.shape)))
+        if (layer.bias is not None) != bias:
+            raise GradingFailure(t(f"{what}：self.{name} 的 bias 应跟随参数 bias={bias}（nn.Linear(..., bias=bias)）。",
+                                   f"{what}: self.{name} must have a bias exactly when bias={bias} "
+                                   "(nn.Linear(..., bias=bias))."))
+    return m
+
+
+def _randomise(m, gen, scale=0.5):
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64).to(p.dtype) * scale)
+
+
+def check_causal_self_attention(cls) -> None:
+    what = "CausalSelfAttention"
+    gen = seeded(303)
+    n = 0
+
+    # 1. construction, attributes, parameter count
+    for d, h, bias in ((8, 2, True), (12, 3, False), (768, 12, True)):
+        label = f"{what}(d={d}, h={h}, bias={bias})"
+        m = _build(cls, d, h, bias, label)
+        count = sum(p.numel() for p in m.parameters())
+        expected = 4 * d * d + 4 * d if bias else 4 * d * d
+        n += 1
+        if count != expected:
+            raise failure(t(f"{label}：参数个数", f"{label}: number of parameters"),
+                          f"{expected:,} = 4d²{' + 4d' if bias else ''}", f"{count:,}",
+                          hint=t("参数只应来自 qkv 和 proj 两个线性层（掩码用 register_buffer，不要用 nn.Parameter）。",
+                                 "the parameters come only from the two linear layers qkv and proj (keep a mask "
+                                 "in register_buffer, not nn.Parameter)."))
+
+    # 2. d not divisible by h
+    label = f"{what}(d=10, h=3)"
+    n += 1
+    try:
+        cls(10, 3)
+    except ValueError as exc:
+        msg = str(exc)
+        if "10" not in msg or "3" not in msg:
+            raise failure(t(f"{label}：ValueError 的提示信息", f"{label}: the ValueError's message"),
+                          t("写出 d 和 h 的值，例如 'd=10 不能被 h=3 整除'", "the values of d and h, e.g. "
+                            "'d=10 is not divisible by h=3'"), repr(msg)) from None
+    except AssertionError:
+        raise failure(label, "ValueError", "AssertionError", B_ASSERT) from None
+    except NotImplementedError:
+        raise GradingFailure(t(f"{label}：还没有实现。", f"{label}: not implemented yet.")) from None
+    except Exception as exc:
+        raise failure(label, "ValueError", f"{type(exc).__name__}: {exc}") from None
+    else:
+        raise failure(label, t("抛出 ValueError（10 不能被 3 整除）", "a ValueError (10 is not divisible by 3)"),
+                      t("没有报错", "no error"),
+                      hint=t("在 __init__ 里检查 d % h，不为 0 时 raise ValueError(...)。",
+                             "check d % h in __init__ and raise ValueError(...) when it is not 0."))
+
+    # 3. values against the float64 reference and nn.MultiheadAttention
+    cases = [(2, 5, 8, 2, True), (1, 7, 12, 3, True), (3, 4, 16, 1, True), (2, 6, 16, 8, False),
+             (1, 1, 4, 4, True), (2, 9, 24, 4, True)]
+    for B, N, d, h, bias in cases:
+        label = t(f"{what}(d={d}, h={h}, bias={bias})，输入 (B={B}, N={N}, d={d})，float64",
+                  f"{what}(d={d}, h={h}, bias={bias}), input (B={B}, N={N}, d={d}), float64")
+        m = _build(cls, d, h, bias, label)
+        _randomise(m, gen)
+        m = m.double()
+        x = torch.randn(B, N, d, generator=gen, dtype=torch.float64)
+        out = call(m, x.clone(), what=label, hints=VIEW_HINT)
+        args = (x,) + _weights(m) + (h,)
+        expected = ref_mha(*args)
+        n += 1
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != (B, N, d):
+            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise failure(t(f"{label}：输出形状", f"{label}: output shape"), str((B, N, d)), str(got),
+                          hint=t("forward 返回 (B, N, d)。", "forward returns (B, N, d)."))
+        if not close(out, expected, atol=1e-10, rtol=1e-10):
+            bug = diagnose(out, MODULE_BUGS, *args, expected=expected)
+            gap = (as_f64(out) - expected).abs().max().item()
+            raise failure(t(f"{label}：与独立参考实现比较（最大误差 {gap:.3g}；下面是最后一个位置的输出）",
+                            f"{label}: compared with an independent reference (largest error {gap:.3g}; "
+                            "the output at the last position is shown)"),
+                          show(expected[:, -1]), show(out[:, -1]), bug,
+                          hint=t("逐段检查：qkv → 拆头 → 缩放点积 + 因果掩码 → softmax → 合并 → proj。",
+                                 "check each stage: qkv → split → scaled scores + causal mask → softmax → merge → proj."))
+        theirs = _torch_mha(m, d, h, x)
+        if not close(out, theirs, atol=1e-10, rtol=1e-10):
+            raise failure(t(f"{label}：与 nn.MultiheadAttention（相同权重）比较",
+                            f"{label}: compared with nn.MultiheadAttention (same weights)"),
+                          show(theirs[:, -1]), show(out[:, -1]))
+
+    # 4. float32, gradients
+    label = t(f"{what}(d=16, h=4)，float32 输入 (2, 6, 16)", f"{what}(d=16, h=4), float32 input (2, 6, 16)")
+    m = _build(cls, 16, 4, True, label)
+    _randomise(m, gen)
+    x = torch.randn(2, 6, 16, generator=gen)
+    out = call(m, x, what=label, hints=VIEW_HINT)
+    n += 1
+    if not isinstance(out, torch.Tensor) or out.dtype != torch.float32 or tuple(out.shape) != (2, 6, 16):
+        got = f"{out.dtype}, {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+        raise failure(label, "torch.float32, (2, 6, 16)", got)
+    if not close(out, ref_mha(x, *_weights(m), 4), atol=1e-4, rtol=1e-4):
+        raise failure(label, show(ref_mha(x, *_weights(m), 4)), show(out))
+    out.sum().backward()
+    n += 1
+    if m.qkv.weight.grad is None or m.proj.weight.grad is None:
+        raise GradingFailure(t(f"{label}：梯度没有传到 qkv.weight / proj.weight（输出断开了计算图？）。",
+                               f"{label}: no gradient reaches qkv.weight / proj.weight (is the output cut off "
+                               "from autograd?)."))
+
+    # 5. causality, as a property: changing later tokens leaves earlier outputs unchanged
+    d, h, N = 12, 3, 8
+    label = t(f"{what}(d={d}, h={h})：因果性", f"{what}(d={d}, h={h}): causality")
+    m = _build(cls, d, h, True, label)
+    _randomise(m, gen)
+    m = m.double()
+    x = torch.randn(2, N, d, generator=gen, dtype=torch.float64)
+    with torch.no_grad():
+        base = call(m, x.clone(), what=label)
+        for i in (0, 3, N - 2):
+            x2 = x.clone()
+            x2[:, i + 1:] = torch.randn(2, N - i - 1, d, generator=gen, dtype=torch.float64) * 3
+            out2 = call(m, x2, what=label)
+            n += 1
+            if not close(out2[:, :i + 1], base[:, :i + 1], atol=1e-12, rtol=0):
+                raise failure(t(f"{label}：改动位置 {i} 之后的 token", f"{label}: changing the tokens after position {i}"),
+                              t(f"位置 0…{i} 的输出不变", f"outputs at positions 0…{i} unchanged"),
+                              t("它们变了", "they changed"), B_NO_MASK)
+    passed(what, n)

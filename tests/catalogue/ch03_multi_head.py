@@ -1,0 +1,105 @@
+"""Known wrong answers (and correct variants) for ch03_multi_head.
+
+Each wrong answer must lose the points of the named test cells and its
+feedback must name the bug in plain words (the zh build is graded here)."""
+from harness import Variant
+
+SPLIT_HEAD = "def split_heads(x, h):\n    B, N, d = x.shape\n"
+MERGE_HEAD = "def merge_heads(x):\n    B, h, N, d_k = x.shape\n"
+
+INIT = '''class CausalSelfAttention(nn.Module):
+    def __init__(self, d, h, bias=True):
+        super().__init__()
+        if d % h != 0:
+            raise ValueError(f"d={d} must be divisible by h={h}")
+        self.h, self.d_k = h, d // h
+        self.qkv = nn.Linear(d, 3 * d, bias=bias)
+        self.proj = nn.Linear(d, d, bias=bias)
+
+    def forward(self, x):
+        B, N, d = x.shape
+'''
+FORWARD = '''        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        q, k, v = split_heads(q, self.h), split_heads(k, self.h), split_heads(v, self.h)
+        s = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
+        s = s.masked_fill(~torch.ones(N, N, dtype=torch.bool).tril(), float("-inf"))
+        w = torch.softmax(s, dim=-1)
+        return self.proj(merge_heads(w @ v))
+'''
+ATT_OK = INIT + FORWARD
+
+
+def split(body: str) -> dict:
+    return {"split_heads": SPLIT_HEAD + body}
+
+
+def merge(body: str) -> dict:
+    return {"merge_heads": MERGE_HEAD + body}
+
+
+def attn(code: str) -> dict:
+    return {"causal_self_attention": code}
+
+
+BUGS = [
+    Variant("split_view_no_transpose", split("    return x.view(B, h, N, d // h)\n"),
+            lose=("test_split_heads", "test_causal_self_attention"), words=("没有先变成 (B, N, h, d_k) 再 transpose",)),
+    Variant("split_interleaved", split("    return x.view(B, N, d // h, h).permute(0, 3, 1, 2)\n"),
+            lose=("test_split_heads",), words=("交错",)),
+    Variant("merge_no_transpose", merge("    return x.reshape(B, N, h * d_k)\n"),
+            lose=("test_merge_heads", "test_causal_self_attention"), words=("没有先 transpose(1, 2)",)),
+    Variant("merge_view_non_contiguous", merge("    return x.transpose(1, 2).view(B, N, h * d_k)\n"),
+            lose=("test_merge_heads",), words=("contiguous",)),
+    Variant("inline_view_no_transpose", attn(ATT_OK.replace(
+        "split_heads(q, self.h), split_heads(k, self.h), split_heads(v, self.h)",
+        "(a.view(B, self.h, N, self.d_k) for a in (q, k, v))")),
+            lose=("test_causal_self_attention",), words=("transpose(1, 2)",)),
+    Variant("scale_sqrt_d", attn(ATT_OK.replace("math.sqrt(self.d_k)", "math.sqrt(d)")),
+            lose=("test_causal_self_attention",), words=("√d_k = √(d/h)",)),
+    Variant("no_output_projection", attn(ATT_OK.replace("self.proj(merge_heads(w @ v))", "merge_heads(w @ v)")),
+            lose=("test_causal_self_attention",), words=("输出投影",)),
+    Variant("qkv_wrong_order", attn(ATT_OK.replace("q, k, v = self.qkv(x).chunk", "k, q, v = self.qkv(x).chunk")),
+            lose=("test_causal_self_attention",), words=("顺序不对",)),
+    Variant("no_causal_mask", attn(ATT_OK.replace(
+        '        s = s.masked_fill(~torch.ones(N, N, dtype=torch.bool).tril(), float("-inf"))\n', "")),
+            lose=("test_causal_self_attention",), words=("因果掩码",)),
+    Variant("assert_not_valueerror", attn(ATT_OK.replace(
+        '        if d % h != 0:\n            raise ValueError(f"d={d} must be divisible by h={h}")\n',
+        '        assert d % h == 0, "d must be divisible by h"\n')),
+            lose=("test_causal_self_attention",), words=("assert", "ValueError")),
+]
+
+CORRECT = [
+    Variant("ok_reshape", {**split("    return x.reshape(B, N, h, d // h).transpose(1, 2)\n"),
+                           **merge("    return x.transpose(1, 2).reshape(B, N, h * d_k)\n")}),
+    Variant("ok_einsum_heads", attn(INIT + '''        q, k, v = self.qkv(x).split(d, dim=-1)
+        q, k, v = (a.reshape(B, N, self.h, self.d_k) for a in (q, k, v))     # (B, N, h, d_k)
+        s = torch.einsum("bqhc,bkhc->bhqk", q, k) * self.d_k ** -0.5
+        s = s.masked_fill(torch.triu(torch.ones(N, N, dtype=torch.bool), 1), float("-inf"))
+        w = F.softmax(s, dim=-1)
+        y = torch.einsum("bhqk,bkhc->bqhc", w, v).reshape(B, N, d)
+        return self.proj(y)
+''')),
+    Variant("ok_split_and_buffer", attn(INIT.replace(
+        "        self.proj = nn.Linear(d, d, bias=bias)\n",
+        "        self.proj = nn.Linear(d, d, bias=bias)\n"
+        "        self.register_buffer('mask', torch.tril(torch.ones(64, 64)))\n") + '''        q, k, v = torch.split(self.qkv(x), d, dim=2)
+        q, k, v = (split_heads(a, self.h) for a in (q, k, v))
+        s = (q @ k.transpose(-2, -1)) / self.d_k ** 0.5
+        s = s.masked_fill(self.mask[:N, :N] == 0, -1e9)
+        return self.proj(merge_heads(torch.softmax(s, -1) @ v))
+''')),
+    Variant("ok_loop_over_heads", attn(INIT + '''        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        causal = torch.tril(torch.ones(N, N, dtype=torch.bool))
+        outs = []
+        for i in range(self.h):
+            c = slice(i * self.d_k, (i + 1) * self.d_k)
+            s = q[..., c] @ k[..., c].transpose(1, 2) / math.sqrt(self.d_k)
+            s = torch.where(causal, s, torch.tensor(float("-inf"), dtype=s.dtype))
+            outs.append(torch.softmax(s, dim=-1) @ v[..., c])
+        return self.proj(torch.cat(outs, dim=-1))
+''')),
+    Variant("ok_sdpa", attn(ATT_OK.replace(FORWARD, '''        q, k, v = (split_heads(a, self.h) for a in self.qkv(x).chunk(3, dim=-1))
+        return self.proj(merge_heads(F.scaled_dot_product_attention(q, k, v, is_causal=True)))
+'''))),
+]
