@@ -1,0 +1,498 @@
+"""Hidden tests of ch04_positions: sinusoidal_encoding, rope_frequencies,
+apply_rope, is_permutation_equivariant."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from helpers.i18n import t
+
+from .core import Bug, GradingFailure, call, close, diagnose, failure, passed, seeded, show
+
+F64 = torch.float64
+
+
+# ---------------------------------------------------------------- references (float64)
+
+def ref_sinusoidal(n, d, base=10000.0):
+    """Written element by element from the formula: PE[p, 2i] = sin(p / base^(2i/d)), PE[p, 2i+1] = cos(...)."""
+    pe = torch.zeros(n, d, dtype=F64)
+    for i in range(d // 2):
+        denom = float(base) ** (2.0 * i / d)
+        for p in range(n):
+            pe[p, 2 * i] = math.sin(p / denom)
+            pe[p, 2 * i + 1] = math.cos(p / denom)
+    return pe
+
+
+def ref_frequencies(d, base=10000.0):
+    return torch.tensor([float(base) ** (-2.0 * i / d) for i in range(d // 2)], dtype=F64)
+
+
+def ref_rope(x, positions, base=10000.0):
+    """Complex-number reference: pair (2i, 2i+1) is the complex number x_2i + j x_2i+1,
+    multiplied by exp(j m theta_i)."""
+    x = x.detach().to(F64)
+    d = x.shape[-1]
+    z = torch.complex(x[..., 0::2], x[..., 1::2])                       # (..., n, d/2)
+    pos = torch.as_tensor(positions).detach().to(F64)
+    angle = pos[:, None] * ref_frequencies(d, base)[None, :]            # (n, d/2)
+    rot = torch.complex(torch.cos(angle), torch.sin(angle))
+    w = z * rot
+    out = torch.empty_like(x)
+    out[..., 0::2], out[..., 1::2] = w.real, w.imag
+    return out
+
+
+def _first_diff(expected: torch.Tensor, got: torch.Tensor, tol: float) -> tuple[str, str]:
+    """The first row (a vector along the last dimension) where got and expected differ, shown
+    with its index: the first values of a tensor are often the ones that are right."""
+    if not isinstance(got, torch.Tensor) or got.shape != expected.shape or expected.dim() == 0:
+        return show(expected), show(got)
+    e = expected.detach().to(F64).reshape(-1, expected.shape[-1])
+    g = got.detach().to(F64).reshape(-1, expected.shape[-1])
+    bad = ((e - g).abs() > tol + tol * e.abs()) | (torch.isfinite(e) != torch.isfinite(g))
+    rows = bad.any(-1).nonzero()
+    if len(rows) == 0:
+        return show(expected), show(got)
+    r = int(rows[0])
+    index = []
+    for size in reversed(expected.shape[:-1]):
+        index.append(r % size)
+        r //= size
+    where = "[" + ", ".join(str(i) for i in reversed(index)) + ", :]"
+    e_row, g_row = e[int(rows[0])], g[int(rows[0])]
+    fmt = lambda v: "[" + ", ".join(f"{a:.4g}" for a in v[:8].tolist()) + (", …" if len(v) > 8 else "") + "]"  # noqa: E731
+    return f"{where} = {fmt(e_row)}", f"{where} = {fmt(g_row)}"
+
+
+# ---------------------------------------------------------------- known bugs: sinusoidal
+
+def _sin_table(freq_fn, pos_shift=0.0, layout="interleaved", swap=False):
+    def impl(n, d, base=10000.0):
+        pos = torch.arange(n, dtype=F64)[:, None] + pos_shift
+        arg = pos * freq_fn(d, float(base))[None, :]
+        s, c = torch.sin(arg), torch.cos(arg)
+        if swap:
+            s, c = c, s
+        if layout == "concat":
+            return torch.cat([s, c], dim=-1)
+        out = torch.empty(n, d, dtype=F64)
+        out[:, 0::2], out[:, 1::2] = s, c
+        return out
+    return impl
+
+
+def _f_ok(d, base):
+    return base ** (-torch.arange(0, d, 2, dtype=F64) / d)
+
+
+def _f_i_over_d(d, base):
+    return base ** (-torch.arange(d // 2, dtype=F64) / d)
+
+
+def _f_sign(d, base):
+    return base ** (torch.arange(0, d, 2, dtype=F64) / d)
+
+
+def _f_no_over_d(d, base):
+    return base ** (-torch.arange(0, d, 2, dtype=F64))
+
+
+def _sin_own_freq_per_dim(n, d, base=10000.0):
+    pos = torch.arange(n, dtype=F64)[:, None]
+    j = torch.arange(d, dtype=F64)
+    arg = pos / float(base) ** (j / d)
+    out = torch.sin(arg)
+    out[:, 1::2] = torch.cos(arg[:, 1::2])
+    return out
+
+
+B_SIN_SWAP = Bug("sinusoidal_sin_cos_swapped",
+                 "sin 和 cos 放反了：偶数维 2i 应该是 sin，奇数维 2i+1 才是 cos。",
+                 "sin and cos are swapped: the even dimension 2i holds sin, the odd dimension 2i+1 holds cos.")
+B_I_OVER_D = Bug("exponent_i_over_d",
+                 "指数用了 i/d 而不是 2i/d：第 i 对维度的频率应为 base^(-2i/d)。",
+                 "the exponent is i/d instead of 2i/d: the frequency of pair i is base^(-2i/d).")
+B_POS_FROM_1 = Bug("positions_from_1",
+                   "位置从 1 开始数了：第一个位置是 0（位置 0 的编码是 sin 0 = 0、cos 0 = 1）。",
+                   "positions are counted from 1: the first position is 0 (its encoding is sin 0 = 0, cos 0 = 1).")
+B_SIGN = Bug("exponent_wrong_sign",
+             "指数的符号反了：应该是 p / base^(2i/d)（即乘以 base^(-2i/d)），你乘的是 base^(+2i/d)，频率越来越高而不是越来越低。",
+             "the exponent has the wrong sign: use p / base^(2i/d) (multiply by base^(-2i/d)); you multiplied by "
+             "base^(+2i/d), so the frequencies grow instead of shrinking.")
+B_NO_OVER_D = Bug("exponent_missing_d",
+                  "指数里漏了除以 d：应为 base^(-2i/d)，不是 base^(-2i)。",
+                  "the exponent is missing its division by d: use base^(-2i/d), not base^(-2i).")
+B_CONCAT = Bug("sinusoidal_concatenated_layout",
+               "先放全部 sin 再放全部 cos（tensor2tensor 的拼接布局）；本章要求交错排列：第 2i 维 sin、第 2i+1 维 cos。",
+               "you put all the sines first and all the cosines after (the tensor2tensor concatenated layout); "
+               "this chapter interleaves them: dimension 2i is sin, dimension 2i+1 is cos.")
+B_OWN_FREQ = Bug("sinusoidal_frequency_per_dimension",
+                 "每一维用了自己的频率 base^(-j/d)（j 是维度号）：同一对的 sin 和 cos（2i 与 2i+1）必须共用频率 base^(-2i/d)。",
+                 "every dimension got its own frequency base^(-j/d) (j the dimension index): the sin and cos of one "
+                 "pair (2i and 2i+1) must share the frequency base^(-2i/d).")
+
+SIN_BUGS = [
+    Bug(B_SIN_SWAP.key, B_SIN_SWAP.zh, B_SIN_SWAP.en, _sin_table(_f_ok, swap=True)),
+    Bug(B_CONCAT.key, B_CONCAT.zh, B_CONCAT.en, _sin_table(_f_ok, layout="concat")),
+    Bug(B_I_OVER_D.key, B_I_OVER_D.zh, B_I_OVER_D.en, _sin_table(_f_i_over_d)),
+    Bug(B_OWN_FREQ.key, B_OWN_FREQ.zh, B_OWN_FREQ.en, _sin_own_freq_per_dim),
+    Bug(B_POS_FROM_1.key, B_POS_FROM_1.zh, B_POS_FROM_1.en, _sin_table(_f_ok, pos_shift=1.0)),
+    Bug(B_SIGN.key, B_SIGN.zh, B_SIGN.en, _sin_table(_f_sign)),
+    Bug(B_NO_OVER_D.key, B_NO_OVER_D.zh, B_NO_OVER_D.en, _sin_table(_f_no_over_d)),
+]
+
+B_ODD = Bug("sinusoidal_no_odd_check",
+            "d 为奇数时没有抛出 ValueError：sin/cos 成对出现，d 必须是偶数，请在开头检查并 raise ValueError。",
+            "no ValueError for an odd d: sin and cos come in pairs, so d must be even; check it first and raise "
+            "ValueError.")
+
+
+def _as_tensor(out, label):
+    if not isinstance(out, torch.Tensor):
+        raise GradingFailure(t(f"{label}：应返回 torch.Tensor，实际得到 {type(out).__name__}。",
+                               f"{label}: expected a torch.Tensor, got {type(out).__name__}."))
+    return out
+
+
+def _shape_failure(label, expected, out, hint=None):
+    return failure(t(f"{label}：形状", f"{label}: shape"), str(tuple(expected.shape)), str(tuple(out.shape)),
+                   hint=hint)
+
+
+def check_sinusoidal(sinusoidal_encoding) -> None:
+    what = "sinusoidal_encoding"
+    n_checks = 0
+    cases = [(6, 4, 10000.0, 2e-5), (1, 2, 10000.0, 2e-5), (5, 6, 100.0, 2e-5), (48, 16, 10000.0, 1e-4),
+             (20, 10, 50.0, 1e-4)]
+    for n, d, base, tol in cases:
+        label = f"{what}({n}, {d}, base={base:g})"
+        out = _as_tensor(call(sinusoidal_encoding, n, d, base=base, what=label), label)
+        expected = ref_sinusoidal(n, d, base)
+        n_checks += 1
+        if tuple(out.shape) != (n, d):
+            raise _shape_failure(label, expected, out, hint=t("形状是 (n, d)。", "the shape is (n, d)."))
+        if not close(out, expected, atol=tol, rtol=tol):
+            bug = diagnose(out, SIN_BUGS, n, d, base, expected=expected, match=lambda a, b: close(a, b, 1e-3, 1e-3))
+            raise failure(label, *_first_diff(expected, out, tol), bug,
+                          hint=t("逐项对照公式：PE[p, 2i] = sin(p / base^(2i/d))，PE[p, 2i+1] = cos(同一个角度)。",
+                                 "compare with the formula entry by entry: PE[p, 2i] = sin(p / base^(2i/d)), "
+                                 "PE[p, 2i+1] = cos(the same angle)."))
+    # the default base is 10000
+    label = f"{what}(7, 8)"
+    out = _as_tensor(call(sinusoidal_encoding, 7, 8, what=label), label)
+    n_checks += 1
+    if not close(out, ref_sinusoidal(7, 8), atol=2e-5, rtol=2e-5):
+        raise failure(label, *_first_diff(ref_sinusoidal(7, 8), out, 2e-5),
+                      hint=t("base 的默认值是 10000.0。", "the default base is 10000.0."))
+    # odd d
+    for d in (5, 1):
+        label = f"{what}(4, {d})"
+        n_checks += 1
+        try:
+            sinusoidal_encoding(4, d)
+        except ValueError:
+            continue
+        except Exception as exc:  # noqa: BLE001 - any other exception is the wrong kind
+            raise failure(label, "ValueError", f"{type(exc).__name__}: {exc}", B_ODD) from None
+        raise failure(label, "ValueError", t("没有抛出异常", "no exception"), B_ODD)
+    passed(what, n_checks)
+
+
+# ---------------------------------------------------------------- rope_frequencies
+
+B_FREQ_ALL = Bug("frequencies_for_all_d",
+                 "算出了 d 个频率，而不是 d/2 个：每一对维度 (2i, 2i+1) 共用一个频率，i = 0 … d/2-1。",
+                 "you computed d frequencies instead of d/2: each pair of dimensions (2i, 2i+1) shares one "
+                 "frequency, i = 0 … d/2-1.")
+
+FREQ_BUGS = [
+    Bug(B_I_OVER_D.key, B_I_OVER_D.zh, B_I_OVER_D.en, lambda d, base=10000.0: _f_i_over_d(d, float(base))),
+    Bug(B_SIGN.key, B_SIGN.zh, B_SIGN.en, lambda d, base=10000.0: _f_sign(d, float(base))),
+    Bug(B_NO_OVER_D.key, B_NO_OVER_D.zh, B_NO_OVER_D.en, lambda d, base=10000.0: _f_no_over_d(d, float(base))),
+]
+
+
+def check_frequencies(rope_frequencies) -> None:
+    what = "rope_frequencies"
+    n_checks = 0
+    for d, base in ((8, 10000.0), (2, 10000.0), (64, 10000.0), (10, 500.0), (128, 500000.0)):
+        label = f"{what}({d}, base={base:g})"
+        out = _as_tensor(call(rope_frequencies, d, base=base, what=label), label)
+        expected = ref_frequencies(d, base)
+        n_checks += 1
+        if tuple(out.shape) != (d // 2,):
+            bug = B_FREQ_ALL if tuple(out.shape) == (d,) else None
+            raise failure(t(f"{label}：形状", f"{label}: shape"), str((d // 2,)), str(tuple(out.shape)), bug,
+                          hint=t("每对维度一个频率：形状 (d/2,)。", "one frequency per pair: shape (d/2,)."))
+        if not close(out, expected, atol=1e-12, rtol=1e-5):
+            bug = diagnose(out, FREQ_BUGS, d, base, expected=expected, match=lambda a, b: close(a, b, 1e-12, 1e-4))
+            raise failure(label, *_first_diff(expected, out, 1e-5), bug)
+    label = f"{what}(16)"
+    out = _as_tensor(call(rope_frequencies, 16, what=label), label)
+    n_checks += 1
+    if not close(out, ref_frequencies(16), atol=1e-12, rtol=1e-5):
+        raise failure(label, show(ref_frequencies(16)), show(out),
+                      hint=t("base 的默认值是 10000.0。", "the default base is 10000.0."))
+    passed(what, n_checks)
+
+
+# ---------------------------------------------------------------- apply_rope
+
+def _rope_impl(freq_fn=_f_ok, layout="adjacent", sign=1.0, swap=False, pos_shift=0.0, table="pair"):
+    def impl(x, positions, base=10000.0):
+        x = x.detach().to(F64)
+        d = x.shape[-1]
+        theta = freq_fn(d, float(base))
+        ang = (torch.as_tensor(positions).to(F64)[:, None] + pos_shift) * theta[None, :] * sign   # (n, d/2)
+        c, s = torch.cos(ang), torch.sin(ang)
+        if swap:
+            c, s = s, c
+        if layout == "half":
+            x1, x2 = x[..., : d // 2], x[..., d // 2:]
+            return torch.cat([x1 * c - x2 * s, x1 * s + x2 * c], dim=-1)
+        if table == "cat":     # cos/sin tables built for rotate-half, used with adjacent pairs
+            c, s = torch.cat([c, c], -1), torch.cat([s, s], -1)
+        else:
+            c, s = c.repeat_interleave(2, -1), s.repeat_interleave(2, -1)
+        x_rot = torch.stack([-x[..., 1::2], x[..., 0::2]], dim=-1).flatten(-2)
+        return x * c + x_rot * s
+    return impl
+
+
+ROPE_BUGS = [
+    Bug("rope_rotate_half_layout",
+        "你用了 GPT-NeoX/LLaMA 的 rotate-half 布局（把第 i 维和第 i+d/2 维配对）；本章把相邻的两维 (2i, 2i+1) 配成一对。",
+        "you used the GPT-NeoX/LLaMA rotate-half layout (dimension i paired with i+d/2); this chapter pairs "
+        "adjacent dimensions (2i, 2i+1).", _rope_impl(layout="half")),
+    Bug("rope_negative_angle",
+        "旋转方向反了（转了 -mθ）：第 2i 维应为 x_2i·cos − x_2i+1·sin，第 2i+1 维应为 x_2i·sin + x_2i+1·cos。",
+        "you rotated by −mθ (the wrong direction): dimension 2i is x_2i·cos − x_2i+1·sin, dimension 2i+1 is "
+        "x_2i·sin + x_2i+1·cos.", _rope_impl(sign=-1.0)),
+    Bug("rope_sin_cos_swapped",
+        "旋转公式里 sin 和 cos 放反了：旋转矩阵是 [[cos, −sin], [sin, cos]]。",
+        "sin and cos are swapped inside the rotation: the rotation matrix is [[cos, −sin], [sin, cos]].",
+        _rope_impl(swap=True)),
+    Bug("rope_cat_tables_with_adjacent_pairs",
+        "cos/sin 表用 torch.cat((θ, θ)) 铺开（那是 rotate-half 布局的写法），却用在相邻配对上：第 2i 和 2i+1 维必须用同一个角度，应该用 repeat_interleave(2)。",
+        "the cos/sin tables were spread with torch.cat((θ, θ)) (the rotate-half recipe) but used with adjacent "
+        "pairs: dimensions 2i and 2i+1 need the same angle, so use repeat_interleave(2).", _rope_impl(table="cat")),
+    Bug(B_I_OVER_D.key, B_I_OVER_D.zh, B_I_OVER_D.en, _rope_impl(freq_fn=_f_i_over_d)),
+    Bug(B_SIGN.key, B_SIGN.zh, B_SIGN.en, _rope_impl(freq_fn=_f_sign)),
+    Bug(B_NO_OVER_D.key, B_NO_OVER_D.zh, B_NO_OVER_D.en, _rope_impl(freq_fn=_f_no_over_d)),
+    Bug(B_POS_FROM_1.key,
+        "位置多加了 1：位置 m 的旋转角是 m·θ_i，位置 0 不旋转（恒等变换）。",
+        "the positions are shifted by one: position m rotates by m·θ_i, and position 0 is not rotated at all "
+        "(the identity).", _rope_impl(pos_shift=1.0)),
+    Bug("rope_rotate_half_negative_angle",
+        "你用了 GPT-NeoX/LLaMA 的 rotate-half 布局，而且旋转方向也反了；本章把相邻的两维 (2i, 2i+1) 配成一对，旋转 +mθ。",
+        "you used the GPT-NeoX/LLaMA rotate-half layout, and rotated in the wrong direction too; this chapter "
+        "pairs adjacent dimensions (2i, 2i+1) and rotates by +mθ.", _rope_impl(layout="half", sign=-1.0)),
+]
+
+INPLACE = Bug("rope_modifies_input", "apply_rope 改写了传入的 x（原地操作）：应该返回一个新张量，x 保持不变。",
+              "apply_rope changed the x it was given (an in-place operation): return a new tensor and leave x alone.")
+
+
+def _rope_call(apply_rope, x, positions, label, base=None):
+    x_in = x.clone()
+    kw = {} if base is None else {"base": base}
+    out = _as_tensor(call(apply_rope, x_in, positions.clone(), what=label, **kw), label)
+    if not torch.equal(x_in, x):
+        raise failure(label, t("x 不变", "x unchanged"), t("x 被修改了", "x was modified"), INPLACE)
+    return out
+
+
+def check_rope(apply_rope) -> None:
+    what = "apply_rope"
+    gen = seeded(404)
+    n_checks = 0
+
+    def r(*shape, dtype=torch.float32):
+        return torch.randn(*shape, generator=gen, dtype=dtype)
+
+    cases = [
+        (t("(n=5, d=8)，位置 0…4", "(n=5, d=8), positions 0…4"), r(5, 8), torch.arange(5), None, 1e-5),
+        (t("批量维 (2, 3)，n=4，d=6，base=100", "batch dims (2, 3), n=4, d=6, base=100"),
+         r(2, 3, 4, 6), torch.arange(4), 100.0, 1e-5),
+        (t("不连续的整数位置 [3, 17, 40]", "non-consecutive integer positions [3, 17, 40]"),
+         r(3, 16), torch.tensor([3, 17, 40]), None, 1e-4),
+        (t("浮点位置 [0.5, 2.25, 7.0]", "float positions [0.5, 2.25, 7.0]"),
+         r(2, 3, 4), torch.tensor([0.5, 2.25, 7.0]), None, 1e-5),
+        (t("d=2（只有一对，θ_0 = 1）", "d=2 (a single pair, θ_0 = 1)"), r(4, 2), torch.arange(4), None, 1e-5),
+        (t("float64 输入，与复数参考实现比较", "float64 inputs, compared with a complex-number reference"),
+         r(2, 6, 32, dtype=F64), torch.arange(6) * 3, 10000.0, 1e-5),
+    ]
+    for label, x, pos, base, tol in cases:
+        full = f"{what}: {label}"
+        out = _rope_call(apply_rope, x, pos, full, base)
+        expected = ref_rope(x, pos, 10000.0 if base is None else base)
+        n_checks += 1
+        if tuple(out.shape) != tuple(x.shape):
+            raise _shape_failure(full, expected, out, hint=t("输出和 x 形状相同。", "the output has x's shape."))
+        if not close(out, expected, atol=tol, rtol=tol):
+            bug = diagnose(out, ROPE_BUGS, x, pos, 10000.0 if base is None else base, expected=expected,
+                           match=lambda a, b: close(a, b, 1e-3, 1e-3))
+            raise failure(t(f"{full}：旋转后的值", f"{full}: rotated values"), *_first_diff(expected, out, tol), bug)
+        if out.dtype != x.dtype:
+            raise failure(t(f"{full}：输出的 dtype", f"{full}: dtype of the output"), str(x.dtype), str(out.dtype),
+                          hint=t("输出和 x 的 dtype 相同（float64 进，float64 出）。",
+                                 "the output has x's dtype (float64 in, float64 out)."))
+
+    # properties, float64
+    x = r(3, 5, 16, dtype=F64)
+    pos = torch.tensor([0, 1, 9, 30, 250])
+    out = _rope_call(apply_rope, x, pos, f"{what}: norm", None)
+    n_checks += 1
+    if not close(out.norm(dim=-1), x.norm(dim=-1), atol=1e-6, rtol=1e-6):
+        raise failure(t(f"{what}：旋转不改变每个向量的长度", f"{what}: a rotation keeps every vector's length"),
+                      show(x.norm(dim=-1)), show(out.norm(dim=-1)),
+                      hint=t("每一对都要乘一个旋转矩阵 [[cos, −sin], [sin, cos]]。",
+                             "each pair is multiplied by a rotation matrix [[cos, −sin], [sin, cos]]."))
+    out0 = _rope_call(apply_rope, x, torch.zeros(5, dtype=torch.long), f"{what}: positions 0", None)
+    n_checks += 1
+    if not close(out0, x, atol=1e-12, rtol=0):
+        raise failure(t(f"{what}：位置全为 0 时应是恒等变换", f"{what}: all positions 0 must be the identity"),
+                      show(x), show(out0), B_POS_FROM_1 if close(out0, ref_rope(x, torch.ones(5)), 1e-6, 1e-6) else None)
+    for trial in range(4):
+        d = (8, 16, 32, 64)[trial]
+        q, k = r(2, 1, d, dtype=F64), r(2, 1, d, dtype=F64)
+        m, n = (int(v) for v in torch.randint(0, 200, (2,), generator=gen))
+        label = t(f"{what}：⟨R_m q, R_n k⟩ = ⟨q, R_(n−m) k⟩，m={m}, n={n}, d={d}",
+                  f"{what}: ⟨R_m q, R_n k⟩ = ⟨q, R_(n−m) k⟩ with m={m}, n={n}, d={d}")
+        lhs = (_rope_call(apply_rope, q, torch.tensor([m]), label) *
+               _rope_call(apply_rope, k, torch.tensor([n]), label)).sum(-1)
+        rhs = (q * _rope_call(apply_rope, k, torch.tensor([n - m]), label)).sum(-1)
+        n_checks += 1
+        if not close(lhs, rhs, atol=1e-4, rtol=1e-6):
+            raise failure(label, show(rhs), show(lhs),
+                          hint=t("每一对维度必须做真正的旋转（同一个角度 mθ_i 作用在 2i 和 2i+1 上）。",
+                                 "each pair must be a true rotation (one angle mθ_i acting on 2i and 2i+1)."))
+    passed(what, n_checks)
+
+
+# ---------------------------------------------------------------- is_permutation_equivariant
+
+def _position_free_attention():
+    """The function handed to the student's check. It is built inside a factory so
+    that its code is not a module-level grading function (core.call flags those when
+    a student's code runs them)."""
+    def attend(x):
+        s = x @ x.transpose(-2, -1) / math.sqrt(x.shape[-1])
+        return torch.softmax(s, dim=-1) @ x
+    return attend
+
+
+def _pe_bug(kind):
+    def impl(f, x, perm, atol=1e-5):
+        if kind == "no_output_perm":
+            a, b = f(x[..., perm, :]), f(x)
+        elif kind == "inverse":
+            a, b = f(x[..., perm, :]), f(x)[..., torch.argsort(perm), :]
+        elif kind == "dim0":
+            a, b = f(x[perm]), f(x)[perm]
+        else:
+            a, b = f(x[..., perm, :]), f(x)[..., perm, :]
+        if kind == "exact":
+            return bool(torch.equal(a, b))
+        if kind == "default_tol":
+            return bool(torch.allclose(a, b))
+        return bool(((a.to(F64) - b.to(F64)).abs() <= atol).all())
+    return impl
+
+
+PERM_BUGS = [
+    Bug("perm_output_not_permuted",
+        "把 f(x[perm]) 和没有重排的 f(x) 比较了：等变的意思是输出也按同一个 perm 重排，应比较 f(x[perm]) 和 f(x)[perm]。",
+        "you compared f(x[perm]) with f(x) itself: equivariance means the output is permuted the same way, so "
+        "compare f(x[perm]) with f(x)[perm].", _pe_bug("no_output_perm")),
+    Bug("perm_inverse_permutation",
+        "输出用的是逆置换（argsort(perm)）：输入怎么重排，输出就要怎么重排，比较 f(x[..., perm, :]) 和 f(x)[..., perm, :]。",
+        "you permuted the output with the inverse permutation (argsort(perm)): the output must be permuted "
+        "exactly like the input, f(x[..., perm, :]) vs f(x)[..., perm, :].", _pe_bug("inverse")),
+    Bug("perm_wrong_dim",
+        "重排的是第 0 维（批量维）而不是 token 维：x 的形状是 (..., n, d)，token 在倒数第二维，用 x[..., perm, :]。",
+        "you permuted dimension 0 (a batch dimension) instead of the token dimension: x has shape (..., n, d), "
+        "tokens are the second-to-last dimension, so use x[..., perm, :].", _pe_bug("dim0")),
+    Bug("perm_exact_equality",
+        "用了精确相等（torch.equal 或 ==）：浮点运算换个顺序求和就会差 1e-7 左右，要在容差 atol 以内比较。",
+        "you tested exact equality (torch.equal or ==): floating-point sums taken in another order differ by about "
+        "1e-7, so compare within the tolerance atol.", _pe_bug("exact")),
+    Bug("perm_ignores_atol",
+        "没有使用参数 atol（比如直接用了 torch.allclose 的默认容差）：判断应是 |f(x[perm]) − f(x)[perm]| ≤ atol。",
+        "the atol argument is ignored (for example torch.allclose with its default tolerances): the test is "
+        "|f(x[perm]) − f(x)[perm]| ≤ atol.", _pe_bug("default_tol")),
+]
+
+
+DIM0_HINT = [(lambda exc, line: isinstance(exc, IndexError) and "[..." not in line.replace(" ", ""), PERM_BUGS[2])]
+
+
+def check_permutation(is_permutation_equivariant) -> None:
+    what = "is_permutation_equivariant"
+    _attend = _position_free_attention()
+    gen = seeded(505)
+    x5 = torch.randn(5, 4, generator=gen)
+    xb = torch.randn(2, 5, 8, generator=gen)
+    cyc = torch.tensor([1, 2, 3, 4, 0])            # not its own inverse
+    swap = torch.tensor([4, 1, 2, 3, 0])
+    rev = torch.arange(4, -1, -1)
+    pe = ref_sinusoidal(5, 8).to(torch.float32)
+    ramp = torch.arange(5, dtype=torch.float32)[:, None]
+
+    def attend_pe(x):
+        return _attend(x + pe)
+
+    def tiny_ramp(x):                              # equivariant up to 1e-7
+        return _attend(x) + 1e-7 * ramp
+
+    def ramp_1e4(x):
+        return x + 1e-4 * ramp
+
+    cases = [
+        (t("无位置注意力，循环移位", "position-free attention, a cyclic shift"), _attend, x5, cyc, 1e-5, True),
+        (t("无位置注意力，批量维 (2, 5, 8)", "position-free attention, batch dims (2, 5, 8)"), _attend, xb, cyc, 1e-5, True),
+        (t("加上正弦位置编码的注意力", "attention with a sinusoidal encoding added"), attend_pe, xb, cyc, 1e-5, False),
+        (t("按位置累加 cumsum（不等变）", "a running sum cumsum along positions (not equivariant)"),
+         lambda x: x.cumsum(-2), x5, swap, 1e-5, False),
+        (t("逐元素函数 tanh，交换两个 token", "an element-wise tanh, two tokens swapped"), torch.tanh, xb, swap, 1e-5, True),
+        (t("所有 token 的平均值（置换不变，因而也等变）", "the mean over tokens, broadcast back (invariant, hence equivariant)"),
+         lambda x: x.mean(-2, keepdim=True).expand_as(x) + 0 * x, x5, rev, 1e-5, True),
+        (t("只差 1e-7 的舍入误差，atol=1e-5", "differences of 1e-7 only (rounding), atol=1e-5"),
+         tiny_ramp, x5, cyc, 1e-5, True),
+        (t("差 1e-4，atol=1e-3", "differences of 1e-4, atol=1e-3"), ramp_1e4, x5, rev, 1e-3, True),
+        (t("差 1e-4，atol=1e-6", "differences of 1e-4, atol=1e-6"), ramp_1e4, x5, rev, 1e-6, False),
+        (t("反转顺序（它自己就是一种按位置的操作）", "reversing the order (itself a positional operation)"),
+         lambda x: x.flip(-2), x5, cyc, 1e-5, False),
+    ]
+    answers, first_wrong = [], None
+    for label, f, x, perm, atol, expected in cases:
+        full = f"{what}: {label}"
+        out = call(is_permutation_equivariant, f, x.clone(), perm.clone(), atol=atol, what=full, hints=DIM0_HINT)
+        if (isinstance(out, torch.Tensor) and out.numel() == 1) or type(out).__name__ == "bool_":
+            out = bool(out)
+        if not isinstance(out, bool):
+            raise GradingFailure(t(f"{full}：应返回 True 或 False，实际得到 {type(out).__name__}。",
+                                   f"{full}: expected True or False, got {type(out).__name__}."))
+        answers.append(out)
+        if out != expected and first_wrong is None:
+            first_wrong = (full, expected, out)
+    if first_wrong is not None:
+        bug = None
+        for b in PERM_BUGS:
+            got = []
+            for _, f, x, perm, atol, _exp in cases:
+                try:
+                    got.append(b.impl(f, x.clone(), perm.clone(), atol=atol))
+                except Exception:  # noqa: BLE001 - this bug crashes on this case
+                    got.append(None)
+            if got == answers:
+                bug = b
+                break
+        full, expected, out = first_wrong
+        raise failure(full, str(expected), str(out), bug,
+                      hint=t("比较 f(x[..., perm, :]) 与 f(x)[..., perm, :]，允许 atol 以内的差。",
+                             "compare f(x[..., perm, :]) with f(x)[..., perm, :], allowing differences up to atol."))
+    passed(what, len(cases))

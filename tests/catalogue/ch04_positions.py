@@ -1,0 +1,140 @@
+"""Known wrong answers (and correct variants) for ch04_positions.
+
+Each wrong answer must lose the points of the named test cell and its
+feedback must name the bug in plain words (the zh build is graded here)."""
+from harness import Variant
+
+SIN_HEAD = "def sinusoidal_encoding(n, d, base=10000.0):\n"
+FREQ_HEAD = "def rope_frequencies(d, base=10000.0):\n"
+ROPE_HEAD = "def apply_rope(x, positions, base=10000.0):\n"
+PERM_HEAD = "def is_permutation_equivariant(f, x, perm, atol=1e-5):\n"
+
+SIN_OK = """    if d % 2:
+        raise ValueError("d must be even")
+    p = torch.arange(n, dtype=torch.float32)[:, None]
+    omega = base ** (-torch.arange(0, d, 2) / d)
+    pe = torch.zeros(n, d)
+    pe[:, 0::2] = torch.sin(p * omega)
+    pe[:, 1::2] = torch.cos(p * omega)
+    return pe
+"""
+
+ROPE_OK = """    theta = rope_frequencies(x.shape[-1], base).double()
+    ang = positions.double()[:, None] * theta
+    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)
+"""
+
+PERM_OK = """    a = f(x[..., perm, :])
+    b = f(x)[..., perm, :]
+    return bool(((a - b).abs() <= atol).all())
+"""
+
+
+def sin(body: str) -> dict:
+    return {"sinusoidal": SIN_HEAD + body}
+
+
+def freq(body: str) -> dict:
+    return {"rope_frequencies": FREQ_HEAD + body}
+
+
+def rope(body: str) -> dict:
+    return {"apply_rope": ROPE_HEAD + body}
+
+
+def perm(body: str) -> dict:
+    return {"permutation": PERM_HEAD + body}
+
+
+BUGS = [
+    # sinusoidal_encoding
+    Variant("sin_cos_swapped", sin(SIN_OK.replace("torch.sin(p * omega)", "torch.COS(p * omega)")
+                                   .replace("torch.cos(p * omega)", "torch.sin(p * omega)")
+                                   .replace("torch.COS", "torch.cos")),
+            lose=("test_sinusoidal",), words=("sin 和 cos 放反了",)),
+    Variant("sin_i_over_d", sin(SIN_OK.replace("torch.arange(0, d, 2) / d", "torch.arange(d // 2) / d")),
+            lose=("test_sinusoidal",), words=("i/d 而不是 2i/d",)),
+    Variant("sin_positions_from_1", sin(SIN_OK.replace("torch.arange(n, dtype", "torch.arange(1, n + 1, dtype")),
+            lose=("test_sinusoidal",), words=("位置从 1 开始",)),
+    Variant("sin_concatenated", sin("""    if d % 2:
+        raise ValueError("d must be even")
+    p = torch.arange(n, dtype=torch.float32)[:, None]
+    omega = base ** (-torch.arange(0, d, 2) / d)
+    return torch.cat([torch.sin(p * omega), torch.cos(p * omega)], dim=-1)
+"""), lose=("test_sinusoidal",), words=("先放全部 sin 再放全部 cos", "交错")),
+    Variant("sin_no_odd_check", sin(SIN_OK.replace('        raise ValueError("d must be even")', "        pass")
+                                    .replace("pe = torch.zeros(n, d)", "pe = torch.zeros(n, d + d % 2)")
+                                    .replace("    return pe\n", "    return pe[:, :d]\n")),
+            lose=("test_sinusoidal",), words=("ValueError",)),
+    # rope_frequencies
+    Variant("freq_wrong_sign", freq("    return base ** (torch.arange(0, d, 2) / d)\n"),
+            lose=("test_rope_frequencies", "test_apply_rope"), words=("指数的符号反了",)),
+    Variant("freq_all_d", freq("    return base ** (-2 * torch.arange(d) / d)\n"),
+            lose=("test_rope_frequencies",), words=("d 个频率，而不是 d/2",)),
+    Variant("freq_i_over_d", freq("    return base ** (-torch.arange(d // 2) / d)\n"),
+            lose=("test_rope_frequencies",), words=("i/d 而不是 2i/d",)),
+    # apply_rope
+    Variant("rope_rotate_half", rope("""    d = x.shape[-1]
+    theta = rope_frequencies(d, base).double()
+    ang = positions.double()[:, None] * theta
+    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+"""), lose=("test_apply_rope",), words=("GPT-NeoX/LLaMA", "rotate-half", "相邻")),
+    Variant("rope_negative_angle", rope(ROPE_OK.replace("ang = positions", "ang = -positions")),
+            lose=("test_apply_rope",), words=("旋转方向反了",)),
+    Variant("rope_sin_cos_swapped", rope(ROPE_OK.replace("cos, sin = ang.cos()", "sin, cos = ang.cos()")),
+            lose=("test_apply_rope",), words=("sin 和 cos 放反了",)),
+    Variant("rope_positions_from_1", rope(ROPE_OK.replace("positions.double()", "(positions.double() + 1)")),
+            lose=("test_apply_rope",), words=("位置多加了 1",)),
+    # is_permutation_equivariant
+    Variant("perm_output_not_permuted", perm(PERM_OK.replace("f(x)[..., perm, :]", "f(x)")),
+            lose=("test_permutation",), words=("没有重排的 f(x)",)),
+    Variant("perm_inverse", perm(PERM_OK.replace("f(x)[..., perm, :]", "f(x)[..., torch.argsort(perm), :]")),
+            lose=("test_permutation",), words=("逆置换",)),
+    Variant("perm_exact", perm("    return torch.equal(f(x[..., perm, :]), f(x)[..., perm, :])\n"),
+            lose=("test_permutation",), words=("精确相等",)),
+]
+
+CORRECT = [
+    Variant("ok_view_as_complex", {
+        **rope("""    d = x.shape[-1]
+    z = torch.view_as_complex(x.double().reshape(*x.shape[:-1], d // 2, 2).contiguous())
+    ang = positions.double()[:, None] * rope_frequencies(d, base).double()
+    rot = torch.complex(ang.cos(), ang.sin())
+    return torch.view_as_real(z * rot).reshape(x.shape).to(x.dtype)
+"""),
+        **perm("    return torch.allclose(f(x[..., perm, :]), f(x)[..., perm, :], atol=atol, rtol=0)\n")}),
+    Variant("ok_rotation_matrices", {
+        **sin("""    if d % 2 != 0:
+        raise ValueError(f"odd d: {d}")
+    pe = torch.zeros(n, d, dtype=torch.float64)
+    for p in range(n):
+        for i in range(d // 2):
+            a = p / base ** (2 * i / d)
+            pe[p, 2 * i], pe[p, 2 * i + 1] = math.sin(a), math.cos(a)
+    return pe
+"""),
+        **freq("    return 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.float64) / d))\n"),
+        **rope("""    d = x.shape[-1]
+    ang = positions.double()[:, None] * rope_frequencies(d, base).double()       # (n, d/2)
+    c, s = ang.cos(), ang.sin()
+    R = torch.stack([torch.stack([c, -s], -1), torch.stack([s, c], -1)], -2)     # (n, d/2, 2, 2)
+    pairs = x.double().reshape(*x.shape[:-1], d // 2, 2)
+    return torch.einsum("npij,...npj->...npi", R, pairs).reshape(x.shape).to(x.dtype)
+""")}),
+    Variant("ok_polar", {
+        **sin("""    if d % 2:
+        raise ValueError("d must be even")
+    ang = torch.outer(torch.arange(n, dtype=torch.float64), torch.exp(-math.log(base) * torch.arange(0, d, 2) / d))
+    return torch.stack([ang.sin(), ang.cos()], dim=-1).reshape(n, d).float()
+"""),
+        **rope("""    d = x.shape[-1]
+    ang = torch.outer(positions.double(), rope_frequencies(d, base).double())
+    rot = torch.polar(torch.ones_like(ang), ang)
+    z = torch.complex(x[..., 0::2].double(), x[..., 1::2].double()) * rot
+    return torch.stack([z.real, z.imag], dim=-1).flatten(-2).to(x.dtype)
+""")}),
+]
