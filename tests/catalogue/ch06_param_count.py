@@ -1,0 +1,140 @@
+"""Known wrong answers (and correct variants) for ch06_param_count.
+
+Each wrong answer must lose the points of the named test cell and its
+feedback must name the bug in plain words (the zh build is graded here)."""
+from harness import Variant
+
+APPROX_HEAD = "def approx_non_embedding_params(n_layer, d):\n"
+GPT2_HEAD = "def gpt2_params(n_layer, d, vocab_size, n_ctx, tied=True):\n"
+LLAMA_HEAD = "def llama_params(n_layer, d, vocab_size, d_ff, tied=False):\n"
+
+
+def approx(body: str) -> dict:
+    return {"approx": APPROX_HEAD + body}
+
+
+def gpt2(body: str, head: str = GPT2_HEAD) -> dict:
+    return {"gpt2_params": head + body}
+
+
+def llama(body: str, head: str = LLAMA_HEAD) -> dict:
+    return {"llama_params": head + body}
+
+
+# a closed form written the way a student would, with switches to break it
+GPT2_OK = """    wte = vocab_size * d
+    wpe = n_ctx * d
+    block = 2 * d + (3 * d * d + 3 * d) + (d * d + d) + 2 * d + (4 * d * d + 4 * d) + (4 * d * d + d)
+    ln_f = 2 * d
+    head = 0 if tied else vocab_size * d
+    return wte + wpe + n_layer * block + ln_f + head
+"""
+
+LLAMA_OK = """    block = d + 4 * d * d + d + 3 * d * d_ff
+    head = 0 if tied else vocab_size * d
+    return vocab_size * d + n_layer * block + d + head
+"""
+
+BUGS = [
+    # approx_non_embedding_params
+    Variant("approx_d_not_squared", approx("    return 12 * n_layer * d\n"),
+            lose=("test_approx",), words=("12·L·d", "d²")),
+    Variant("approx_ffn_4d2", approx("    return (4 * d * d + 4 * d * d) * n_layer\n"),
+            lose=("test_approx",), words=("8d²", "12d²")),
+    # gpt2_params
+    Variant("gpt2_no_wpe", gpt2(GPT2_OK.replace("    wpe = n_ctx * d\n", "    wpe = 0\n")),
+            lose=("test_gpt2_params",), words=("位置嵌入",)),
+    Variant("gpt2_tied_twice", gpt2(GPT2_OK.replace("0 if tied else vocab_size * d", "vocab_size * d")),
+            lose=("test_gpt2_params",), words=("lm_head", "只算一次")),
+    Variant("gpt2_no_biases", gpt2(GPT2_OK.replace(
+        "(3 * d * d + 3 * d) + (d * d + d) + 2 * d + (4 * d * d + 4 * d) + (4 * d * d + d)",
+        "3 * d * d + d * d + 2 * d + 4 * d * d + 4 * d * d")),
+            lose=("test_gpt2_params",), words=("偏置",)),
+    Variant("gpt2_no_final_ln", gpt2(GPT2_OK.replace("    ln_f = 2 * d\n", "    ln_f = 0\n")),
+            lose=("test_gpt2_params",), words=("ln_f",)),
+    Variant("gpt2_ffn_4d2", gpt2(GPT2_OK.replace("(4 * d * d + 4 * d) + (4 * d * d + d)",
+                                                 "(2 * d * d + 4 * d) + (2 * d * d + d)")),
+            lose=("test_gpt2_params",), words=("FFN 算成了 4d²",)),
+    Variant("gpt2_rule_of_thumb", gpt2("    return 12 * n_layer * d * d + vocab_size * d * (1 if tied else 2)\n"),
+            lose=("test_gpt2_params",), words=("速算", "位置嵌入")),
+    Variant("gpt2_two_bugs", gpt2(GPT2_OK.replace("    wpe = n_ctx * d\n", "    wpe = 0\n")
+                                  .replace("    ln_f = 2 * d\n", "    ln_f = 0\n")),
+            lose=("test_gpt2_params",), words=("两处错误", "位置嵌入", "ln_f")),
+    Variant("gpt2_calls_demo_helper", gpt2(
+        "    from helpers import model_cards\n"
+        "    return sum(model_cards.measure('gpt2', n_layer, d, vocab_size, n_ctx, tied).values())\n"),
+            lose=("test_gpt2_params",), words=("helpers.model_cards.measure",)),
+    # llama_params
+    Variant("llama_with_biases", llama(LLAMA_OK.replace("3 * d * d_ff", "3 * d * d_ff + 4 * d + 2 * d_ff + d")),
+            lose=("test_llama_params",), words=("偏置",)),
+    Variant("llama_ffn_two_matrices", llama(LLAMA_OK.replace("3 * d * d_ff", "2 * d * d_ff")),
+            lose=("test_llama_params",), words=("三个",)),
+    Variant("llama_tied_ignored", llama(LLAMA_OK.replace("0 if tied else vocab_size * d", "vocab_size * d")),
+            lose=("test_llama_params",), words=("忽略了 tied",)),
+    Variant("llama_rmsnorm_bias", llama(LLAMA_OK.replace("block = d + 4 * d * d + d", "block = 2 * d + 4 * d * d + 2 * d")
+                                        .replace("n_layer * block + d", "n_layer * block + 2 * d")),
+            lose=("test_llama_params",), words=("RMSNorm", "bias")),
+    Variant("llama_default_tied", llama(LLAMA_OK, head=LLAMA_HEAD.replace("tied=False", "tied=True")),
+            lose=("test_llama_params",), words=("默认值",)),
+    Variant("llama_no_final_norm", llama(LLAMA_OK.replace("n_layer * block + d", "n_layer * block")),
+            lose=("test_llama_params",), words=("最后的 RMSNorm",)),
+]
+
+CORRECT = [
+    Variant("ok_per_layer_loop", {
+        **approx("    total = 0\n    for _ in range(n_layer):\n        total += 4 * d * d + 8 * d * d\n"
+                 "    return total\n"),
+        **gpt2("""    total = vocab_size * d + n_ctx * d
+    for _ in range(n_layer):
+        for fan_in, fan_out in ((d, 3 * d), (d, d), (d, 4 * d), (4 * d, d)):
+            total += fan_in * fan_out + fan_out
+        total += 2 * (2 * d)
+    total += 2 * d
+    if not tied:
+        total += vocab_size * d
+    return total
+"""),
+        **llama("""    total = vocab_size * d
+    for _ in range(n_layer):
+        total += 4 * d * d + 3 * d * d_ff + 2 * d
+    return total + d + (0 if tied else vocab_size * d)
+""")}),
+    # Modules on the meta device, counted. Embedding tables are bare Parameters here: initialising an
+    # nn.Embedding on the meta device imports torch._dynamo, which rebinds torch.manual_seed and trips the
+    # grading guard (reported to the lead; see grading/ch06.torch_count).
+    Variant("ok_meta_modules", {
+        **gpt2("""    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln_1, self.ln_2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.c_attn, self.attn_proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.c_fc, self.mlp_proj = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    with torch.device("meta"):
+        m = nn.Module()
+        m.wte = nn.Parameter(torch.empty(vocab_size, d))
+        m.wpe = nn.Parameter(torch.empty(n_ctx, d))
+        m.h = nn.ModuleList([Block() for _ in range(n_layer)])
+        m.ln_f = nn.LayerNorm(d)
+        m.lm_head = nn.Linear(d, vocab_size, bias=False)
+        if tied:
+            m.lm_head.weight = m.wte
+    return sum(p.numel() for p in m.parameters())
+"""),
+        **llama("""    def lin(i, o):
+        return nn.Linear(i, o, bias=False)
+
+    with torch.device("meta"):
+        layers = [nn.ModuleList([nn.RMSNorm(d), lin(d, d), lin(d, d), lin(d, d), lin(d, d), nn.RMSNorm(d),
+                                 lin(d, d_ff), lin(d, d_ff), lin(d_ff, d)]) for _ in range(n_layer)]
+        m = nn.ModuleList([lin(vocab_size, d), *layers, nn.RMSNorm(d), lin(d, vocab_size)])
+        if tied:
+            m[-1].weight = m[0].weight
+    return sum(p.numel() for p in m.parameters())
+""")}),
+    Variant("ok_float_and_numpy", {
+        **approx("    return float(12 * n_layer * d * d)\n"),
+        **llama("    import numpy as np\n" + LLAMA_OK.replace("return vocab_size", "return np.int64(vocab_size")
+                .replace("+ d + head", "+ d + head)")),
+    }),
+]
