@@ -1,0 +1,542 @@
+"""Hidden tests of ch08_efficiency: KVCache, cached_attention_step,
+kv_cache_bytes, online_softmax_attention."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.utils._pytree as pytree
+
+from helpers.i18n import t
+
+from .core import (ATTENTION_FAMILY, SOFTMAX_FAMILY, Bug, GradingFailure, call, close, diagnose, failure,
+                   forbidden, passed, seeded, show)
+
+FORBIDDEN = SOFTMAX_FAMILY | ATTENTION_FAMILY
+
+
+# ---------------------------------------------------------------- references (float64)
+
+def _softmax(s):
+    m = s.amax(dim=-1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    e = torch.exp(s - m)
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+def _weights(d, n_head, n_ctx, gen, dtype=torch.float32):
+    def r(*shape):
+        return torch.randn(*shape, generator=gen, dtype=dtype)
+    return {"wpe": r(n_ctx, d) * 0.5, "w_q": r(d, d) / d ** 0.5, "w_k": r(d, d) / d ** 0.5,
+            "w_v": r(d, d) / d ** 0.5, "w_o": r(d, d) / d ** 0.5, "n_head": n_head}
+
+
+def _layer(x, W, allowed=lambda i, j: j <= i, positions=lambda n: torch.arange(n), scale=True,
+           k_proj=True, v_proj=True, out_proj=True):
+    """Causal multi-head attention over a whole sequence in float64, with the
+    knobs that the known bugs turn."""
+    x = x.to(torch.float64)
+    W = {key: (val.to(torch.float64) if isinstance(val, torch.Tensor) else val) for key, val in W.items()}
+    B, n, d = x.shape
+    H = W["n_head"]
+    dk = d // H
+    h = x + W["wpe"][positions(n)]
+    q = torch.einsum("bnd,de->bne", h, W["w_q"]).reshape(B, n, H, dk)
+    k = (torch.einsum("bnd,de->bne", h, W["w_k"]) if k_proj else h).reshape(B, n, H, dk)
+    v = (torch.einsum("bnd,de->bne", h, W["w_v"]) if v_proj else h).reshape(B, n, H, dk)
+    s = torch.einsum("bihc,bjhc->bhij", q, k)
+    if scale:
+        s = s / math.sqrt(dk)
+    i, j = torch.arange(n).unsqueeze(1), torch.arange(n).unsqueeze(0)
+    s = s.masked_fill(~allowed(i, j), float("-inf"))
+    a = torch.einsum("bhij,bjhc->bihc", _softmax(s), v).reshape(B, n, d)
+    return torch.einsum("bnd,de->bne", a, W["w_o"]) if out_proj else a
+
+
+def ref_layer(x, W):
+    return _layer(x, W)
+
+
+# ---------------------------------------------------------------- KVCache
+
+def check_kv_cache(KVCache) -> None:
+    passed("KVCache", _verify_kv_cache(KVCache))
+
+
+def _verify_kv_cache(KVCache) -> int:
+    """All checks of KVCache; raises GradingFailure, returns how many ran."""
+    what = "KVCache"
+    n = 0
+    gen = seeded(801)
+    overwrite = Bug("cache_overwrites",
+                    "append 把这一层原来的内容覆盖了，而不是接在后面：缓存里永远只有最新的一个 token。"
+                    "要用 torch.cat([旧的, 新的], dim=-2)。",
+                    "append overwrites what the layer held instead of appending to it: the cache only ever holds "
+                    "the newest token. Use torch.cat([old, new], dim=-2).")
+    wrong_dim = Bug("cache_wrong_dim",
+                    "沿错误的维度拼接：token 维是倒数第二维（dim=-2），形状 (B, n_head, t, d_k)。",
+                    "you concatenate along the wrong dimension: tokens are the second-to-last axis (dim=-2) of "
+                    "(B, n_head, t, d_k).")
+    shared = Bug("cache_layers_shared",
+                 "不同的层共用了同一份存储（例如 [[]] * n_layer 或者忘了用 layer 下标）：往一层追加，另一层也变了。",
+                 "the layers share one storage (for example [[]] * n_layer, or the layer index is not used): "
+                 "appending to one layer changes another.")
+
+    def new(n_layer):
+        return call(KVCache, n_layer, what=t(f"KVCache({n_layer})", f"KVCache({n_layer})"))
+
+    def length(cache, layer, label):
+        if not hasattr(cache, "length"):
+            raise GradingFailure(t(f"{what}：没有 length(layer) 方法。", f"{what}: there is no length(layer) method."))
+        return call(cache.length, layer, what=f"{label}.length({layer})")
+
+    def append(cache, layer, k, v, label):
+        if not hasattr(cache, "append"):
+            raise GradingFailure(t(f"{what}：没有 append(layer, k, v) 方法。", f"{what}: there is no append(layer, k, v) method."))
+        res = call(cache.append, layer, k, v, what=f"{label}.append({layer}, k, v)")
+        if not (isinstance(res, tuple) and len(res) == 2):
+            raise GradingFailure(t(f"{label}.append 应返回 (K, V) 两个张量组成的元组，实际得到 {type(res).__name__}。",
+                                   f"{label}.append must return a tuple (K, V) of two tensors, got {type(res).__name__}."))
+        return res
+
+    cache = new(3)
+    n += 1
+    for layer in range(3):
+        got = length(cache, layer, "KVCache(3)")
+        if got != 0:
+            raise failure(t(f"新建的 KVCache(3).length({layer})", f"a new KVCache(3).length({layer})"), "0", repr(got))
+    B, H, dk = 2, 3, 4
+    ks = [torch.randn(B, H, 1, dk, generator=gen) for _ in range(4)]
+    vs = [torch.randn(B, H, 1, dk, generator=gen) for _ in range(4)]
+    prompt_k, prompt_v = torch.randn(B, H, 5, dk, generator=gen), torch.randn(B, H, 5, dk, generator=gen)
+    # layer 0: one token at a time; layer 2: a prompt of 5, then single tokens
+    for step in range(4):
+        K, V = append(cache, 0, ks[step], vs[step], "cache")
+        expected = torch.cat(ks[:step + 1], dim=-2)
+        n += 1
+        label = t(f"第 0 层第 {step + 1} 次 append 之后返回的 K", f"K returned by the append number {step + 1} to layer 0")
+        if not close(K, expected, 0, 0):
+            bug = (overwrite if close(K, ks[step], 0, 0) else
+                   wrong_dim if isinstance(K, torch.Tensor) and step > 0 and
+                   any(close(K, torch.cat(ks[:step + 1], dim=dd), 0, 0) for dd in (0, 1, -1)) else None)
+            raise failure(label, show(expected), show(K), bug)
+        if not close(V, torch.cat(vs[:step + 1], dim=-2), 0, 0):
+            raise failure(t(f"第 0 层第 {step + 1} 次 append 之后返回的 V", f"V returned by the append number {step + 1} to layer 0"),
+                          show(torch.cat(vs[:step + 1], dim=-2)), show(V),
+                          hint=t("K 对了，V 没对：两者要用同样的方法保存。", "K is right but V is not: store both the same way."))
+        got = length(cache, 0, "cache")
+        if got != step + 1:
+            raise failure(t(f"第 0 层 append {step + 1} 次之后的 length(0)", f"length(0) after {step + 1} appends to layer 0"),
+                          str(step + 1), repr(got), overwrite if got == 1 else None)
+    n += 1
+    for layer in (1, 2):
+        got = length(cache, layer, "cache")
+        if got != 0:
+            raise failure(t(f"只往第 0 层追加后，length({layer})", f"length({layer}) after appending to layer 0 only"),
+                          "0", repr(got), shared)
+    K, V = append(cache, 2, prompt_k, prompt_v, "cache")
+    K, V = append(cache, 2, ks[0], vs[0], "cache")
+    n += 1
+    expected = torch.cat([prompt_k, ks[0]], dim=-2)
+    if not close(K, expected, 0, 0) or not close(V, torch.cat([prompt_v, vs[0]], dim=-2), 0, 0):
+        bug = shared if isinstance(K, torch.Tensor) and K.shape[-2] > 6 else None
+        raise failure(t("第 2 层：先追加 5 个 token 的提示词，再追加 1 个之后的 K",
+                        "layer 2: K after appending a 5-token prompt, then 1 token"), show(expected), show(K), bug)
+    got = length(cache, 2, "cache")
+    if got != 6:
+        raise failure(t("第 2 层先追加 5 个再追加 1 个之后的 length(2)", "length(2) after appending 5 then 1 tokens to layer 2"),
+                      "6", repr(got), hint=t("length 数的是 token（dim=-2 的大小），不是调用 append 的次数。",
+                                             "length counts tokens (the size of dim=-2), not calls to append."))
+    n += 1
+    if length(cache, 0, "cache") != 4 or length(cache, 1, "cache") != 0:
+        raise failure(t("往第 2 层追加后，第 0、1 层的 length", "length of layers 0 and 1 after appending to layer 2"),
+                      "4, 0", f"{length(cache, 0, 'cache')}, {length(cache, 1, 'cache')}", shared)
+    # two caches must not share storage
+    other = new(1)
+    n += 1
+    if length(other, 0, "KVCache(1)") != 0:
+        raise failure(t("另建一个 KVCache(1) 的 length(0)", "length(0) of a second, new KVCache(1)"), "0",
+                      repr(length(other, 0, "KVCache(1)")),
+                      hint=t("存储要放在 __init__ 里的 self 上，而不是类属性（所有实例共用）。",
+                             "keep the storage on self in __init__, not as a class attribute (shared by all instances)."))
+    return n
+
+
+# ---------------------------------------------------------------- cached_attention_step
+
+def _only_past(i, j):
+    return (j < i) | ((i == 0) & (j == 0))
+
+
+STEP_BUGS = [
+    Bug("step_attends_only_to_itself",
+        "新 token 只看见了它自己：缓存被覆盖了（检查 KVCache.append），或者没有用 append 返回的全部 K、V。",
+        "the new token attends only to itself: the cache is overwritten (check KVCache.append), or the step does "
+        "not use all of the K, V that append returns.",
+        lambda x, W: _layer(x, W, allowed=lambda i, j: j == i)),
+    Bug("step_attends_only_to_cache",
+        "新 token 只看了缓存里过去的 token，没有看它自己：要先把新的 k、v 追加进缓存，再做注意力。",
+        "the new token attends only to the past tokens in the cache, not to itself: append the new k and v "
+        "first, then attend.",
+        lambda x, W: _layer(x, W, allowed=_only_past)),
+    Bug("step_position_not_advanced",
+        "位置没有前进：每个新 token 都加了 wpe[0]。新 token 的位置是缓存里已有的 token 数 cache.length(layer)。",
+        "the position does not advance: every new token gets wpe[0]. The new token's position is the number of "
+        "tokens already in the cache, cache.length(layer).",
+        lambda x, W: _layer(x, W, positions=lambda n: torch.zeros(n, dtype=torch.long))),
+    Bug("step_position_off_by_one",
+        "位置错了一位：在 append 之后才读 cache.length(layer)，第一个 token 用了 wpe[1]。位置要在追加之前读。",
+        "the position is off by one: cache.length(layer) is read after append, so the first token gets wpe[1]. "
+        "Read the position before appending.",
+        lambda x, W: _layer(x, W, positions=lambda n: torch.arange(1, n + 1))),
+    Bug("step_no_position",
+        "没有加位置表 weights[\"wpe\"][pos]。",
+        "the position table weights[\"wpe\"][pos] is not added.",
+        lambda x, W: _layer(x, {**W, "wpe": torch.zeros_like(W["wpe"])})),
+    Bug("step_caches_values_before_projection",
+        "缓存里存的 V 是投影之前的向量 h，而不是 h @ W_V：缓存要存投影之后的 k、v。",
+        "the cache holds the vectors h before the projection instead of h @ W_V: store k and v after projection.",
+        lambda x, W: _layer(x, W, v_proj=False)),
+    Bug("step_caches_inputs_before_projection",
+        "缓存里存的 K、V 都是投影之前的向量 h，而不是 h @ W_K 和 h @ W_V：缓存要存投影之后的 k、v。",
+        "the cache holds the vectors h before projection for both K and V, instead of h @ W_K and h @ W_V: store "
+        "k and v after projection.",
+        lambda x, W: _layer(x, W, k_proj=False, v_proj=False)),
+    Bug("step_no_scaling", "分数没有除以 √d_k（d_k = d / n_head）。",
+        "the scores are not divided by √d_k (d_k = d / n_head).", lambda x, W: _layer(x, W, scale=False)),
+    Bug("step_no_output_projection", "合并各头之后没有乘 weights[\"w_o\"]。",
+        "after merging the heads the result is not multiplied by weights[\"w_o\"].",
+        lambda x, W: _layer(x, W, out_proj=False)),
+]
+
+
+def check_cached_step(cached_attention_step, KVCache) -> None:
+    what = "cached_attention_step"
+    gen = seeded(802)
+    n = 0
+    try:                       # the step relies on the student's cache: name a broken cache first
+        _verify_kv_cache(KVCache)
+    except GradingFailure as exc:
+        raise GradingFailure(t(f"{what} 用的是你的 KVCache，而它本身就不对（见上面 KVCache 的测试）：\n{exc}",
+                               f"{what} uses your KVCache, which is wrong itself (see the KVCache test above):\n{exc}")) from None
+    cases = [
+        (t("B=2, d=16, 4 个头，9 步", "B=2, d=16, 4 heads, 9 steps"), 2, 16, 4, 9, torch.float32, 1e-5),
+        (t("B=1, d=12, 3 个头，14 步", "B=1, d=12, 3 heads, 14 steps"), 1, 12, 3, 14, torch.float32, 1e-5),
+        (t("B=3, d=8, 1 个头，5 步", "B=3, d=8, 1 head, 5 steps"), 3, 8, 1, 5, torch.float32, 1e-5),
+        (t("float64，B=2, d=24, 6 个头，10 步，与独立参考实现逐位比较",
+           "float64, B=2, d=24, 6 heads, 10 steps, compared tightly with an independent reference"),
+         2, 24, 6, 10, torch.float64, 1e-10),
+    ]
+    for label, B, d, H, steps, dtype, tol in cases:
+        full = f"{what}: {label}"
+        W = _weights(d, H, steps + 3, gen, dtype)
+        x = torch.randn(B, steps, d, generator=gen, dtype=dtype)
+        cache = call(KVCache, 1, what=t("KVCache(1)", "KVCache(1)"))
+        outs = []
+        for i in range(steps):
+            y = call(cached_attention_step, x[:, i:i + 1].clone(), W, cache, 0,
+                     what=t(f"{full}，第 {i} 步", f"{full}, step {i}"))
+            if not isinstance(y, torch.Tensor) or tuple(y.shape) != (B, 1, d):
+                got = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
+                raise failure(t(f"{full}：第 {i} 步输出的形状", f"{full}: shape of the output of step {i}"),
+                              str((B, 1, d)), str(got))
+            outs.append(y.detach())
+        got = torch.cat(outs, dim=1)
+        expected = ref_layer(x, W)
+        n += 1
+        if not close(got, expected, atol=tol, rtol=tol):
+            bad = next(i for i in range(steps) if not close(got[:, i], expected[:, i], atol=tol, rtol=tol))
+            bug = diagnose(got, STEP_BUGS, x, W, expected=expected,
+                           match=lambda a, b: close(a, b, atol=1e-4, rtol=1e-3))
+            raise failure(t(f"{full}：第 {bad} 步的输出（应等于完整重算 full_attention(x[:, :{bad + 1}])[:, {bad}]）",
+                            f"{full}: output of step {bad} (must equal full recomputation "
+                            f"full_attention(x[:, :{bad + 1}])[:, {bad}])"),
+                          show(expected[:, bad]), show(got[:, bad]), bug)
+        if got.dtype != dtype:
+            raise failure(t(f"{full}：输出的 dtype", f"{full}: dtype of the output"), str(dtype), str(got.dtype))
+    # two layers in one cache, interleaved as a model would call them
+    d, H, steps = 8, 2, 4
+    W0, W1 = _weights(d, H, steps, gen), _weights(d, H, steps, gen)
+    x = torch.randn(1, steps, d, generator=gen)
+    cache = call(KVCache, 2, what="KVCache(2)")
+    got0, got1 = [], []
+    for i in range(steps):
+        got0.append(call(cached_attention_step, x[:, i:i + 1], W0, cache, 0, what=f"{what}(..., layer=0)"))
+        got1.append(call(cached_attention_step, x[:, i:i + 1], W1, cache, 1, what=f"{what}(..., layer=1)"))
+    n += 1
+    for layer, outs, W in ((0, got0, W0), (1, got1, W1)):
+        expected = ref_layer(x, W)
+        got = torch.cat([o.detach() for o in outs], dim=1)
+        if not close(got, expected):
+            raise failure(t(f"{what}：两层共用一个 KVCache(2)，交替调用 layer=0 和 layer=1，第 {layer} 层的输出",
+                            f"{what}: two layers sharing one KVCache(2), called alternately with layer=0 and "
+                            f"layer=1: the outputs of layer {layer}"), show(expected), show(got),
+                          hint=t("位置和追加都要用参数 layer 指定的那一层：cache.length(layer)、cache.append(layer, ...)。",
+                                 "use the layer given by the argument for both the position and the append: "
+                                 "cache.length(layer), cache.append(layer, ...)."))
+    passed(what, n)
+
+
+# ---------------------------------------------------------------- kv_cache_bytes
+
+def ref_kv_cache_bytes(n_layer, n_tokens, d_model, n_head, n_kv_head, bytes_per_value=2, batch=1):
+    return 2 * n_layer * n_tokens * n_kv_head * (d_model // n_head) * bytes_per_value * batch
+
+
+KV_BUGS = [
+    Bug("kv_bytes_ignores_kv_heads",
+        "把 GQA/MQA 也按 n_head 个 KV 头算了：缓存里只有 n_kv_head 个 K/V 头，每个宽 d_model / n_head。",
+        "GQA/MQA are counted with n_head KV heads: the cache holds only n_kv_head K/V heads, each "
+        "d_model / n_head wide.",
+        lambda L, T, d, h, kv, b=2, B=1: 2 * L * T * d * b * B),
+    Bug("kv_bytes_no_factor_2", "少了因子 2：每个 token 要存 K 和 V 两个向量。",
+        "the factor 2 is missing: every token stores two vectors, K and V.",
+        lambda L, T, d, h, kv, b=2, B=1: L * T * kv * (d // h) * b * B),
+    Bug("kv_bytes_ignores_bytes", "没有乘每个数的字节数 bytes_per_value：你算的是数的个数，不是字节数。",
+        "bytes_per_value is ignored: you counted numbers, not bytes.",
+        lambda L, T, d, h, kv, b=2, B=1: 2 * L * T * kv * (d // h) * B),
+    Bug("kv_bytes_ignores_batch", "没有乘 batch：每条序列都有自己的缓存。",
+        "batch is ignored: every sequence in the batch has its own cache.",
+        lambda L, T, d, h, kv, b=2, B=1: 2 * L * T * kv * (d // h) * b),
+    Bug("kv_bytes_full_width_per_kv_head",
+        "每个 KV 头按 d_model 宽算了：一个头只有 d_k = d_model / n_head 宽。",
+        "each KV head is counted as d_model wide: one head is only d_k = d_model / n_head wide.",
+        lambda L, T, d, h, kv, b=2, B=1: 2 * L * T * kv * d * b * B),
+    Bug("kv_bytes_head_width_from_kv_heads",
+        "头的宽度用了 d_model / n_kv_head：K/V 头和查询头一样宽，是 d_model / n_head。",
+        "the head width is taken as d_model / n_kv_head: K/V heads are as wide as query heads, d_model / n_head.",
+        lambda L, T, d, h, kv, b=2, B=1: 2 * L * T * kv * (d // kv) * b * B),
+]
+
+
+def check_kv_cache_bytes(kv_cache_bytes) -> None:
+    what = "kv_cache_bytes"
+    n = 0
+    cases = [
+        (t("LLaMA-2 7B（MHA），4096 个 token，fp16", "LLaMA-2 7B (MHA), 4096 tokens, fp16"), (32, 4096, 4096, 32, 32), {}),
+        (t("LLaMA-2 70B（GQA，64 个查询头、8 个 KV 头），4096 个 token，fp16",
+           "LLaMA-2 70B (GQA, 64 query heads, 8 KV heads), 4096 tokens, fp16"), (80, 4096, 8192, 64, 8), {}),
+        (t("LLaMA-2 70B 按 MHA 算，32768 个 token", "LLaMA-2 70B as if MHA, 32768 tokens"), (80, 32768, 8192, 64, 64), {}),
+        (t("MQA：12 层，d=768，12 个头，1 个 KV 头，1024 个 token", "MQA: 12 layers, d=768, 12 heads, 1 KV head, 1024 tokens"),
+         (12, 1024, 768, 12, 1), {}),
+        (t("GQA，float32（4 字节），batch 8", "GQA, float32 (4 bytes), batch 8"), (24, 2048, 2048, 16, 4),
+         {"bytes_per_value": 4, "batch": 8}),
+        (t("int8 量化（1 字节），batch 3", "int8 quantised (1 byte), batch 3"), (40, 8192, 5120, 40, 8),
+         {"bytes_per_value": 1, "batch": 3}),
+        (t("1 层、1 个 token 的最小例子", "the smallest case: 1 layer, 1 token"), (1, 1, 64, 8, 2), {}),
+    ]
+    def same(a, b):
+        try:
+            return a is not None and not isinstance(a, bool) and float(a) == b and int(a) == b
+        except Exception:
+            return False
+
+    def fingerprint(bug, args, kw):
+        try:
+            return bug.impl(*args, kw.get("bytes_per_value", 2), kw.get("batch", 1))
+        except Exception:
+            return None
+
+    results = []
+    for label, args, kw in cases:
+        full = f"{what}{args + tuple(kw.values())}: {label}"
+        results.append((full, args, kw, call(kv_cache_bytes, *args, what=full, **kw)))
+    for full, args, kw, got in results:
+        expected = ref_kv_cache_bytes(*args, **kw)
+        n += 1
+        if not same(got, expected):
+            # the known bug that explains this case and the most of the others
+            best, best_hits = None, 0
+            for b in KV_BUGS:
+                fp = fingerprint(b, args, kw)
+                if fp is None or fp == expected or not same(got, fp):
+                    continue
+                hits = sum(same(g, fingerprint(b, a, k)) for _, a, k, g in results)
+                if hits > best_hits:
+                    best, best_hits = b, hits
+            raise failure(full, f"{expected:,}", f"{got:,}" if isinstance(got, int) else repr(got), best,
+                          hint=t("字节数 = 2 × 层数 × token 数 × n_kv_head × (d_model / n_head) × 每个数的字节数 × batch。",
+                                 "bytes = 2 × layers × tokens × n_kv_head × (d_model / n_head) × bytes per value × batch."))
+    got = call(kv_cache_bytes, 32, 4096, 4096, 32, 8, what=f"{what}(32, 4096, 4096, 32, 8)")
+    n += 1
+    if not isinstance(got, int) or isinstance(got, bool):
+        raise failure(t(f"{what} 返回值的类型", f"type of what {what} returns"), "int", type(got).__name__,
+                      hint=t("字节数是整数：用 // 而不是 /，或者最后 int(...)。",
+                             "a number of bytes is an integer: use // rather than /, or int(...) at the end."))
+    passed(what, n)
+
+
+# ---------------------------------------------------------------- online softmax
+
+def ref_attention(q, k, v, causal=False):
+    q, k, v = (a.to(torch.float64) for a in (q, k, v))
+    s = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(q.shape[-1])
+    if causal:
+        n_q, n_k = s.shape[-2:]
+        s = s.masked_fill(torch.arange(n_k)[None, :] > torch.arange(n_q)[:, None], float("-inf"))
+    return torch.einsum("...qk,...kd->...qd", _softmax(s), v)
+
+
+def _online(q, k, v, block_size, causal=False, rescale_o=True, rescale_l=True, scale=True, divide=True,
+            block_causal=False, drop_tail=False, strict=False):
+    """A blocked online softmax in float64 with the knobs the known bugs turn."""
+    q, k, v = (a.to(torch.float64) for a in (q, k, v))
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    m = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=torch.float64)
+    l = torch.zeros(q.shape[:-1] + (1,), dtype=torch.float64)
+    o = torch.zeros(q.shape[:-1] + v.shape[-1:], dtype=torch.float64)
+    rows = torch.arange(n_q)[:, None]
+    stop = (n_k // block_size) * block_size if drop_tail else n_k
+    for start in range(0, stop, block_size):
+        kb, vb = k[..., start:start + block_size, :], v[..., start:start + block_size, :]
+        s = torch.einsum("...qd,...kd->...qk", q, kb)
+        if scale:
+            s = s / math.sqrt(q.shape[-1])
+        if causal:
+            cols = torch.arange(start, start + kb.shape[-2])[None, :]
+            if block_causal:
+                blocked = (cols // block_size) > (rows // block_size)
+            elif strict:
+                blocked = cols >= rows
+            else:
+                blocked = cols > rows
+            s = s.masked_fill(blocked, float("-inf"))
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        safe = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))
+        alpha = torch.exp(m - safe)
+        p = torch.exp(s - safe)
+        l = (alpha * l if rescale_l else l) + p.sum(-1, keepdim=True)
+        o = (alpha * o if rescale_o else o) + p @ vb
+        m = m_new
+    return o / l if divide else o
+
+
+def _bug(key, zh, en, **knobs):
+    return Bug(key, zh, en, lambda q, k, v, block_size, causal=False: _online(q, k, v, block_size, causal, **knobs))
+
+
+ONLINE_BUGS = [
+    _bug("online_output_not_rescaled",
+         "最大值变大时没有重新缩放累积的输出 o：旧的 o 是以旧的最大值为基准的，要先乘 α = exp(m - m_new) 再加上新块。",
+         "the accumulated output o is not rescaled when the max grows: the old o is relative to the old max; "
+         "multiply it by α = exp(m - m_new) before adding the new block.", rescale_o=False),
+    _bug("online_sum_not_rescaled",
+         "最大值变大时没有重新缩放运行中的指数和 ℓ：旧的 ℓ 也要先乘 α = exp(m - m_new)。",
+         "the running sum ℓ is not rescaled when the max grows: the old ℓ must also be multiplied by "
+         "α = exp(m - m_new).", rescale_l=False),
+    _bug("online_nothing_rescaled",
+         "最大值变大时 ℓ 和 o 都没有重新缩放：两者都要乘 α = exp(m - m_new)。",
+         "neither ℓ nor o is rescaled when the max grows: multiply both by α = exp(m - m_new).",
+         rescale_o=False, rescale_l=False),
+    _bug("online_block_level_causal",
+         "因果掩码只按块来做：查询 i 看到了它自己那一块里位置在 i 之后的键。块内也要屏蔽 j > i。",
+         "the causal mask works per block only: query i sees the keys after i inside its own block. Mask j > i "
+         "inside the block too.", block_causal=True),
+    _bug("online_causal_strict",
+         "因果掩码把对角线也屏蔽了（j >= i）：查询 i 应当能看见键 i 自己。",
+         "the causal mask also hides the diagonal (j >= i): query i must see key i itself.", strict=True),
+    _bug("online_last_block_dropped",
+         "n 不能被 block_size 整除时丢掉了最后那一块不满的键：range(0, n_k, block_size) 会包含它。",
+         "when n is not a multiple of block_size the last, shorter block of keys is dropped: "
+         "range(0, n_k, block_size) includes it.", drop_tail=True),
+    _bug("online_no_scaling", "分数没有除以 √d_k。", "the scores are not divided by √d_k.", scale=False),
+    _bug("online_no_final_division", "最后没有除以 ℓ：输出要等于 o / ℓ。",
+         "the output is not divided by ℓ at the end: it must be o / ℓ.", divide=False),
+    Bug("online_causal_ignored", "causal=True 时没有屏蔽未来的键。", "with causal=True the future keys are not masked.",
+        lambda q, k, v, block_size, causal=False: _online(q, k, v, block_size, False)),
+]
+
+
+class _TensorSizes(torch.overrides.TorchFunctionMode):
+    """Records the largest tensor returned by a torch function (views excluded)
+    while it is active. A function mode, not a dispatch mode: entering a
+    dispatch mode imports torch._dynamo, which rebinds torch.manual_seed."""
+
+    def __init__(self):
+        super().__init__()
+        self.largest_numel = 0
+        self.largest_shape: tuple = ()
+        self.op = ""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for x in pytree.tree_flatten(out)[0]:
+            if isinstance(x, torch.Tensor) and not x._is_view() and x.numel() > self.largest_numel:
+                self.largest_numel, self.largest_shape = x.numel(), tuple(x.shape)
+                self.op = str(getattr(func, "__name__", func))
+        return out
+
+
+def check_online_softmax(online_softmax_attention) -> None:
+    what = "online_softmax_attention"
+    gen = seeded(803)
+    n = 0
+
+    def r(*shape, scale=1.0, dtype=torch.float32):
+        return torch.randn(*shape, generator=gen, dtype=dtype) * scale
+
+    cases = [
+        (t("非因果，n_q=7, n_k=13, block_size=4（13 不能被 4 整除）", "non-causal, n_q=7, n_k=13, block_size=4 (13 is not a multiple of 4)"),
+         (r(3, 7, 8), r(3, 13, 8), r(3, 13, 5)), 4, False, 1e-5),
+        (t("非因果，批量维 (2, 3)，n=12, block_size=4（整除）", "non-causal, batch dims (2, 3), n=12, block_size=4 (divides)"),
+         (r(2, 3, 12, 16), r(2, 3, 12, 16), r(2, 3, 12, 16)), 4, False, 1e-5),
+        (t("非因果，分数很大（q、k 放大 8 倍，最大值常常变化），block_size=3",
+           "non-causal, large scores (q and k scaled by 8, the max changes often), block_size=3"),
+         (r(2, 6, 4, scale=8.0), r(2, 11, 4, scale=8.0), r(2, 11, 3)), 3, False, 1e-4),
+        (t("因果，n=12, block_size=4", "causal, n=12, block_size=4"),
+         (r(2, 12, 8), r(2, 12, 8), r(2, 12, 6)), 4, True, 1e-5),
+        (t("因果，n=11, block_size=3（不整除）", "causal, n=11, block_size=3 (does not divide)"),
+         (r(2, 2, 11, 8, scale=3.0), r(2, 2, 11, 8, scale=3.0), r(2, 2, 11, 4)), 3, True, 1e-5),
+        (t("因果，block_size=1", "causal, block_size=1"), (r(5, 4), r(5, 4), r(5, 2)), 1, True, 1e-5),
+        (t("block_size 大于 n（只有一块）", "block_size larger than n (a single block)"),
+         (r(4, 8), r(6, 8), r(6, 3)), 32, False, 1e-5),
+        (t("float64，因果，n=20, block_size=6，与独立参考实现逐位比较",
+           "float64, causal, n=20, block_size=6, compared tightly with an independent reference"),
+         (r(2, 20, 16, dtype=torch.float64), r(2, 20, 16, dtype=torch.float64), r(2, 20, 7, dtype=torch.float64)),
+         6, True, 1e-10),
+    ]
+    for label, (q, k, v), block, causal, tol in cases:
+        full = f"{what}(block_size={block}, causal={causal}): {label}"
+        with forbidden(FORBIDDEN, what):
+            out = call(online_softmax_attention, q.clone(), k.clone(), v.clone(), block, causal=causal, what=full)
+        expected = ref_attention(q, k, v, causal)
+        n += 1
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(expected.shape):
+            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise failure(t(f"{full}：输出的形状", f"{full}: shape of the output"), str(tuple(expected.shape)), str(got),
+                          hint=t("输出形状是 (..., n_q, d_v)。", "the output has shape (..., n_q, d_v)."))
+        if not close(out, expected, atol=tol, rtol=tol):
+            bug = diagnose(out, ONLINE_BUGS, q, k, v, block, causal=causal, expected=expected,
+                           match=lambda a, b: close(a, b, atol=1e-4, rtol=1e-3))
+            raise failure(full, show(expected), show(out), bug)
+        if out.dtype != q.dtype:
+            raise failure(t(f"{full}：输出的 dtype", f"{full}: dtype of the output"), str(q.dtype), str(out.dtype))
+    # never an n×n tensor: record every tensor created while it runs
+    for causal in (True,):      # causal: both an n×n score matrix and an n×n mask would show up
+        nq = nk = 160
+        q, k, v = r(2, 2, nq, 8), r(2, 2, nk, 8), r(2, 2, nk, 8)
+        label = t(f"n = {nq}，block_size = 16，causal={causal}：记录函数创建的每一个张量",
+                  f"n = {nq}, block_size = 16, causal={causal}: every tensor the function creates is recorded")
+        # first through call() (safe, tamper-checked), then once more with every created tensor recorded
+        with forbidden(FORBIDDEN, what):
+            call(online_softmax_attention, q.clone(), k.clone(), v.clone(), 16, causal=causal, what=f"{what}: {label}")
+        sizes = _TensorSizes()
+        try:
+            with forbidden(FORBIDDEN, what), sizes:
+                out = online_softmax_attention(q, k, v, 16, causal=causal)
+        except Exception as exc:
+            raise GradingFailure(t(f"{what}: {label}：你的代码抛出了 {type(exc).__name__}: {exc}",
+                                   f"{what}: {label}: your code raised {type(exc).__name__}: {exc}")) from None
+        n += 1
+        if sizes.largest_numel >= nq * nk:
+            raise GradingFailure(t(
+                f"{what}：{label}\n  最大的张量形状是 {sizes.largest_shape}（{sizes.largest_numel:,} 个元素，由 {sizes.op} 创建），"
+                f"不小于 n×n = {nq * nk:,}。\n  诊断：生成了 n×n 的矩阵（分数或掩码）。在线 softmax 每次只能处理一块键："
+                f"分数块是 (..., n_q, block_size)，块内的因果掩码也只要 n_q × block_size。",
+                f"{what}: {label}\n  the largest tensor has shape {sizes.largest_shape} ({sizes.largest_numel:,} "
+                f"elements, made by {sizes.op}), not smaller than n×n = {nq * nk:,}.\n  Diagnosis: an n×n matrix "
+                f"(of scores or a mask) was created. The online softmax handles one block of keys at a time: a "
+                f"block of scores is (..., n_q, block_size), and so is the causal mask of a block."))
+        if not close(out, ref_attention(q, k, v, causal), atol=1e-5, rtol=1e-5):
+            raise failure(f"{what}: {label}", show(ref_attention(q, k, v, causal)), show(out))
+    passed(what, n)

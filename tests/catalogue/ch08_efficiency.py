@@ -1,0 +1,210 @@
+"""Known wrong answers (and correct variants) for ch08_efficiency.
+
+Each wrong answer must lose the points of the named test cell and its
+feedback must name the bug in plain words (the zh build is graded here)."""
+from harness import Variant
+
+CACHE_OK = """class KVCache:
+    def __init__(self, n_layer=1):
+        self.keys = [None] * n_layer
+        self.values = [None] * n_layer
+
+    def length(self, layer=0):
+        return 0 if self.keys[layer] is None else self.keys[layer].shape[-2]
+
+    def append(self, layer, k, v):
+        if self.keys[layer] is None:
+            self.keys[layer], self.values[layer] = k, v
+        else:
+            self.keys[layer] = torch.cat([self.keys[layer], k], dim=-2)
+            self.values[layer] = torch.cat([self.values[layer], v], dim=-2)
+        return self.keys[layer], self.values[layer]
+"""
+
+STEP_OK = """def cached_attention_step(x_t, weights, cache, layer=0):
+    B, _, d = x_t.shape
+    n_head = weights["n_head"]
+    d_k = d // n_head
+    pos = cache.length(layer)
+    h = x_t + weights["wpe"][pos]
+
+    def heads(a):
+        return a.view(B, 1, n_head, d_k).transpose(1, 2)
+
+    q = heads(h @ weights["w_q"])
+    K, V = cache.append(layer, heads(h @ weights["w_k"]), heads(h @ weights["w_v"]))
+    p = torch.softmax(q @ K.transpose(-2, -1) / math.sqrt(d_k), dim=-1)
+    return (p @ V).transpose(1, 2).reshape(B, 1, d) @ weights["w_o"]
+"""
+
+KV_HEAD = ("def kv_cache_bytes(n_layer, n_tokens, d_model, n_head, n_kv_head, bytes_per_value=2, batch=1):\n"
+           "    d_k = d_model // n_head\n")
+
+ONLINE_OK = """def online_softmax_attention(q, k, v, block_size, causal=False):
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    m = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)
+    l = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype)
+    o = torch.zeros(q.shape[:-1] + v.shape[-1:], dtype=q.dtype)
+    rows = torch.arange(n_q).unsqueeze(-1)
+    for start in range(0, n_k, block_size):
+        kb, vb = k[..., start:start + block_size, :], v[..., start:start + block_size, :]
+        s = q @ kb.transpose(-2, -1) * scale
+        if causal:
+            cols = torch.arange(start, start + kb.shape[-2]).unsqueeze(0)
+            s = s.masked_fill(cols > rows, float("-inf"))
+        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+        alpha = torch.exp(m - m_new)
+        p = torch.exp(s - m_new)
+        l = alpha * l + p.sum(dim=-1, keepdim=True)
+        o = alpha * o + p @ vb
+        m = m_new
+    return o / l
+"""
+
+
+def cache(code: str) -> dict:
+    return {"kv_cache": code}
+
+
+def step(code: str) -> dict:
+    return {"cached_step": code}
+
+
+def kv(body: str) -> dict:
+    return {"kv_bytes": KV_HEAD + body}
+
+
+def online(code: str) -> dict:
+    return {"online_softmax": code}
+
+
+BUGS = [
+    # KVCache
+    Variant("cache_overwrites", cache(CACHE_OK.replace(
+        """        if self.keys[layer] is None:
+            self.keys[layer], self.values[layer] = k, v
+        else:
+            self.keys[layer] = torch.cat([self.keys[layer], k], dim=-2)
+            self.values[layer] = torch.cat([self.values[layer], v], dim=-2)
+""", "        self.keys[layer], self.values[layer] = k, v\n")),
+            lose=("test_kv_cache", "test_cached_step"), words=("覆盖",)),
+    Variant("cache_shared_layers", cache("""class KVCache:
+    def __init__(self, n_layer=1):
+        self.k = []
+        self.v = []
+
+    def length(self, layer=0):
+        return sum(x.shape[-2] for x in self.k)
+
+    def append(self, layer, k, v):
+        self.k.append(k)
+        self.v.append(v)
+        return torch.cat(self.k, dim=-2), torch.cat(self.v, dim=-2)
+"""), lose=("test_kv_cache",), words=("共用",)),
+    # cached_attention_step
+    Variant("step_values_before_projection",
+            step(STEP_OK.replace('heads(h @ weights["w_v"])', "heads(h)")),
+            lose=("test_cached_step",), words=("投影之前",)),
+    Variant("step_only_cache", step(STEP_OK.replace(
+        """    K, V = cache.append(layer, heads(h @ weights["w_k"]), heads(h @ weights["w_v"]))
+""", """    k_new, v_new = heads(h @ weights["w_k"]), heads(h @ weights["w_v"])
+    if pos == 0:
+        K, V = k_new, v_new
+    else:
+        K, V = cache.keys[layer], cache.values[layer]
+    cache.append(layer, k_new, v_new)
+""")), lose=("test_cached_step",), words=("没有看它自己",)),
+    Variant("step_position_not_advanced", step(STEP_OK.replace('weights["wpe"][pos]', 'weights["wpe"][0]')),
+            lose=("test_cached_step",), words=("位置没有前进",)),
+    # kv_cache_bytes
+    Variant("kv_gqa_as_mha", kv("    return 2 * n_layer * n_tokens * n_head * d_k * bytes_per_value * batch\n"),
+            lose=("test_kv_bytes",), words=("n_head 个 KV 头",)),
+    Variant("kv_no_factor_2", kv("    return n_layer * n_tokens * n_kv_head * d_k * bytes_per_value * batch\n"),
+            lose=("test_kv_bytes",), words=("少了因子 2",)),
+    Variant("kv_ignores_bytes", kv("    return 2 * n_layer * n_tokens * n_kv_head * d_k * batch\n"),
+            lose=("test_kv_bytes",), words=("bytes_per_value",)),
+    # online softmax
+    Variant("online_no_rescale_output", online(ONLINE_OK.replace("o = alpha * o + p @ vb", "o = o + p @ vb")),
+            lose=("test_online_softmax",), words=("没有重新缩放累积的输出",)),
+    Variant("online_no_rescale_sum",
+            online(ONLINE_OK.replace("l = alpha * l + p.sum(dim=-1, keepdim=True)", "l = l + p.sum(dim=-1, keepdim=True)")),
+            lose=("test_online_softmax",), words=("指数和 ℓ",)),
+    Variant("online_block_causal", online(ONLINE_OK.replace(
+        "s = s.masked_fill(cols > rows, float(\"-inf\"))",
+        "s = s.masked_fill(cols // block_size > rows // block_size, float(\"-inf\"))")),
+            lose=("test_online_softmax",), words=("块内也要屏蔽",)),
+    Variant("online_full_matrix", online("""def online_softmax_attention(q, k, v, block_size, causal=False):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        n = s.shape[-1]
+        s = s.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
+    m = s.amax(dim=-1, keepdim=True)
+    e = torch.exp(s - m)
+    return (e / e.sum(dim=-1, keepdim=True)) @ v
+"""), lose=("test_online_softmax",), words=("n×n 的矩阵",)),
+    Variant("online_uses_torch_softmax", online("""def online_softmax_attention(q, k, v, block_size, causal=False):
+    return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) @ v
+"""), lose=("test_online_softmax",), words=("从零实现",)),
+]
+
+CORRECT = [
+    Variant("ok_einsum_and_float64", {
+        **step("""def cached_attention_step(x_t, weights, cache, layer=0):
+    B, _, d = x_t.shape
+    H = weights["n_head"]
+    pos = cache.length(layer)
+    h = (x_t + weights["wpe"][pos:pos + 1]).double()
+    w = {k: weights[k].double() for k in ("w_q", "w_k", "w_v", "w_o")}
+    q = torch.einsum("bnd,de->bne", h, w["w_q"]).reshape(B, 1, H, -1).permute(0, 2, 1, 3)
+    k = torch.einsum("bnd,de->bne", h, w["w_k"]).reshape(B, 1, H, -1).permute(0, 2, 1, 3)
+    v = torch.einsum("bnd,de->bne", h, w["w_v"]).reshape(B, 1, H, -1).permute(0, 2, 1, 3)
+    K, V = cache.append(layer, k, v)
+    s = torch.einsum("bhqc,bhkc->bhqk", q, K) / (d // H) ** 0.5
+    p = torch.exp(s - s.amax(-1, keepdim=True))
+    p = p / p.sum(-1, keepdim=True)
+    out = torch.einsum("bhqk,bhkc->bqhc", p, V).reshape(B, 1, d) @ w["w_o"]
+    return out.to(x_t.dtype)
+"""),
+        **kv("    return int(2 * n_layer * n_tokens * n_kv_head * (d_model / n_head) * bytes_per_value * batch)\n"),
+    }),
+    Variant("ok_list_cache_and_per_block_mask", {
+        **cache("""class KVCache:
+    def __init__(self, n_layer=1):
+        self.store = [([], []) for _ in range(n_layer)]
+
+    def length(self, layer=0):
+        return sum(k.shape[-2] for k in self.store[layer][0])
+
+    def append(self, layer, k, v):
+        ks, vs = self.store[layer]
+        ks.append(k)
+        vs.append(v)
+        return torch.cat(ks, dim=-2), torch.cat(vs, dim=-2)
+"""),
+        **online("""def online_softmax_attention(q, k, v, block_size, causal=False):
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    m = l = o = None
+    for start in range(0, n_k, block_size):
+        end = min(start + block_size, n_k)
+        s = torch.einsum("...qd,...kd->...qk", q, k[..., start:end, :]) / math.sqrt(q.shape[-1])
+        if causal:
+            i = torch.arange(n_q).view(-1, 1)
+            j = torch.arange(start, end).view(1, -1)
+            s = torch.where(j <= i, s, torch.full_like(s, -1e9))
+        bm = s.amax(-1, keepdim=True)
+        if m is None:
+            m = bm
+            p = torch.exp(s - m)
+            l, o = p.sum(-1, keepdim=True), p @ v[..., start:end, :]
+            continue
+        m_new = torch.maximum(m, bm)
+        p = torch.exp(s - m_new)
+        c = torch.exp(m - m_new)
+        l = l * c + p.sum(-1, keepdim=True)
+        o = o * c + p @ v[..., start:end, :]
+        m = m_new
+    return o / l
+"""),
+    }),
+]
