@@ -1,0 +1,646 @@
+"""Hidden tests of ch07_gpt: CharTokenizer, get_batch, GPT (structure,
+loss, causality, memorising a batch) and generate (cropping, greedy,
+temperature, top-k, sampling statistics with a fixed generator)."""
+from __future__ import annotations
+
+import copy
+import math
+from types import SimpleNamespace
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from helpers.i18n import t
+
+from .core import Bug, ForbiddenCall, GradingFailure, call, close, failure, passed, seeded, show
+
+
+_RAISED = object()
+
+
+def _catching(fn):
+    """``fn`` returning (_RAISED, exception) instead of raising, so that a
+    check can diagnose an expected kind of crash itself."""
+    def run(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (NotImplementedError, ForbiddenCall):
+            raise
+        except Exception as exc:  # noqa: BLE001
+            return (_RAISED, exc)
+    return run
+
+
+def _raised(out):
+    return out[1] if isinstance(out, tuple) and len(out) == 2 and out[0] is _RAISED else None
+
+
+def _fail(msg_zh: str, msg_en: str, bug: Bug | None = None) -> GradingFailure:
+    msg = t(msg_zh, msg_en)
+    if bug is not None:
+        msg += "\n" + t("  诊断：", "  Diagnosis: ") + bug.describe()
+    return GradingFailure(msg)
+
+
+# ================================================================= tokenizer
+
+TOK_BUGS = {
+    "unsorted": Bug("tokenizer_unsorted_vocab",
+                    "编号是字符第一次出现的顺序，而不是排序后的位置：要用 sorted(set(text))。",
+                    "ids follow the order in which characters first appear, not the sorted order: use "
+                    "sorted(set(text)).", None),
+    "size": Bug("tokenizer_vocab_size_wrong",
+                "vocab_size 不等于不同字符的个数（len(set(text))）。",
+                "vocab_size is not the number of distinct characters (len(set(text))).", None),
+    "dropped": Bug("tokenizer_drops_unknown",
+                   "词表外的字符被悄悄跳过了：编码结果比原文短，后面的内容全部错位。应抛出 ValueError 并写出是哪个字符。",
+                   "characters outside the vocabulary are silently skipped: the encoding is shorter than the text "
+                   "and everything after it is misaligned. Raise a ValueError that names the character.", None),
+    "mapped": Bug("tokenizer_maps_unknown",
+                  "词表外的字符被悄悄编成了某个已有的编号：应抛出 ValueError 并写出是哪个字符。",
+                  "a character outside the vocabulary is silently given an existing id: raise a ValueError that "
+                  "names the character.", None),
+}
+
+
+def _as_ids(x, label):
+    try:
+        ids = [int(i) for i in x]
+    except Exception:
+        raise GradingFailure(t(f"{label}：应返回整数列表，实际得到 {type(x).__name__}。",
+                               f"{label}: expected a list of integers, got {type(x).__name__}.")) from None
+    return ids
+
+
+def check_tokenizer(CharTokenizer) -> None:
+    what = "CharTokenizer"
+    n = 0
+    texts = ["hello world", "To be, or not to be:\nthat is the question.\n", "床前明月光，\n疑是地上霜。\n",
+             "aaaa", "zyx\nabc ZYX"]
+    for text in texts:
+        label = f"{what}({text!r})"
+        tok = call(CharTokenizer, text, what=label)
+        chars = sorted(set(text))
+        size = getattr(tok, "vocab_size", None)
+        n += 1
+        if size != len(chars):
+            raise failure(f"{label}.vocab_size", str(len(chars)), repr(size), TOK_BUGS["size"])
+        ids = _as_ids(call(tok.encode, text, what=f"{label}.encode"), f"{label}.encode")
+        expected = [chars.index(c) for c in text]
+        n += 1
+        if ids != expected:
+            first_seen = list(dict.fromkeys(text))
+            bug = TOK_BUGS["unsorted"] if ids == [first_seen.index(c) for c in text] else None
+            raise failure(f"{label}.encode({text!r})", str(expected[:12]), str(ids[:12]), bug)
+        back = call(tok.decode, ids, what=f"{label}.decode")
+        n += 1
+        if back != text:
+            raise failure(f"{label}.decode(encode(s))", repr(text), repr(back))
+        back = call(tok.decode, torch.tensor(ids), what=t(f"{label}.decode(整数张量)", f"{label}.decode(int tensor)"))
+        n += 1
+        if back != text:
+            raise failure(t(f"{label}.decode(整数张量)", f"{label}.decode(int tensor)"), repr(text), repr(back),
+                          hint=t("把张量里的元素转成 int（int(i)）再查表。", "turn tensor elements into int (int(i)) first."))
+    tok = call(CharTokenizer, "abc", what=f"{what}('abc')")
+    if _as_ids(call(tok.encode, "", what=f"{what}.encode('')"), "encode('')") != [] or \
+            call(tok.decode, [], what=f"{what}.decode([])") != "":
+        raise _fail("encode('') 应返回 []，decode([]) 应返回 ''。", "encode('') must return [] and decode([]) ''.")
+    n += 1
+    # a character outside the vocabulary
+    for probe, bad in (("abXc", "X"), ("a\tb", "\t")):
+        label = f"{what}('abc').encode({probe!r})"
+        try:
+            out = tok.encode(probe)
+        except (ValueError, KeyError) as err:
+            n += 1
+            if bad not in str(err) and repr(bad) not in str(err):
+                raise _fail(f"{label}：抛出了 {type(err).__name__}，但信息里没有写出是哪个字符（{bad!r}）：{err}",
+                            f"{label}: raised {type(err).__name__}, but the message does not name the character "
+                            f"({bad!r}): {err}")
+            continue
+        except Exception as err:
+            raise _fail(f"{label}：应抛出 ValueError，实际抛出 {type(err).__name__}: {err}",
+                        f"{label}: expected a ValueError, got {type(err).__name__}: {err}")
+        got = _as_ids(out, label)
+        bug = TOK_BUGS["dropped"] if len(got) < len(probe) else TOK_BUGS["mapped"]
+        raise failure(label, t(f"ValueError（{bad!r} 不在词表里）", f"a ValueError ({bad!r} is not in the vocabulary)"),
+                      str(got), bug)
+    passed(what, n)
+
+
+# ================================================================= get_batch
+
+BATCH_BUGS = {
+    "not_shifted": Bug("batch_y_not_shifted",
+                       "y 和 x 完全一样：目标要向右挪一格，y[b, t] 是 x[b, t] 后面的那个 token（data[i+1 : i+1+block_size]）。",
+                       "y equals x: the targets must be shifted right by one, y[b, t] is the token after x[b, t] "
+                       "(data[i+1 : i+1+block_size]).", None),
+    "shift_two": Bug("batch_y_shifted_by_two",
+                     "y 向右挪了两格：应该只挪一格（data[i+1 : i+1+block_size]）。",
+                     "y is shifted by two: shift by exactly one (data[i+1 : i+1+block_size]).", None),
+    "past_end": Bug("batch_start_past_end",
+                    "起点可能越界：起点的上限应是 len(data) - block_size - 1（torch.randint(len(data) - block_size, ...)），"
+                    "否则 y 的最后一个元素会超出 data 的末尾。",
+                    "a start index can run past the end: the largest start is len(data) - block_size - 1 "
+                    "(torch.randint(len(data) - block_size, ...)); otherwise the last element of y lies beyond the "
+                    "end of data.", None),
+    "last_start": Bug("batch_last_start_missing",
+                      "最后一个合法起点 len(data) - block_size - 1 永远抽不到：torch.randint 的上界不包含在内，"
+                      "应写 torch.randint(len(data) - block_size, ...)。",
+                      "the last valid start, len(data) - block_size - 1, is never drawn: torch.randint's upper bound "
+                      "is exclusive, so write torch.randint(len(data) - block_size, ...).", None),
+    "generator": Bug("batch_ignores_generator",
+                     "没有把 generator 传给 torch.randint：同一个种子两次取到的批量不同，训练无法复现。",
+                     "the generator is not passed to torch.randint: the same seed gives two different batches, so "
+                     "training cannot be repeated.", None),
+}
+
+
+def _batch(get_batch, data, block_size, batch_size, seed, label):
+    out = call(_catching(get_batch), data, block_size, batch_size, generator=seeded(seed), what=label)
+    exc = _raised(out)
+    if exc is not None:
+        bug = BATCH_BUGS["past_end"] if isinstance(exc, (RuntimeError, IndexError)) else None
+        raise _fail(f"{label}：你的代码抛出了 {type(exc).__name__}: {exc}",
+                    f"{label}: your code raised {type(exc).__name__}: {exc}", bug)
+    if not (isinstance(out, tuple) and len(out) == 2 and all(isinstance(z, torch.Tensor) for z in out)):
+        raise _fail(f"{label}：应返回两个张量组成的元组 (x, y)，实际得到 {type(out).__name__}。",
+                    f"{label}: expected a tuple (x, y) of two tensors, got {type(out).__name__}.")
+    return out
+
+
+def check_get_batch(get_batch) -> None:
+    what = "get_batch"
+    n = 0
+    for N, block, batch, seed in ((50, 8, 6, 1), (300, 16, 32, 2), (40, 1, 5, 3), (12, 11, 4, 4)):
+        base = 1000
+        data = torch.arange(base, base + N)
+        label = f"{what}(data = arange({N}), block_size={block}, batch_size={batch})"
+        x, y = _batch(get_batch, data, block, batch, seed, label)
+        n += 1
+        for name, z in (("x", x), ("y", y)):
+            if tuple(z.shape) != (batch, block):
+                raise failure(t(f"{label}：{name} 的形状", f"{label}: shape of {name}"), str((batch, block)),
+                              str(tuple(z.shape)))
+            if z.dtype != torch.long:
+                raise failure(t(f"{label}：{name} 的 dtype", f"{label}: dtype of {name}"), "torch.int64", str(z.dtype))
+        if block > 1 and not torch.equal(x[:, 1:] - x[:, :-1], torch.ones(batch, block - 1, dtype=torch.long)):
+            raise failure(t(f"{label}：x 的每一行", f"{label}: each row of x"),
+                          t("data 中连续的一段", "a contiguous slice of data"), show(x[0]))
+        starts = x[:, 0] - base
+        if (starts < 0).any() or (starts > N - block - 1).any():
+            raise failure(t(f"{label}：起点", f"{label}: start indices"), f"0 … {N - block - 1}",
+                          str(sorted(set(starts.tolist()))), BATCH_BUGS["past_end"])
+        if not torch.equal(y, x + 1):
+            shift = (y - x)[0, 0].item()
+            bug = BATCH_BUGS["not_shifted"] if torch.equal(y, x) else BATCH_BUGS["shift_two"] if \
+                torch.equal(y, x + 2) else None
+            raise failure(t(f"{label}：y 与 x 的关系", f"{label}: y against x"),
+                          t("y = x 向右挪一格（y[b, t] = x[b, t] 的下一个 token）", "y = x shifted by one"),
+                          t(f"y[0] - x[0] = {shift}（x[0] = {x[0, :6].tolist()}，y[0] = {y[0, :6].tolist()}）",
+                            f"y[0] - x[0] = {shift} (x[0] = {x[0, :6].tolist()}, y[0] = {y[0, :6].tolist()})"), bug)
+    # every start can be drawn, none beyond the end
+    N, block = 9, 5                          # starts 0, 1, 2, 3
+    seen = set()
+    for seed in range(10, 20):
+        x, _ = _batch(get_batch, torch.arange(N), block, 40, seed, f"{what}(arange({N}), block_size={block}, 40)")
+        seen |= set(x[:, 0].tolist())
+    n += 1
+    if seen != {0, 1, 2, 3}:
+        bug = BATCH_BUGS["last_start"] if seen == {0, 1, 2} else BATCH_BUGS["past_end"] if max(seen) > 3 else None
+        raise failure(t(f"{what}：len(data) = 9、block_size = 5 时 400 次抽到的起点",
+                        f"{what}: starts drawn in 400 samples with len(data) = 9, block_size = 5"),
+                      "{0, 1, 2, 3}", str(sorted(seen)), bug)
+    # reproducible with a generator, different across seeds
+    data = torch.arange(500)
+    a = _batch(get_batch, data, 8, 16, 7, f"{what}(..., generator=seed 7)")
+    b = _batch(get_batch, data, 8, 16, 7, f"{what}(..., generator=seed 7)")
+    c = _batch(get_batch, data, 8, 16, 8, f"{what}(..., generator=seed 8)")
+    n += 1
+    if not torch.equal(a[0], b[0]):
+        raise failure(t(f"{what}：同一个种子调用两次", f"{what}: the same seed twice"),
+                      t("相同的批量", "the same batch"), t("不同的批量", "different batches"), BATCH_BUGS["generator"])
+    if torch.equal(a[0], c[0]):
+        raise _fail(f"{what}：不同的种子给出了相同的批量，起点没有用 generator 随机抽取。",
+                    f"{what}: different seeds gave the same batch; the starts are not drawn with the generator.")
+    passed(what, n)
+
+
+# ================================================================= GPT
+
+GPT_BUGS = {
+    "untied": Bug("gpt_lm_head_not_tied",
+                  "lm_head 没有与词嵌入共享权重：要写 self.lm_head.weight = self.wte.weight（同一个 Parameter）。"
+                  "不共享会多出一整张 vocab_size × d_model 的矩阵。",
+                  "the lm_head is not tied to the token embedding: write self.lm_head.weight = self.wte.weight (the "
+                  "same Parameter). Untied, it adds a whole vocab_size × d_model matrix.", None),
+    "copied": Bug("gpt_lm_head_copied",
+                  "lm_head 的权重是 wte 的一份拷贝（数值相同但不是同一个 Parameter），训练时两者会分开变化：要直接赋值同一个对象。",
+                  "the lm_head weight is a copy of wte (equal values but a different Parameter), so training "
+                  "updates them separately: assign the very same object.", None),
+    "list": Bug("gpt_blocks_plain_list",
+                "blocks 是普通的 Python 列表：里面的参数不会被注册，优化器看不到它们。要用 nn.ModuleList。",
+                "blocks is a plain Python list: the parameters inside are not registered and the optimiser never "
+                "sees them. Use nn.ModuleList.", None),
+    "no_check": Bug("gpt_no_length_check",
+                    "forward 开头没有检查 T > n_ctx：应抛出 ValueError 并写出 n_ctx，而不是让位置嵌入查表越界。",
+                    "forward does not check T > n_ctx first: raise a ValueError that mentions n_ctx instead of "
+                    "letting the position lookup run out of range.", None),
+    "off_by_one": Bug("gpt_length_check_off_by_one",
+                      "长度检查差了一：T == n_ctx 是允许的，只有 T > n_ctx 才报错。",
+                      "the length check is off by one: T == n_ctx is allowed, only T > n_ctx is an error.", None),
+    "init": Bug("gpt_init_too_large",
+                "初始损失远大于 ln V：初始 logits 太大，通常是权重初始化太大（nn.Embedding 默认标准差为 1）或初始化被覆盖了。",
+                "the initial loss is far above ln V: the first logits are too large, usually because weights are "
+                "initialised too big (nn.Embedding defaults to std 1) or the initialisation was overwritten.", None),
+    "loss_sum": Bug("gpt_loss_not_mean",
+                    "loss 不是所有位置交叉熵的平均值（是求和，或者只算了一部分位置）。",
+                    "the loss is not the cross-entropy averaged over all positions (a sum, or only some positions).",
+                    None),
+    "sees_next": Bug("gpt_sees_next_token",
+                     "位置 i 的 logits 看到了位置 i+1 的 token：因果掩码错了一格（例如 torch.tril(..., diagonal=1)，"
+                     "或 triu 的对角线取错），模型在训练时直接抄答案。",
+                     "the logits at position i see the token at position i+1: the causal mask is off by one (e.g. "
+                     "torch.tril(..., diagonal=1), or the wrong diagonal of triu), so the model copies the answer "
+                     "during training.", None),
+    "no_mask": Bug("gpt_no_causal_mask",
+                   "没有因果掩码：前面位置的 logits 随后面的 token 变化（F.scaled_dot_product_attention 要传 is_causal=True，"
+                   "手写时要在 softmax 之前把上三角设为 -inf）。",
+                   "there is no causal mask: early logits change with later tokens (pass is_causal=True to "
+                   "F.scaled_dot_product_attention, or set the upper triangle to -inf before softmax when writing it "
+                   "by hand).", None),
+}
+
+
+def _build(GPT, GPTConfig, label, **cfg):
+    config = call(GPTConfig, what=f"GPTConfig({cfg})", **cfg)
+    return call(GPT, config, what=label)
+
+
+def _forward(model, idx, label, targets=None):
+    if targets is None:
+        out = call(model, idx, what=label)
+    else:
+        out = call(model, idx, targets, what=label)
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise _fail(f"{label}：forward 应返回 (logits, loss)，实际得到 {type(out).__name__}。",
+                    f"{label}: forward must return (logits, loss), got {type(out).__name__}.")
+    return out
+
+
+def check_gpt(GPT, GPTConfig) -> None:
+    what = "GPT"
+    n = 0
+    V, C, L, H, D = 37, 16, 2, 4, 32
+    torch.manual_seed(0)
+    label = f"GPT(GPTConfig(vocab_size={V}, n_ctx={C}, n_layer={L}, n_head={H}, d_model={D}))"
+    model = _build(GPT, GPTConfig, label, vocab_size=V, n_ctx=C, n_layer=L, n_head=H, d_model=D)
+    for attr in ("wte", "blocks", "ln_f", "lm_head"):
+        if not hasattr(model, attr):
+            raise _fail(f"{label}：缺少属性 {attr}。", f"{label}: attribute {attr} is missing.")
+    n += 1
+    if not isinstance(model.wte, nn.Embedding) or tuple(model.wte.weight.shape) != (V, D):
+        raise failure(f"{label}.wte", f"nn.Embedding({V}, {D})", repr(model.wte)[:80])
+    if hasattr(model, "wpe") and isinstance(model.wpe, nn.Embedding) and model.wpe.num_embeddings != C:
+        raise failure(f"{label}.wpe.num_embeddings", str(C), str(model.wpe.num_embeddings),
+                      hint=t("每个位置 0 … n_ctx-1 一行。", "one row per position 0 … n_ctx-1."))
+    if not isinstance(model.blocks, nn.Module):
+        raise failure(f"{label}.blocks", "nn.ModuleList", type(model.blocks).__name__, GPT_BUGS["list"])
+    if len(model.blocks) != L:
+        raise failure(f"len({label}.blocks)", str(L), str(len(model.blocks)))
+    n += 1
+    head_w = getattr(model.lm_head, "weight", None)
+    if head_w is not model.wte.weight:
+        bug = GPT_BUGS["copied"] if isinstance(head_w, torch.Tensor) and head_w.shape == model.wte.weight.shape \
+            and torch.equal(head_w, model.wte.weight) else GPT_BUGS["untied"]
+        raise failure(f"{label}: model.lm_head.weight is model.wte.weight", "True", "False", bug)
+    if getattr(model.lm_head, "bias", None) is not None:
+        raise _fail(f"{label}：lm_head 不应有偏置（bias=False），它和词嵌入共享的只有权重矩阵。",
+                    f"{label}: lm_head must have no bias (bias=False); only the weight matrix is shared.")
+    model.eval()
+    gen = seeded(71)
+    idx = torch.randint(V, (3, 10), generator=gen)
+    with torch.no_grad():
+        logits, loss = _forward(model, idx, t(f"{what}(idx 形状 (3, 10))", f"{what}(idx of shape (3, 10))"))
+    n += 1
+    if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (3, 10, V):
+        got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise failure(t(f"{what}：logits 的形状", f"{what}: shape of logits"), str((3, 10, V)), str(got))
+    if loss is not None:
+        raise failure(t(f"{what}(idx)：没有 targets 时的 loss", f"{what}(idx): loss without targets"), "None", show(loss))
+    targets = torch.randint(V, (3, 10), generator=gen)
+    with torch.no_grad():
+        logits, loss = _forward(model, idx, t(f"{what}(idx, targets)", f"{what}(idx, targets)"), targets)
+    ref = F.cross_entropy(logits.double().reshape(-1, V), targets.reshape(-1))
+    n += 1
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not close(loss.reshape(()), ref, 1e-5, 1e-5):
+        raise failure(t(f"{what}(idx, targets)：loss（用返回的 logits 算出的平均交叉熵）",
+                        f"{what}(idx, targets): loss (mean cross-entropy of the returned logits)"),
+                      f"{ref.item():.6f}", show(loss), GPT_BUGS["loss_sum"])
+    # lengths: n_ctx exactly is fine, n_ctx + 1 is a ValueError that says so
+    with torch.no_grad():
+        try:
+            model(torch.zeros(2, C, dtype=torch.long))
+        except ValueError as err:
+            raise _fail(f"{what}：长度正好等于 n_ctx = {C} 的输入也报错了：{err}",
+                        f"{what}: an input of exactly n_ctx = {C} tokens raised: {err}", GPT_BUGS["off_by_one"])
+        except Exception as err:
+            raise _fail(f"{what}：长度 {C} 的输入出错：{type(err).__name__}: {err}",
+                        f"{what}: an input of length {C} failed: {type(err).__name__}: {err}")
+        n += 1
+        try:
+            model(torch.zeros(1, C + 1, dtype=torch.long))
+        except ValueError as err:
+            if "n_ctx" not in str(err) and str(C) not in str(err):
+                raise _fail(f"{what}：ValueError 的信息应提到 n_ctx（= {C}），实际是：{err}",
+                            f"{what}: the ValueError should mention n_ctx (= {C}); it says: {err}")
+        except Exception as err:
+            raise _fail(f"{what}：长度 {C + 1} > n_ctx 的输入抛出了 {type(err).__name__}，而不是 ValueError：{err}",
+                        f"{what}: an input of length {C + 1} > n_ctx raised {type(err).__name__}, not ValueError: {err}",
+                        GPT_BUGS["no_check"])
+        else:
+            raise _fail(f"{what}：长度 {C + 1} > n_ctx = {C} 的输入没有报错。",
+                        f"{what}: an input of length {C + 1} > n_ctx = {C} raised nothing.", GPT_BUGS["no_check"])
+        n += 1
+        logits, _ = _forward(model, torch.tensor([[3]]), t(f"{what}(一个 token)", f"{what}(a single token)"))
+        if tuple(logits.shape) != (1, 1, V):
+            raise failure(t(f"{what}：单个 token 的 logits 形状", f"{what}: logits shape for one token"),
+                          str((1, 1, V)), str(tuple(logits.shape)))
+    # loss at initialisation ≈ ln V
+    V2 = 65
+    losses = []
+    for seed in (1, 2, 3):
+        torch.manual_seed(seed)
+        m = _build(GPT, GPTConfig, f"GPT(vocab_size={V2}, n_ctx=32, n_layer=2, n_head=4, d_model=64)",
+                   vocab_size=V2, n_ctx=32, n_layer=2, n_head=4, d_model=64).eval()
+        g = seeded(seed)
+        with torch.no_grad():
+            _, l0 = _forward(m, torch.randint(V2, (8, 32), generator=g), f"{what}(idx, targets)",
+                             torch.randint(V2, (8, 32), generator=g))
+        losses.append(float(l0))
+    mean = sum(losses) / len(losses)
+    n += 1
+    if abs(mean - math.log(V2)) > 0.25:
+        raise failure(t(f"{what}：随机初始化时的损失（V = {V2}，三个种子的平均）",
+                        f"{what}: loss at initialisation (V = {V2}, mean of three seeds)"),
+                      f"≈ ln {V2} = {math.log(V2):.3f}", f"{mean:.3f}", GPT_BUGS["init"] if mean > math.log(V2) else None)
+    # dropout is accepted, and eval() makes the model deterministic
+    torch.manual_seed(4)
+    m = _build(GPT, GPTConfig, f"GPT(..., dropout=0.2)", vocab_size=V, n_ctx=C, n_layer=1, n_head=2, d_model=16,
+               dropout=0.2).eval()
+    with torch.no_grad():
+        a = _forward(m, idx, f"{what}(dropout=0.2).eval()")[0]
+        b = _forward(m, idx, f"{what}(dropout=0.2).eval()")[0]
+    n += 1
+    if not torch.equal(a, b):
+        raise _fail(f"{what}：dropout=0.2 的模型在 eval() 模式下两次输出不同：dropout 应只在训练时生效（self.training）。",
+                    f"{what}: with dropout=0.2 the model gives two different outputs in eval() mode: dropout must "
+                    "only act while training (self.training).")
+    passed(what, n)
+
+
+def _first_changed(la, lb, p, tol):
+    """Positions < p whose logits differ between the two runs."""
+    diff = (la[:, :p] - lb[:, :p]).abs().amax(dim=(0, 2))
+    return [i for i in range(p) if diff[i] > tol]
+
+
+def check_gpt_causal(GPT, GPTConfig) -> None:
+    what = "GPT"
+    n = 0
+    V = 23
+    torch.manual_seed(5)
+    model = _build(GPT, GPTConfig, f"GPT(GPTConfig(vocab_size={V}, n_ctx=12, n_layer=2, n_head=2, d_model=16))",
+                   vocab_size=V, n_ctx=12, n_layer=2, n_head=2, d_model=16).eval()
+    try:
+        model64, tol = copy.deepcopy(model).double(), 1e-9
+        with torch.no_grad():
+            model64(torch.zeros(1, 3, dtype=torch.long))
+    except Exception:
+        model64, tol = model, 1e-5
+    gen = seeded(83)
+    a = torch.randint(V, (2, 12), generator=gen)
+    for p in (5, 11, 1):
+        b = a.clone()
+        b[:, p:] = (b[:, p:] + 1 + torch.randint(V - 1, b[:, p:].shape, generator=gen)) % V
+        with torch.no_grad():
+            la = _forward(model64, a, t(f"{what}(因果性检查)", f"{what}(causality check)"))[0]
+            lb = _forward(model64, b, t(f"{what}(因果性检查)", f"{what}(causality check)"))[0]
+        changed = _first_changed(la.double(), lb.double(), p, tol)
+        n += 1
+        if changed:
+            # a one-step leak travels one position further back per layer
+            leak = changed == list(range(p - len(changed), p)) and len(changed) <= 2 and len(changed) < p
+            bug = GPT_BUGS["sees_next"] if leak else GPT_BUGS["no_mask"]
+            raise failure(t(f"{what}：只改动位置 {p} 及以后的 token，位置 0…{p - 1} 的 logits",
+                            f"{what}: tokens changed from position {p} on; logits at positions 0…{p - 1}"),
+                          t("不变", "unchanged"), t(f"位置 {changed} 变了", f"positions {changed} changed"), bug)
+        if p < 11 and (la[:, p:] - lb[:, p:]).abs().max() < 1e-12:
+            raise _fail(f"{what}：改动了位置 {p} 之后的 token，后面的 logits 却完全没变：模型没有用到输入？",
+                        f"{what}: tokens from position {p} on changed but the logits there did not: is the input used?")
+    # the model can memorise one small batch
+    torch.manual_seed(6)
+    V = 24
+    model = _build(GPT, GPTConfig, f"GPT(vocab_size={V}, n_ctx=16, n_layer=2, n_head=2, d_model=32)",
+                   vocab_size=V, n_ctx=16, n_layer=2, n_head=2, d_model=32)
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-2, weight_decay=0.0)
+    g = seeded(97)
+    x = torch.randint(V, (4, 16), generator=g)
+    y = torch.randint(V, (4, 16), generator=g)
+    first = last = None
+    for step in range(30):
+        _, loss = _forward(model, x, t(f"{what}(训练一步)", f"{what}(one training step)"), y)
+        opt.zero_grad()
+        call(loss.backward, what=t(f"{what}：loss.backward()", f"{what}: loss.backward()"))
+        opt.step()
+        first = loss.item() if first is None else first
+        last = loss.item()
+    n += 1
+    if not last < 0.35 * first:
+        raise failure(t(f"{what}：在同一个小批量 (4, 16) 上训练 30 步（AdamW，lr=1e-2）后的损失",
+                        f"{what}: loss after 30 steps on one small batch (4, 16) (AdamW, lr=1e-2)"),
+                      t(f"< 初始损失的 35%（{0.35 * first:.2f}）", f"< 35% of the initial loss ({0.35 * first:.2f})"),
+                      f"{last:.3f}",
+                      hint=t("模型记不住一个批量：检查残差连接、参数是否都注册了（nn.ModuleList）、loss 是否接在计算图上。",
+                             "the model cannot memorise one batch: check the residual connections, that every "
+                             "parameter is registered (nn.ModuleList), and that the loss is attached to the graph."))
+    passed(t("GPT 的因果性与学习能力", "GPT causality and learning"), n)
+
+
+# ================================================================= generate
+
+def _bigram(table: torch.Tensor, n_ctx: int) -> nn.Module:
+    """A fixed model: the logits after token j are table[j]; it refuses inputs
+    longer than n_ctx, like GPT. (Built here, so that the student's generate
+    may call it: grading code proper is off limits during a check.)"""
+
+    class Bigram(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("table", table)
+            self.config = SimpleNamespace(n_ctx=n_ctx, vocab_size=table.shape[0])
+
+        def forward(self, idx, targets=None):
+            if idx.shape[1] > self.config.n_ctx:
+                raise ValueError(f"input of length {idx.shape[1]} is longer than n_ctx = {self.config.n_ctx}")
+            return self.table[idx], None
+
+    return Bigram()
+
+
+GEN_BUGS = {
+    "no_crop": Bug("generate_context_not_cropped",
+                   "上下文没有裁剪：序列长到超过 n_ctx 后模型就报错了。每一步只喂最后 n_ctx 个 token：idx[:, -n_ctx:]。",
+                   "the context is not cropped: once the sequence is longer than n_ctx the model fails. Feed only "
+                   "the last n_ctx tokens at each step: idx[:, -n_ctx:].", None),
+    "crop_front": Bug("generate_crops_wrong_end",
+                      "裁剪时保留了最前面的 n_ctx 个 token（idx[:, :n_ctx]），应该保留最后的 n_ctx 个（idx[:, -n_ctx:]）。",
+                      "the crop keeps the first n_ctx tokens (idx[:, :n_ctx]); keep the last n_ctx (idx[:, -n_ctx:]).",
+                      None),
+    "temp_after": Bug("generate_temperature_after_softmax",
+                      "温度用在了 softmax 之后（概率除以温度再归一化等于没变）：温度 2 时的分布和温度 1 一样。要先 logits / temperature 再 softmax。",
+                      "the temperature is applied after softmax (dividing probabilities and renormalising changes "
+                      "nothing): at temperature 2 the distribution equals the one at 1. Divide the logits by the "
+                      "temperature, then softmax.", None),
+    "temp_mult": Bug("generate_temperature_multiplied",
+                     "logits 乘以了温度，应该除以温度：温度越高分布应越平。",
+                     "the logits are multiplied by the temperature; divide them: a higher temperature must flatten "
+                     "the distribution.", None),
+    "greedy": Bug("generate_always_greedy",
+                  "总是取最大值（argmax），没有按概率抽样：要用 torch.multinomial(probs, 1, generator=generator)。",
+                  "always takes the argmax instead of sampling from the probabilities: use "
+                  "torch.multinomial(probs, 1, generator=generator).", None),
+    "topk_small": Bug("generate_topk_smallest",
+                      "top-k 保留的是打分最小的 k 个：应保留最大的 k 个（torch.topk 默认 largest=True，再把低于第 k 大的设为 -inf）。",
+                      "top-k keeps the k smallest scores: keep the k largest (torch.topk's default largest=True, "
+                      "then set everything below the k-th largest to -inf).", None),
+    "topk_ignored": Bug("generate_topk_ignored",
+                        "top_k 没有起作用：前 k 名之外的 token 也被抽到了。",
+                        "top_k has no effect: tokens outside the top k are drawn.", None),
+    "generator": Bug("generate_ignores_generator",
+                     "没有把 generator 传给 torch.multinomial：同一个种子两次生成的结果不同。",
+                     "the generator is not passed to torch.multinomial: the same seed generates two different "
+                     "sequences.", None),
+    "last_pos": Bug("generate_wrong_position",
+                    "取的不是最后一个位置的 logits：下一个 token 的打分在 logits[:, -1, :]。",
+                    "these are not the logits of the last position: the next token's scores are logits[:, -1, :].",
+                    None),
+}
+
+
+def _greedy_chain(table, start: list[int], steps: int, n_ctx: int, pick=torch.argmax, crop=lambda s, c: s[-c:]):
+    seq = list(start)
+    for _ in range(steps):
+        ctx = crop(seq, n_ctx)
+        seq.append(int(pick(table[ctx[-1]])))
+    return seq
+
+
+def _tv(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    freq = counts.double() / counts.sum()
+    return 0.5 * float((freq - probs.double()).abs().sum())
+
+
+def check_generate(generate) -> None:
+    what = "generate"
+    n = 0
+    V, C = 7, 4
+    table = torch.randn(V, V, generator=seeded(111)) * 1.5
+    table[:, 0] += 0.5                                       # no ties
+
+    def run(idx, steps, label, **kw):
+        model = _bigram(table, C)
+        out = call(_catching(generate), model, idx.clone(), steps, what=f"{what}({label})", **kw)
+        exc = _raised(out)
+        if exc is not None:
+            bug = GEN_BUGS["no_crop"] if isinstance(exc, ValueError) and "n_ctx" in str(exc) else None
+            raise _fail(f"{what}({label})：你的代码抛出了 {type(exc).__name__}: {exc}",
+                        f"{what}({label}): your code raised {type(exc).__name__}: {exc}", bug)
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != (idx.shape[0], idx.shape[1] + steps):
+            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise failure(t(f"{what}({label})：输出形状", f"{what}({label}): output shape"),
+                          str((idx.shape[0], idx.shape[1] + steps)), str(got),
+                          hint=t("返回完整的序列：原来的 idx 加上新生成的 token。",
+                                 "return the whole sequence: the original idx followed by the new tokens."))
+        if not torch.equal(out[:, :idx.shape[1]], idx):
+            raise _fail(f"{what}({label})：输出的开头应该就是输入的 idx（只裁剪喂给模型的上下文，不裁剪返回值）。",
+                        f"{what}({label}): the output must start with the input idx (crop only what the model "
+                        "sees, not what you return).")
+        return out
+
+    # top_k = 1 is greedy, with a context longer than n_ctx
+    start = [0, 3, 5, 1, 2, 6]
+    label = t("top_k=1，起始长度 6 > n_ctx = 4", "top_k=1, starting length 6 > n_ctx = 4")
+    out = run(torch.tensor([start]), 8, label, top_k=1, generator=seeded(1))[0].tolist()
+    expected = _greedy_chain(table, start, 8, C)
+    n += 1
+    if out != expected:
+        bug = None
+        if out == _greedy_chain(table, start, 8, C, pick=torch.argmin):
+            bug = GEN_BUGS["topk_small"]
+        elif out == _greedy_chain(table, start, 8, C, crop=lambda s, c: s[:c]):
+            bug = GEN_BUGS["crop_front"]
+        elif out == _greedy_chain(table, start, 8, C, crop=lambda s, c: s[-c:][:1]):
+            bug = GEN_BUGS["last_pos"]
+        raise failure(f"{what}({label})", str(expected), str(out), bug)
+    # sampling follows softmax(logits / T), with a fixed generator
+    c, N = 2, 6000
+    for temp, top_k in ((1.0, None), (2.0, None), (0.7, 3)):
+        label = f"temperature={temp}, top_k={top_k}, {N} " + t("次抽样", "samples")
+        out = run(torch.full((N, 1), c), 1, label, temperature=temp, top_k=top_k, generator=seeded(int(temp * 10)))
+        counts = torch.bincount(out[:, 1], minlength=V)[:V]
+        logits = table[c] / temp
+        if top_k is not None:
+            keep = torch.topk(table[c], top_k).indices
+            masked = torch.full_like(logits, float("-inf"))
+            masked[keep] = logits[keep]
+            logits = masked
+        probs = torch.softmax(logits.double(), -1)
+        n += 1
+        if top_k is not None:
+            outside = counts[probs == 0].sum().item()
+            if outside:
+                small = set(torch.topk(table[c], top_k, largest=False).indices.tolist())
+                drawn = set(torch.nonzero(counts).flatten().tolist())
+                bug = GEN_BUGS["topk_small"] if drawn <= small else GEN_BUGS["topk_ignored"]
+                raise failure(t(f"{what}({label})：抽到的 token", f"{what}({label}): tokens drawn"),
+                              t(f"只来自打分最高的 {top_k} 个：{sorted(keep.tolist())}",
+                                f"only the {top_k} highest-scoring: {sorted(keep.tolist())}"),
+                              str(sorted(drawn)), bug)
+        dist = _tv(counts, probs)
+        if dist > 0.035:
+            bug = None
+            if counts.max().item() == N:
+                bug = GEN_BUGS["greedy"]
+            elif temp != 1.0 and _tv(counts, torch.softmax(table[c].double(), -1)) < 0.035:
+                bug = GEN_BUGS["temp_after"]
+            elif temp != 1.0 and _tv(counts, torch.softmax(table[c].double() * temp, -1)) < 0.035:
+                bug = GEN_BUGS["temp_mult"]
+            raise failure(t(f"{what}({label})：抽样频率（总变差距离 {dist:.3f}）",
+                            f"{what}({label}): sample frequencies (total variation {dist:.3f})"),
+                          show(probs), show(counts.double() / N), bug)
+    # temperature → 0 is greedy
+    starts = torch.arange(V).repeat(4)[:, None]
+    label = t("temperature=1e-3（应与贪心一致）", "temperature=1e-3 (should match greedy)")
+    out = run(starts, 5, label, temperature=1e-3, generator=seeded(2))
+    expected = torch.tensor([_greedy_chain(table, [s], 5, C) for s in starts[:, 0].tolist()])
+    n += 1
+    if not torch.equal(out, expected):
+        raise failure(f"{what}({label})", show(expected[:, 1:]), show(out[:, 1:]),
+                      hint=t("温度趋于 0 时 softmax(logits / T) 趋于 one-hot。",
+                             "as T → 0, softmax(logits / T) becomes one-hot."))
+    # top_k larger than the vocabulary means no filtering
+    label = f"top_k={V + 3} > vocab_size={V}"
+    out = run(torch.full((500, 1), c), 1, label, top_k=V + 3, generator=seeded(5))
+    n += 1
+    # the same generator seed gives the same text
+    a = run(torch.zeros(64, 1, dtype=torch.long), 4, "seed 9", generator=seeded(9))
+    b = run(torch.zeros(64, 1, dtype=torch.long), 4, "seed 9", generator=seeded(9))
+    n += 1
+    if not torch.equal(a, b):
+        raise failure(t(f"{what}：同一个种子调用两次", f"{what}: the same seed twice"),
+                      t("相同的结果", "the same result"), t("不同的结果", "different results"), GEN_BUGS["generator"])
+    passed(what, n)

@@ -1,0 +1,126 @@
+"""Known wrong answers (and correct variants) for ch07_gpt.
+
+Wrong answers are written as small edits of the model solution, read from
+the built source notebook, so they follow the chapter when it changes. Each
+must lose the points of the named test cell and its feedback must name the
+bug in plain words (the zh build is graded here)."""
+from __future__ import annotations
+
+import sys
+import types
+
+import nbformat
+
+from harness import ROOT, Variant, _strip_markers
+
+# tests/test_grading_inprocess.py compiles answer cells inheriting its own
+# `from __future__ import annotations`, so GPTConfig's annotations arrive as
+# strings and @dataclass looks up sys.modules[cls.__module__] ("__course__"),
+# which does not exist. An empty module under that name is enough. (The real
+# fix is compile(..., dont_inherit=True) in that shared test; see the report.)
+sys.modules.setdefault("__course__", types.ModuleType("__course__"))
+
+_NB = nbformat.read(ROOT / "source" / "ch07_gpt" / "ch07_gpt.ipynb", as_version=4)
+_SOL = {c.metadata["nbgrader"]["grade_id"]: _strip_markers(c.source) for c in _NB.cells
+        if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code"}
+
+
+def edit(grade_id: str, *pairs: tuple[str, str]) -> dict:
+    """The model solution of ``grade_id`` with each (old, new) replaced once."""
+    src = _SOL[grade_id]
+    for old, new in pairs:
+        assert src.count(old) == 1, f"{grade_id}: {old!r} found {src.count(old)} times"
+        src = src.replace(old, new)
+    return {grade_id: src}
+
+
+MANUAL_ATTENTION = """mask = torch.ones(T, T).tril(diagonal=DIAG).bool()
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        weights = F.softmax(scores.masked_fill(~mask, FILL), dim=-1)
+        y = weights @ v"""
+SDPA = "p = self.dropout if self.training else 0.0\n        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p)"
+
+BUGS = [
+    # tokenizer
+    Variant("tok_drops_unknown", edit("tokenizer", (
+        "        unknown = [ch for ch in s if ch not in self.stoi]\n"
+        "        if unknown:\n"
+        "            raise ValueError(f\"character {unknown[0]!r} is not in the vocabulary\")\n"
+        "        return [self.stoi[ch] for ch in s]",
+        "        return [self.stoi[ch] for ch in s if ch in self.stoi]")),
+            lose=("test_tokenizer",), words=("悄悄跳过",)),
+    # get_batch
+    Variant("batch_y_not_shifted", edit("get_batch", ("data[i + 1:i + 1 + block_size]", "data[i:i + block_size]")),
+            lose=("test_get_batch",), words=("y 和 x 完全一样",)),
+    Variant("batch_y_shift_two", edit("get_batch", ("data[i + 1:i + 1 + block_size]", "data[i + 2:i + 2 + block_size]")),
+            lose=("test_get_batch",), words=("挪了两格",)),
+    Variant("batch_start_past_end", edit("get_batch", ("torch.randint(len(data) - block_size,",
+                                                       "torch.randint(len(data) - block_size + 1,")),
+            lose=("test_get_batch",), words=("起点可能越界",)),
+    # GPT
+    Variant("gpt_untied_head", edit("gpt", ("        self.lm_head.weight = self.wte.weight                          # tied: one matrix, two jobs\n", "")),
+            lose=("test_gpt",), words=("没有与词嵌入共享权重",)),
+    Variant("gpt_sees_next_token", edit("gpt", (SDPA, MANUAL_ATTENTION.replace("DIAG", "1").replace("FILL", 'float("-inf")'))),
+            lose=("test_gpt_causal",), words=("看到了位置 i+1",)),
+    Variant("gpt_no_causal_mask", edit("gpt", ("is_causal=True", "is_causal=False")),
+            lose=("test_gpt_causal",), words=("没有因果掩码",)),
+    Variant("gpt_no_length_check", edit("gpt", (
+        "        if T > self.config.n_ctx:\n"
+        "            raise ValueError(f\"input of length {T} is longer than n_ctx = {self.config.n_ctx}\")\n", "")),
+            lose=("test_gpt",), words=("没有检查 T > n_ctx",)),
+    # generate
+    Variant("gen_no_crop", edit("generate", ("context = idx[:, -n_ctx:]", "context = idx")),
+            lose=("test_generate",), words=("上下文没有裁剪",)),
+    Variant("gen_temperature_after_softmax", edit("generate", (
+        "logits = logits[:, -1, :] / temperature", "logits = logits[:, -1, :]"), (
+        "probs = F.softmax(logits, dim=-1)", "probs = F.softmax(logits, dim=-1) / temperature\n"
+                                             "        probs = probs / probs.sum(dim=-1, keepdim=True)")),
+            lose=("test_generate",), words=("温度用在了 softmax 之后",)),
+    Variant("gen_greedy_always", edit("generate", (
+        "nxt = torch.multinomial(probs, 1, generator=generator)", "nxt = probs.argmax(dim=-1, keepdim=True)")),
+            lose=("test_generate",), words=("总是取最大值",)),
+    Variant("gen_topk_smallest", edit("generate", (
+        "kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]\n"
+        "            logits = logits.masked_fill(logits < kth, float(\"-inf\"))",
+        "kth = torch.topk(logits, top_k, dim=-1, largest=False).values[:, -1:]\n"
+        "            logits = logits.masked_fill(logits > kth, float(\"-inf\"))")),
+            lose=("test_generate",), words=("最小的 k 个",)),
+]
+
+CORRECT = [
+    Variant("ok_manual_attention_keyerror_tokenizer", {
+        **edit("gpt", (SDPA, MANUAL_ATTENTION.replace("DIAG", "0").replace("FILL", "-1e9"))),
+        "tokenizer": """class CharTokenizer:
+    def __init__(self, text):
+        vocab = sorted(set(text))
+        self.itos = dict(enumerate(vocab))
+        self.stoi = {c: i for i, c in self.itos.items()}
+        self.vocab_size = len(vocab)
+
+    def encode(self, s):
+        return [self.stoi[c] for c in s]          # KeyError names the character
+
+    def decode(self, ids):
+        return ''.join(self.itos[int(i)] for i in ids)
+"""}),
+    Variant("ok_indexing_batch_sort_topk", {
+        "get_batch": """def get_batch(data, block_size, batch_size, generator=None):
+    ix = torch.randint(0, len(data) - block_size, (batch_size, 1), generator=generator)
+    offsets = torch.arange(block_size)
+    return data[ix + offsets], data[ix + offsets + 1]
+""",
+        "generate": """@torch.no_grad()
+def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+    for _ in range(max_new_tokens):
+        logits, _ = model(idx[:, -model.config.n_ctx:])
+        logits = logits[:, -1, :].double() / temperature
+        if top_k is not None:
+            k = min(top_k, logits.shape[-1])
+            order = logits.argsort(dim=-1, descending=True)
+            drop = order[:, k:]
+            logits = logits.scatter(1, drop, float('-inf'))
+        probs = torch.exp(logits - logits.logsumexp(-1, keepdim=True))
+        idx = torch.cat((idx, torch.multinomial(probs, num_samples=1, generator=generator)), dim=1)
+    return idx
+"""}),
+]
