@@ -29,10 +29,12 @@ c.Execute.interrupt_on_timeout = True
 c.Execute.raise_on_iopub_timeout = False
 
 # Feedback never shows hidden test code (nbgrader #917, #1363): the hidden
-# block is removed from each test cell before the HTML is written. Tracebacks
-# of hidden checks are already a single message (grading.core.GradingFailure).
+# block is removed from each test cell before the HTML is written, and an error
+# in a graded cell keeps only its name and message (a traceback would quote the
+# failing hidden line).
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
+    "coursekit.feedback.HideHiddenTestTracebacks",
     "nbgrader.preprocessors.ClearHiddenTests",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]

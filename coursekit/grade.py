@@ -6,7 +6,7 @@ One command runs small steps, each testable alone:
     autograde  nbgrader autograde, one student at a time per worker, workers over the cores;
                each kernel starts in the sandbox (coursekit.sandbox) with the guard booted
     seals      a test cell keeps its points only if each hidden check left a valid seal
-    feedback   nbgrader generate_feedback (hidden tests stripped), seals removed
+    feedback   nbgrader generate_feedback (hidden tests, their tracebacks and the seals removed)
     export     grades.csv (nbgrader export)
     report     reports/class_report.html and a summary table
 
@@ -33,7 +33,6 @@ from .build import ROOT
 from .nbgrader_run import env_with_bin, nbgrader
 
 STATE = ".grading"
-SEAL_RE = re.compile(r"\s?⟦seal:[a-z0-9_]+:[0-9a-f]{32}⟧")
 CHECK_RE = re.compile(r"\b(check_\w+)\(")
 MAX_OUTPUT_CHARS = 200_000
 
@@ -90,8 +89,11 @@ def intake(root: Path, job: Job) -> None:
         return
     ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells]
     dupes = sorted({i for i in ids if i and ids.count(i) > 1})
-    if dupes:
+    if dupes:  # stock nbgrader would score the whole notebook zero (nbgrader #1083)
         job.flags.append(f"duplicated cells {', '.join(dupes)} (graded once)")
+        nb = _deduplicate(nb)
+        nbformat.write(nb, expected)
+        ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells]
     source = nbformat.read(root / "source" / job.chapter / f"{job.chapter}.ipynb", as_version=4)
     locked = {c.metadata["nbgrader"]["grade_id"] for c in source.cells
               if c.metadata.get("nbgrader", {}).get("locked")}
@@ -100,6 +102,30 @@ def intake(root: Path, job: Job) -> None:
         job.flags.append(f"deleted read-only cells {', '.join(missing)} (restored)")
         _restore_cells(nb, source, missing)
         nbformat.write(nb, expected)
+
+
+def _deduplicate(nb):
+    """Keep the first cell of each grade id: a later copy of a read-only cell
+    is dropped, a later copy of an answer cell stays as plain code. Cell ids
+    are made unique too."""
+    seen, cells = set(), []
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        gid = meta.get("grade_id")
+        if gid and gid in seen:
+            if meta.get("locked") or meta.get("grade") and not meta.get("solution"):
+                continue
+            cell.metadata.pop("nbgrader", None)
+        if gid:
+            seen.add(gid)
+        cells.append(cell)
+    used = set()
+    for i, cell in enumerate(cells):
+        if getattr(cell, "id", None) in used or not getattr(cell, "id", None):
+            cell.id = f"dedup-{i}"
+        used.add(cell.id)
+    nb.cells = cells
+    return nb
 
 
 def _write_release_copy(root: Path, chapter: str, dest: Path) -> None:
@@ -133,6 +159,12 @@ def kernel_spec(state: Path) -> Path:
     return state / "kernels"
 
 
+def _uid(job: Job) -> int:
+    """An unprivileged uid of this notebook's own (not in /etc/passwd)."""
+    import zlib
+    return 200_000 + zlib.crc32(f"{job.chapter}/{job.student}".encode()) % 100_000
+
+
 def autograde_one(root: Path, state: Path, job: Job, sandbox: bool, timeout: int, cell_timeout: int) -> Job:
     keys = state / "keys"
     key = secrets.token_bytes(32)
@@ -145,6 +177,7 @@ def autograde_one(root: Path, state: Path, job: Job, sandbox: bool, timeout: int
         "COURSE_ROOT": str(root), "COURSE_SANDBOX": "1" if sandbox else "0", "COURSE_SEAL_FILE": str(key_file),
         "JUPYTER_PATH": str(kernel_spec(state)), "JUPYTER_RUNTIME_DIR": str(runtime),
         "COURSE_CELL_TIMEOUT": str(cell_timeout), "PYTHONDONTWRITEBYTECODE": "1",
+        "COURSE_SANDBOX_UID": str(_uid(job)),
     })
     log = state / "logs" / f"{job.chapter}__{job.student}.log"
     start = time.monotonic()
@@ -177,6 +210,21 @@ def _kill_group(proc) -> None:
     except ProcessLookupError:
         pass
     proc.wait()
+
+
+def fallback(root: Path, state: Path, job: Job, sandbox: bool, timeout: int, cell_timeout: int) -> None:
+    log = state / "logs" / f"{job.chapter}__{job.student}.log"
+    text = log.read_text(errors="replace") if log.exists() else ""
+    reason = ("kernel died" if ("Kernel died" in text or "DeadKernel" in text) else
+              "notebook time limit reached" if any("time limit" in f for f in job.flags) else "autograde failed")
+    job.flags = [f for f in job.flags if not f.startswith("autograde failed")]
+    nb = root / "submitted" / job.student / job.chapter / f"{job.chapter}.ipynb"
+    if nb.exists():
+        nb.replace(nb.with_suffix(".ipynb.failed"))
+    _write_release_copy(root, job.chapter, nb)
+    job.flags.append(f"{reason}; scored as empty (original kept as {nb.name}.failed)")
+    job.ok = True
+    autograde_one(root, state, job, sandbox, timeout, cell_timeout)
 
 
 # ------------------------------------------------------------------ after autograde
@@ -254,17 +302,6 @@ def check_seals(root: Path, state: Path, job: Job, gb) -> None:
         job.flags.append("huge output (cut)")
 
 
-def strip_seals(root: Path, chapter: str, students: list[str]) -> None:
-    for s in students:
-        html = root / "feedback" / s / chapter / f"{chapter}.html"
-        if html.exists():
-            text = html.read_text(encoding="utf-8")
-            new = SEAL_RE.sub("", text)
-            if new != text:
-                os.chmod(html, 0o644)
-                html.write_text(new, encoding="utf-8")
-
-
 # ------------------------------------------------------------------ the command
 
 def ensure_assignments(root: Path, chapters: list[str], state: Path) -> None:
@@ -329,6 +366,9 @@ def grade(root: Path = ROOT, chapter: str | None = None, student: str | None = N
         job.flags.remove("retry: gradebook busy")
         job.ok = True
         autograde_one(root, state, job, sandbox, timeout, cell_timeout)
+    for job in todo:  # a notebook nbgrader could not finish is scored as empty, and says why
+        if not (root / "autograded" / job.student / job.chapter / f"{job.chapter}.ipynb").exists():
+            fallback(root, state, job, sandbox, timeout, cell_timeout)
 
     with Gradebook(_db_url(root)) as gb:
         for job in todo:
@@ -338,7 +378,6 @@ def grade(root: Path = ROOT, chapter: str | None = None, student: str | None = N
                 job.flags.append(f"not graded ({type(exc).__name__})")
     for ch in chapters:
         nbgrader(["generate_feedback", ch, "--force", "--log-level=ERROR"], root, check=False)
-        strip_seals(root, ch, [j.student for j in todo if j.chapter == ch])
     nbgrader(["export", "--to", str(root / "grades.csv"), "--log-level=ERROR"], root)
     for f in (state / "keys").glob("*.key"):
         f.unlink()

@@ -10,6 +10,8 @@ COURSE_SANDBOX      "1" to use bubblewrap, "0" to run unsandboxed (limits still 
 COURSE_MEM_MB       address-space limit of the kernel (default 6144)
 COURSE_NPROC        process/thread limit of the sandbox user (default 256)
 COURSE_SEAL_FILE    file holding this notebook's seal key (read here, passed on a pipe)
+COURSE_SANDBOX_UID  the unprivileged uid the kernel runs as; one per notebook, so that the
+                    process limit of one submission (a fork bomb) cannot starve another
 
 Inside the sandbox the kernel sees the machine read-only, its own working
 folder (the student's autograded notebook folder) writable, a private /tmp,
@@ -23,7 +25,7 @@ import resource
 import shutil
 import sys
 
-NOBODY = 65534
+NOBODY = 65534  # the default sandbox user; the pipeline gives each notebook its own uid instead
 
 
 def sandbox_available() -> tuple[bool, str]:
@@ -110,12 +112,13 @@ def main(argv: list[str]) -> None:
         os.execve(kernel[0], kernel, env)
 
     nproc = int(os.environ.get("COURSE_NPROC", "256"))
+    uid = int(os.environ.get("COURSE_SANDBOX_UID", NOBODY))
     os.chmod(conn, 0o644)
     try:
-        os.chown(cwd, NOBODY, NOBODY)
+        os.chown(cwd, uid, uid)
     except OSError:
         pass
-    drop = [shutil.which("setpriv") or "setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+    drop = [shutil.which("setpriv") or "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
             "--inh-caps=-all", "--bounding-set=-all"]
     limit = [shutil.which("prlimit") or "prlimit", f"--nproc={nproc}", "--"]
     cmd = bwrap_args(root, cwd, conn) + ["--"] + limit + drop + ["--"] + kernel

@@ -105,7 +105,8 @@ def _closure():
             for attr, obj in snap[name].items():
                 if attr in allowed or (name == "helpers.i18n"):
                     continue
-                if now.get(attr, _MISSING) is not obj:
+                new = now.get(attr, _MISSING)
+                if new is not obj and not _library_wrapper(new, obj):
                     out.append(f"{name}.{attr}")
         torch = mods.get("torch")
         if torch is not None:
@@ -149,6 +150,21 @@ def _closure():
 
 
 _MISSING = object()
+
+
+def _library_wrapper(new, old) -> bool:
+    """torch wraps some of its own functions when torch._dynamo is imported
+    (e.g. torch.manual_seed): a wrapper whose code lives in torch's package
+    and that wraps exactly the recorded function is not tampering."""
+    import os
+    code = getattr(new, "__code__", None)
+    if code is None or getattr(new, "__wrapped__", None) is not old:
+        return False
+    torch = sys.modules.get("torch")
+    root = os.path.dirname(getattr(torch, "__file__", "") or "")
+    return bool(root) and os.path.abspath(code.co_filename).startswith(root + os.sep)
+
+
 boot, changed, seal, is_grading_code, _set_hook = _closure()
 del _closure
 

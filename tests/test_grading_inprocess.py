@@ -32,7 +32,7 @@ def solution_namespace(chapter: str, replace: dict[str, str]) -> dict:
             src = replace.get(meta["grade_id"], cell.source)
             name = f"/tmp/ipykernel_course/{meta['grade_id']}.py"   # like IPython: a file name with source
             linecache.cache[name] = (len(src), None, src.splitlines(True), name)
-            exec(compile(src, name, "exec"), ns)
+            exec(compile(src, name, "exec", dont_inherit=True), ns)
     return ns
 
 
