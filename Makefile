@@ -12,7 +12,7 @@ endif
 override LANG := C.UTF-8
 export LANG
 
-.PHONY: help env lab test source release dist grade
+.PHONY: help env lab test source release dist grade bench bench-train
 
 help:
 	@$(PY) course.py help
@@ -38,3 +38,10 @@ dist:     ## the student packs, one zip per language, in dist/
 # make grade [CHAPTER=ch01_attention] [STUDENT=alice]
 grade:    ## autograde submitted/, feedback, grades.csv, class report
 	$(PY) course.py grade $(if $(CHAPTER),--chapter $(CHAPTER)) $(if $(STUDENT),--student $(STUDENT))
+
+bench:    ## the benchmarks; output kept under bench/results/
+	$(PY) course.py bench
+
+# make bench-train TEXT=path/to/text.txt SECONDS=92
+bench-train:
+	$(PY) course.py bench-train --text $(TEXT) --seconds $(or $(SECONDS),92)

@@ -5,6 +5,12 @@
     python course.py test                run the whole test suite
     python course.py source [--lang en]  build source/ from notebooks/
     python course.py release             regenerate release/ from source/
+    python course.py grade [--chapter C] [--student S] [--unsandboxed]
+                                         grade submitted/: autograde, feedback, grades.csv, report
+    python course.py dist                the student packs (dist/*.zip), one per language
+    python course.py bench               the benchmarks (output in bench/results/)
+    python course.py bench-train --text PATH --seconds N
+                                         the training recipe against nanoGPT's CPU recipe
 
 Each command first creates the local environment (.venv) when it is missing or
 when requirements.txt / pyproject.toml changed, using only the standard library.
@@ -141,6 +147,17 @@ def main(argv: list[str]) -> int:
         return cmd_test(rest)
     if cmd == "env":
         return 0
+    if cmd == "bench":
+        ensure_system_packages()
+        rc = 0
+        for script, args in (("bench/grading.py", []), ("bench/efficiency.py", ["--out", "bench/results"])):
+            say(f"benchmark: {script}")
+            rc |= run([str(PYTHON), script, *args, *rest])
+        return rc
+    if cmd == "bench-train":
+        args = rest or ["--seconds", "92"]
+        return run([str(PYTHON), "bench/train_gpt.py", "--recipe", "both",
+                    "--out", "bench/results/bench_train.jsonl", *args])
     return run([str(PYTHON), "-m", "coursekit.cli", cmd, *rest])
 
 
