@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
 import nbformat
 import pytest

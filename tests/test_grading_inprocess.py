@@ -50,12 +50,6 @@ def params(attr):
             for lang in ("zh", "en")]
 
 
-@pytest.fixture(autouse=True)
-def _reset_language():
-    yield
-    set_language("zh")
-
-
 @pytest.mark.parametrize("chapter,variant,lang", params("BUGS"))
 def test_bug_fails_hidden_check_with_diagnosis(chapter, variant: Variant, lang):
     set_language(lang)

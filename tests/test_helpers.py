@@ -13,13 +13,6 @@ from helpers import get_language, set_language, t  # noqa: E402
 from helpers import checks, plots, scaling, widgets  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _zh():
-    set_language("zh")
-    yield
-    set_language("zh")
-
-
 def test_language_switch_and_t():
     assert get_language() == "zh" and t("中", "en") == "中"
     set_language("en")

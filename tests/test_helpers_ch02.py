@@ -15,13 +15,6 @@ from helpers import calculator, calculator_view, set_language  # noqa: E402
 NEG_INF = float("-inf")
 
 
-@pytest.fixture(autouse=True)
-def _zh():
-    set_language("zh")
-    yield
-    set_language("zh")
-
-
 def test_inputs_are_fixed_and_sized_like_the_seed():
     x, w_q, w_k, w_v = calculator.inputs()
     assert x.shape == (5, 4) and w_q.shape == w_k.shape == w_v.shape == (4, 4)

@@ -10,13 +10,6 @@ matplotlib.use("Agg")
 from helpers import heads, set_language  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _zh():
-    set_language("zh")
-    yield
-    set_language("zh")
-
-
 def test_tokenize_words_characters_and_limit():
     assert heads.tokenize("the cat  sat") == ["the", "cat", "sat"]
     assert heads.tokenize("猫坐在垫子上") == ["猫", "坐", "在", "垫", "子", "上"]

@@ -16,13 +16,6 @@ from helpers import ffn_plots, norm_placement  # noqa: E402
 from helpers.block_attention import CausalAttention  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _zh():
-    set_language("zh")
-    yield
-    set_language("zh")
-
-
 def test_causal_attention_shape_params_and_causality():
     torch.manual_seed(0)
     attn = CausalAttention(16, 4)

@@ -11,13 +11,6 @@ from helpers import model_cards as mc  # noqa: E402
 from helpers import param_demo, set_language  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _zh():
-    set_language("zh")
-    yield
-    set_language("zh")
-
-
 def test_measured_counts_of_the_chapter_checkpoints():
     assert sum(mc.measure_card(mc.card("GPT-2 small")).values()) == 124_439_808
     assert sum(mc.measure_card(mc.card("LLaMA-2 7B")).values()) == 6_738_415_616

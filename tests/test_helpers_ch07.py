@@ -13,14 +13,7 @@ import torch.nn.functional as F
 
 matplotlib.use("Agg")
 
-from helpers import attention_maps, corpora, set_language, training  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _zh():
-    set_language("zh")
-    yield
-    set_language("zh")
+from helpers import attention_maps, corpora, training  # noqa: E402
 
 
 # ------------------------------------------------------------------ corpora

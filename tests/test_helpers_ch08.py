@@ -15,13 +15,6 @@ from helpers import online_softmax_viz as osv  # noqa: E402
 from helpers import set_language  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _zh():
-    set_language("zh")
-    yield
-    set_language("zh")
-
-
 def test_fit_slope_recovers_powers():
     xs = [16, 32, 64, 128]
     assert cost.fit_slope(xs, [3 * x ** 2 for x in xs]) == pytest.approx(2.0)
