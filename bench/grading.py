@@ -60,7 +60,7 @@ def stock(root: Path, chapter: str) -> float:
 def pipeline(root: Path, chapter: str) -> tuple[float, list]:
     from coursekit import grade
     t = time.monotonic()
-    jobs = grade.grade(root, chapter=chapter, sandbox=True, quiet=True, report=False)
+    jobs = grade.grade(root, chapter=chapter, sandbox=True, quiet=True, report=True)
     return time.monotonic() - t, jobs
 
 
@@ -78,6 +78,8 @@ def main() -> None:
         make_class(b, args.chapter, args.students)
         t_stock = stock(a, args.chapter)
         t_pipe, jobs = pipeline(b, args.chapter)
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        shutil.copy(b / "reports" / "class_report.html", Path(args.out) / "class_report_synthetic.html")
     per = sorted(j.seconds for j in jobs)
     result = {
         "chapter": args.chapter, "students": args.students,
