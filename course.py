@@ -150,7 +150,7 @@ def main(argv: list[str]) -> int:
     if cmd == "bench":
         ensure_system_packages()
         rc = 0
-        for script, args in (("bench/grading.py", []), ("bench/efficiency.py", ["--out", "bench/results"])):
+        for script, args in (("bench/grade_throughput.py", []), ("bench/efficiency.py", ["--out", "bench/results"])):
             say(f"benchmark: {script}")
             rc |= run([str(PYTHON), script, *args, *rest])
         return rc

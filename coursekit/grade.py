@@ -374,8 +374,10 @@ def grade(root: Path = ROOT, chapter: str | None = None, student: str | None = N
         for job in todo:
             try:
                 check_seals(root, state, job, gb)
-            except Exception as exc:  # noqa: BLE001
-                job.flags.append(f"not graded ({type(exc).__name__})")
+            except Exception as exc:  # noqa: BLE001  (fail closed: no verified seal, no points)
+                gb.db.rollback()
+                _zero_auto_scores(gb, job)
+                job.flags.append(f"seals could not be checked ({type(exc).__name__}: {exc}); auto scores set to 0")
     for ch in chapters:
         nbgrader(["generate_feedback", ch, "--force", "--log-level=ERROR"], root, check=False)
     nbgrader(["export", "--to", str(root / "grades.csv"), "--log-level=ERROR"], root)
@@ -387,6 +389,17 @@ def grade(root: Path = ROOT, chapter: str | None = None, student: str | None = N
     say(report_mod.summary_table(root, todo))
     say(f"grade: done in {time.monotonic() - t0:.0f} s; grades.csv, feedback/, autograded/ updated")
     return todo
+
+
+def _zero_auto_scores(gb, job: Job) -> None:
+    try:
+        sub = gb.find_submission_notebook(job.chapter, job.chapter, job.student)
+    except Exception:  # noqa: BLE001 (never graded: nothing to take away)
+        return
+    for grade in sub.grades:
+        if grade.auto_score:
+            grade.auto_score = 0.0
+    gb.db.commit()
 
 
 def _db_url(root: Path) -> str:

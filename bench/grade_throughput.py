@@ -1,7 +1,7 @@
 """Throughput of grading a class: stock `nbgrader autograde` against the
 course pipeline (`make grade`, sandbox on), on the same synthetic class.
 
-    python bench/grading.py [--students 12] [--chapter ch01_attention] [--out bench/results]
+    python bench/grade_throughput.py [--students 12] [--chapter ch01_attention] [--out bench/results]
 
 The class mixes correct, buggy and hostile submissions (from the known-bug
 catalogue and the hostile suite). Both runs start from a fresh copy of the
@@ -92,7 +92,7 @@ def main() -> None:
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "grading.json").write_text(json.dumps(result, indent=1))
+    (out / "grade_throughput.json").write_text(json.dumps(result, indent=1))
     print(json.dumps(result, indent=1))
 
 
