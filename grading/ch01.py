@@ -9,7 +9,7 @@ import torch
 from helpers.i18n import t
 
 from .core import (ATTENTION_FAMILY, SOFTMAX_FAMILY, Bug, GradingFailure, call, close, diagnose, failure,
-                   forbidden, passed, seeded, show)
+                   forbidden, passed, seeded, show, expect_autograd)
 
 FORBIDDEN = SOFTMAX_FAMILY | ATTENTION_FAMILY
 
@@ -120,10 +120,7 @@ def check_softmax(softmax) -> None:
     with forbidden(FORBIDDEN, "softmax"):
         out = call(softmax, x, dim=-1, what=t(f"{what}（需要梯度的输入）", f"{what} (input with requires_grad)"))
     n += 1
-    if not isinstance(out, torch.Tensor) or not out.requires_grad:
-        raise GradingFailure(t(f"{what}：输出断开了计算图（用了 .detach()、.item() 或 numpy？），梯度无法传回。",
-                               f"{what}: the output is cut off from autograd (.detach(), .item() or numpy?), "
-                               "so no gradient can flow back."))
+    expect_autograd(out, what)
     passed(what, n)
 
 

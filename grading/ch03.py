@@ -15,7 +15,7 @@ from torch import nn
 
 from helpers.i18n import t
 
-from .core import Bug, GradingFailure, as_f64, call, close, diagnose, failure, passed, seeded, show
+from .core import Bug, GradingFailure, as_f64, call, close, diagnose, failure, passed, seeded, show, expect_autograd
 
 
 # ---------------------------------------------------------------- references (float64)
@@ -235,10 +235,7 @@ def check_split_heads(split_heads) -> None:
     x = torch.randn(2, 3, 8, generator=gen, requires_grad=True)
     out = call(split_heads, x, 2, what=t(f"{what}（需要梯度的输入）", f"{what} (input with requires_grad)"))
     n += 1
-    if not isinstance(out, torch.Tensor) or not out.requires_grad:
-        raise GradingFailure(t(f"{what}：输出断开了计算图（.detach()、numpy？），梯度无法传回。",
-                               f"{what}: the output is cut off from autograd (.detach(), numpy?), so no gradient "
-                               "can flow back."))
+    expect_autograd(out, what)
     passed(what, n)
 
 

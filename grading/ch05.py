@@ -9,7 +9,7 @@ from torch import nn
 from helpers.i18n import t
 
 from .core import (LAYER_NORM_FAMILY, Bug, GradingFailure, call, close, diagnose, failure, forbidden, passed,
-                   seeded, show)
+                   seeded, show, expect_autograd)
 
 F64 = torch.float64
 
@@ -225,10 +225,7 @@ def check_layer_norm(layer_norm) -> None:
     with forbidden(LAYER_NORM_FAMILY, what):
         out = call(layer_norm, x, *d8, what=t(f"{what}（需要梯度的输入）", f"{what} (input with requires_grad)"))
     n += 1
-    if not isinstance(out, torch.Tensor) or not out.requires_grad:
-        raise GradingFailure(t(f"{what}：输出断开了计算图（用了 .detach()、.item() 或 numpy？），梯度无法传回。",
-                               f"{what}: the output is cut off from autograd (.detach(), .item() or numpy?), "
-                               "so no gradient can flow back."))
+    expect_autograd(out, what)
     passed(what, n)
 
 

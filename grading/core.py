@@ -191,6 +191,14 @@ def failure(what: str, expected: str, got: str, bug: Bug | None = None, hint: st
     return GradingFailure("\n".join(lines))
 
 
+def expect_autograd(out, what: str) -> None:
+    """Fail unless ``out`` is a tensor still connected to autograd."""
+    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+        raise GradingFailure(t(f"{what}：输出断开了计算图（用了 .detach()、.item() 或 numpy？），梯度无法传回。",
+                               f"{what}: the output is cut off from autograd (.detach(), .item() or numpy?), "
+                               "so no gradient can flow back."))
+
+
 def passed(what: str, n_checks: int) -> None:
     """Report a passed check (and, under the grading pipeline, seal it)."""
     ensure_untampered(what)
