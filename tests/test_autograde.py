@@ -55,9 +55,6 @@ def test_known_bug_loses_points_and_is_named(chapter, variant, tmp_path_factory)
         text = res.feedback[gid]
         for word in variant.words:
             assert word in text, f"feedback of {gid} for {variant.name} lacks {word!r}:\n{text}"
-    solution_ids = set(res.scores) - set(variant.lose)
-    for gid in solution_ids:
-        pass  # other cells may legitimately fail when a shared function is wrong
 
 
 @pytest.mark.parametrize("chapter,variant", cases("CORRECT"))
