@@ -165,7 +165,72 @@ def _uid(job: Job) -> int:
     return 200_000 + zlib.crc32(f"{job.chapter}/{job.student}".encode()) % 100_000
 
 
-def autograde_one(root: Path, state: Path, job: Job, sandbox: bool, timeout: int, cell_timeout: int) -> Job:
+# nbgrader itself takes ~2 s to import; a fork server imports it once and forks a
+# fresh process for each nbgrader command (a private state for each notebook,
+# and a process group that can be killed as a whole).
+_NB_PRELOAD = ["nbgrader.apps.nbgraderapp", "nbgrader.apps.autogradeapp", "nbgrader.apps.generatefeedbackapp",
+               "nbgrader.apps.generateassignmentapp", "nbgrader.apps.exportapp", "nbgrader.converters",
+               "nbgrader.api", "nbgrader.preprocessors", "nbconvert", "nbclient", "jupyter_client",
+               "coursekit.feedback"]
+_CTX = None
+
+
+def _context():
+    global _CTX
+    if _CTX is None:
+        import multiprocessing as mp
+        _CTX = mp.get_context("forkserver")
+        _CTX.set_forkserver_preload(_NB_PRELOAD)
+    return _CTX
+
+
+def _nbgrader_main(args: list[str], root: str, env: dict, log_path: str) -> None:
+    """A forked nbgrader command: its own session, output to ``log_path``."""
+    os.setsid()
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.chdir(root)
+    os.environ.clear()
+    os.environ.update(env)
+    sys.argv = ["nbgrader", *args]
+    code = 0
+    try:
+        from nbgrader.apps.nbgraderapp import NbGraderApp
+        NbGraderApp.launch_instance(argv=args)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # noqa: BLE001
+        import traceback
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def run_nbgrader(args: list[str], root: Path, env: dict, log: Path, timeout: float | None = None) -> int | None:
+    """Run one nbgrader command in a process forked from the warm fork server;
+    returns its exit code, or None when it ran past ``timeout`` (then its whole
+    process group, kernel launcher included, is killed)."""
+    import signal
+    proc = _context().Process(target=_nbgrader_main, args=(args, str(root), env, str(log)), daemon=False)
+    proc.start()
+    proc.join(timeout)
+    if proc.is_alive():
+        for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), lambda: os.kill(proc.pid, signal.SIGKILL)):
+            try:
+                kill()
+            except OSError:
+                pass
+        proc.join()
+        return None
+    return proc.exitcode
+
+
+def autograde_one(root: Path, state: Path, job: Job, sandbox: bool, timeout: int, cell_timeout: int,
+                  extra_env: dict | None = None) -> Job:
     keys = state / "keys"
     key = secrets.token_bytes(32)
     key_file = keys / f"{job.chapter}__{job.student}.key"
@@ -177,20 +242,14 @@ def autograde_one(root: Path, state: Path, job: Job, sandbox: bool, timeout: int
         "COURSE_ROOT": str(root), "COURSE_SANDBOX": "1" if sandbox else "0", "COURSE_SEAL_FILE": str(key_file),
         "JUPYTER_PATH": str(kernel_spec(state)), "JUPYTER_RUNTIME_DIR": str(runtime),
         "COURSE_CELL_TIMEOUT": str(cell_timeout), "PYTHONDONTWRITEBYTECODE": "1",
-        "COURSE_SANDBOX_UID": str(_uid(job)),
+        "COURSE_SANDBOX_UID": str(_uid(job)), **(extra_env or {}),
     })
     log = state / "logs" / f"{job.chapter}__{job.student}.log"
     start = time.monotonic()
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "nbgrader", "autograde", job.chapter,
-                                 f"--student={job.student}", "--force", "--log-level=WARN"],
-                                cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            rc = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            rc = None
-            job.flags.append(f"notebook time limit ({timeout} s) reached")
+    rc = run_nbgrader(["autograde", job.chapter, f"--student={job.student}", "--force", "--log-level=WARN"],
+                      root, env, log, timeout)
+    if rc is None:
+        job.flags.append(f"notebook time limit ({timeout} s) reached")
     job.seconds = time.monotonic() - start
     text = log.read_text(errors="replace")
     if rc not in (0, None):
@@ -203,16 +262,8 @@ def autograde_one(root: Path, state: Path, job: Job, sandbox: bool, timeout: int
     return job
 
 
-def _kill_group(proc) -> None:
-    import signal
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
-def fallback(root: Path, state: Path, job: Job, sandbox: bool, timeout: int, cell_timeout: int) -> None:
+def fallback(root: Path, state: Path, job: Job, sandbox: bool, timeout: int, cell_timeout: int,
+             extra_env: dict | None = None) -> None:
     log = state / "logs" / f"{job.chapter}__{job.student}.log"
     text = log.read_text(errors="replace") if log.exists() else ""
     reason = ("kernel died" if ("Kernel died" in text or "DeadKernel" in text) else
@@ -225,6 +276,54 @@ def fallback(root: Path, state: Path, job: Job, sandbox: bool, timeout: int, cel
     job.flags.append(f"{reason}; scored as empty (original kept as {nb.name}.failed)")
     job.ok = True
     autograde_one(root, state, job, sandbox, timeout, cell_timeout)
+
+
+class Zygote:
+    """The warm kernel factory of one grading run (coursekit.zygote), in the
+    sandbox when grading is sandboxed. ``socket`` is None when it could not
+    start; kernels then start one by one, as without it."""
+
+    def __init__(self, root: Path, state: Path, sandbox: bool):
+        from .sandbox import zygote_command
+        self.socket = None
+        self.proc = None
+        zdir, spool = state / "zygote", state / "spool"
+        for d, mode in ((zdir, 0o700), (spool, 0o711)):
+            shutil.rmtree(d, ignore_errors=True)
+            d.mkdir(parents=True)
+            os.chmod(d, mode)
+        sock = zdir / "sock"
+        self.log = state / "logs" / "zygote.log"
+        out = open(self.log, "w")
+        self.proc = subprocess.Popen(zygote_command(str(root), str(state), sandbox), cwd=zdir,
+                                     env=env_with_bin({"COURSE_ROOT": str(root), "PYTHONDONTWRITEBYTECODE": "1"}),
+                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        out.close()
+        self.sock = sock
+
+    def wait(self, say=print, limit: float = 120) -> None:
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            if self.sock.exists() and "zygote: ready" in self.log.read_text(errors="replace"):
+                self.socket = str(self.sock)
+                return
+            time.sleep(0.05)
+        say(f"grade: note: the warm kernel factory did not start (see {self.log}); kernels start one by one")
+        self.close()
+
+    def close(self) -> None:
+        import signal
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                self.proc.wait()
+        self.proc = None
 
 
 # ------------------------------------------------------------------ after autograde
@@ -309,17 +408,17 @@ def ensure_assignments(root: Path, chapters: list[str], state: Path) -> None:
     read-only cells and to know the points), without touching release/."""
     scratch = state / "release-scratch"
     for ch in chapters:
-        nbgrader(["generate_assignment", ch, "--force", "--log-level=ERROR",
-                  f"--CourseDirectory.release_directory={scratch}"], root)
+        log = state / "logs" / f"generate_assignment__{ch}.log"
+        rc = run_nbgrader(["generate_assignment", ch, "--force", "--log-level=ERROR",
+                           f"--CourseDirectory.release_directory={scratch}"], root, env_with_bin(), log)
+        if rc != 0:
+            raise SystemExit(f"grade: nbgrader generate_assignment {ch} failed:\n{log.read_text(errors='replace')}")
     shutil.rmtree(scratch, ignore_errors=True)
 
 
 def grade(root: Path = ROOT, chapter: str | None = None, student: str | None = None, jobs: int | None = None,
           sandbox: bool = True, timeout: int = 600, cell_timeout: int = 120, report: bool = True,
-          quiet: bool = False) -> list[Job]:
-    from nbgrader.api import Gradebook
-
-    from . import report as report_mod
+          quiet: bool = False, warm: bool = True) -> list[Job]:
     from .sandbox import sandbox_available
 
     root = Path(root).resolve()
@@ -340,19 +439,62 @@ def grade(root: Path = ROOT, chapter: str | None = None, student: str | None = N
     for sub in ("keys", "logs", "runtime"):
         (state / sub).mkdir(parents=True, exist_ok=True)
     os.chmod(state / "keys", 0o700)
-    chapters = sorted({j.chapter for j in todo})
-    ensure_assignments(root, chapters, state)
-    for job in todo:
-        intake(root, job)
-
-    workers = jobs or max(1, os.cpu_count() or 1)
-    say(f"grade: {len(todo)} notebooks ({len(chapters)} chapters), {workers} workers, "
-        f"sandbox {'on' if sandbox else 'OFF'}")
     t0 = time.monotonic()
+    clock = Clock()
+    chapters = sorted({j.chapter for j in todo})
+    zygote = Zygote(root, state, sandbox) if warm else None   # imports torch while the gradebook is set up
+    with clock("setup (gradebook, intake)"):
+        ensure_assignments(root, chapters, state)
+        for job in todo:
+            intake(root, job)
+    workers = jobs or max(1, os.cpu_count() or 1)
+    if zygote:
+        with clock("kernel factory start (waiting)"):
+            zygote.wait(say)
+    extra = {"COURSE_KERNEL_THREADS": str(max(1, (os.cpu_count() or 1) // workers))}
+    if zygote and zygote.socket:
+        extra["COURSE_ZYGOTE"] = zygote.socket
+    say(f"grade: {len(todo)} notebooks ({len(chapters)} chapters), {workers} workers, "
+        f"sandbox {'on' if sandbox else 'OFF'}, kernels {'warm (forked)' if 'COURSE_ZYGOTE' in extra else 'cold'}")
+    try:
+        with clock("autograde"):
+            _autograde_all(root, state, todo, workers, sandbox, timeout, cell_timeout, extra, say, t0)
+    finally:
+        if zygote:
+            zygote.close()
+        shutil.rmtree(state / "spool", ignore_errors=True)
+    _after_autograde(root, state, todo, chapters, report, say, clock)
+    clock.times["total"] = time.monotonic() - t0
+    (state / "timings.json").write_text(json.dumps({k: round(v, 2) for k, v in clock.times.items()}, indent=1))
+    say("grade: where the time went: " + ", ".join(f"{k} {v:.1f} s" for k, v in clock.times.items()))
+    return todo
+
+
+class Clock:
+    """Wall time per phase of a grading run (printed, and kept in .grading/timings.json)."""
+
+    def __init__(self):
+        self.times: dict[str, float] = {}
+
+    def __call__(self, name: str):
+        import contextlib
+
+        @contextlib.contextmanager
+        def phase():
+            t = time.monotonic()
+            try:
+                yield
+            finally:
+                self.times[name] = self.times.get(name, 0.0) + time.monotonic() - t
+        return phase()
+
+
+def _autograde_all(root, state, todo, workers, sandbox, timeout, cell_timeout, extra, say, t0) -> None:
     done = 0
     retry: list[Job] = []
     with cf.ThreadPoolExecutor(workers) as pool:
-        futures = {pool.submit(autograde_one, root, state, j, sandbox, timeout, cell_timeout): j for j in todo}
+        futures = {pool.submit(autograde_one, root, state, j, sandbox, timeout, cell_timeout, extra): j
+                   for j in todo}
         for fut in cf.as_completed(futures):
             job = fut.result()
             done += 1
@@ -365,12 +507,18 @@ def grade(root: Path = ROOT, chapter: str | None = None, student: str | None = N
     for job in retry:  # once more, alone
         job.flags.remove("retry: gradebook busy")
         job.ok = True
-        autograde_one(root, state, job, sandbox, timeout, cell_timeout)
+        autograde_one(root, state, job, sandbox, timeout, cell_timeout, extra)
     for job in todo:  # a notebook nbgrader could not finish is scored as empty, and says why
         if not (root / "autograded" / job.student / job.chapter / f"{job.chapter}.ipynb").exists():
-            fallback(root, state, job, sandbox, timeout, cell_timeout)
+            fallback(root, state, job, sandbox, timeout, cell_timeout, extra)
 
-    with Gradebook(_db_url(root)) as gb:
+
+def _after_autograde(root, state, todo, chapters, report, say, clock) -> None:
+    from nbgrader.api import Gradebook
+
+    from . import report as report_mod
+
+    with clock("seal check"), Gradebook(_db_url(root)) as gb:
         for job in todo:
             try:
                 check_seals(root, state, job, gb)
@@ -378,17 +526,23 @@ def grade(root: Path = ROOT, chapter: str | None = None, student: str | None = N
                 gb.db.rollback()
                 _zero_auto_scores(gb, job)
                 job.flags.append(f"seals could not be checked ({type(exc).__name__}: {exc}); auto scores set to 0")
-    for ch in chapters:
-        nbgrader(["generate_feedback", ch, "--force", "--log-level=ERROR"], root, check=False)
-    nbgrader(["export", "--to", str(root / "grades.csv"), "--log-level=ERROR"], root)
+    with clock("feedback"):
+        for ch in chapters:
+            run_nbgrader(["generate_feedback", ch, "--force", "--log-level=ERROR"], root, env_with_bin(),
+                         state / "logs" / f"generate_feedback__{ch}.log")
+    log = state / "logs" / "export.log"
+    with clock("export"):
+        if run_nbgrader(["export", "--to", str(root / "grades.csv"), "--log-level=ERROR"], root, env_with_bin(),
+                        log):
+            raise SystemExit(f"grade: nbgrader export failed:\n{log.read_text(errors='replace')}")
     for f in (state / "keys").glob("*.key"):
         f.unlink()
-    if report:
-        path = report_mod.write_report(root, todo)
-        say(f"grade: class report {path.relative_to(root)}")
-    say(report_mod.summary_table(root, todo))
-    say(f"grade: done in {time.monotonic() - t0:.0f} s; grades.csv, feedback/, autograded/ updated")
-    return todo
+    with clock("report"):
+        if report:
+            path = report_mod.write_report(root, todo)
+            say(f"grade: class report {path.relative_to(root)}")
+        say(report_mod.summary_table(root, todo))
+    say(f"grade: done in {sum(clock.times.values()):.0f} s; grades.csv, feedback/, autograded/ updated")
 
 
 def _zero_auto_scores(gb, job: Job) -> None:

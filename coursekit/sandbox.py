@@ -50,7 +50,9 @@ def _limits(mem_mb: int) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (512 * 2**20, 512 * 2**20))
 
 
-def bwrap_args(root: str, cwd: str, conn: str) -> list[str]:
+def bwrap_args(root: str, cwd: str, conn: str | None, writable: tuple[str, ...] = ()) -> list[str]:
+    """bubblewrap's arguments: the machine read-only, the course folder hidden,
+    ``cwd`` (and ``writable``) writable, the connection file ``conn`` alone read-only."""
     root = os.path.realpath(root)
     args = [shutil.which("bwrap") or "bwrap", "--die-with-parent", "--unshare-pid", "--unshare-ipc",
             "--unshare-uts", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
@@ -69,10 +71,13 @@ def bwrap_args(root: str, cwd: str, conn: str) -> list[str]:
     for path in [venv, base, *keep]:
         if any(path == h or path.startswith(h + os.sep) for h in hidden) and os.path.exists(path):
             args += ["--ro-bind", path, path]
-    args += ["--bind", cwd, cwd, "--ro-bind", conn, conn]   # the connection file alone, not its folder
+    for path in (cwd, *writable):
+        args += ["--bind", path, path]
+    if conn:
+        args += ["--ro-bind", conn, conn]   # the connection file alone, not its folder
     # folders bwrap creates on the way to a bound path are private (0700): open them up for the kernel's user
     parents = set()
-    for path in [cwd, conn, venv, base, *keep]:
+    for path in [cwd, *writable, *([conn] if conn else []), venv, base, *keep]:
         p = os.path.dirname(path)
         while p not in ("/", ""):
             parents.add(p)
@@ -84,6 +89,91 @@ def bwrap_args(root: str, cwd: str, conn: str) -> list[str]:
     args += ["--chdir", cwd, "--setenv", "HOME", "/tmp", "--setenv", "MPLCONFIGDIR", "/tmp/mpl",
              "--setenv", "IPYTHONDIR", "/tmp/ipython"]
     return args
+
+
+# ------------------------------------------------------------------ the warm kernel factory
+
+ZYGOTE_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH",
+               "CAP_FOWNER")
+
+
+def zygote_command(root: str, state: str, sandbox: bool = True) -> list[str]:
+    """The command that runs the zygote (coursekit.zygote) for the grading run
+    whose private folder is ``state``: inside bubblewrap like a single kernel,
+    with ``state/zygote`` (its socket, root-only) and ``state/spool`` (the
+    kernels' working folders) writable."""
+    zdir, spool = os.path.join(state, "zygote"), os.path.join(state, "spool")
+    cmd = [sys.executable, "-m", "coursekit.zygote", os.path.join(zdir, "sock")]
+    if not sandbox:
+        return cmd
+    args = bwrap_args(root, zdir, None, writable=(spool,))
+    if os.geteuid() == 0:
+        for cap in ZYGOTE_CAPS:
+            args += ["--cap-add", cap]
+    return args + ["--"] + cmd
+
+
+def _copy_workdir(src: str, dst: str, uid: int, limit: int = 256 * 2**20) -> None:
+    """The kernel's working folder: a copy of the notebook's folder (plain files
+    and folders only, up to ``limit`` bytes), owned by the kernel's uid."""
+    import shutil as sh
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(src):
+        rel = os.path.relpath(dirpath, src)
+        target = os.path.normpath(os.path.join(dst, rel))
+        os.makedirs(target, exist_ok=True)
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            if os.path.islink(path) or not os.path.isfile(path):
+                continue
+            total += os.path.getsize(path)
+            if total > limit:
+                break
+            sh.copyfile(path, os.path.join(target, name))
+        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+    if os.geteuid() == 0:
+        for dirpath, dirnames, filenames in os.walk(dst):
+            os.chown(dirpath, uid, uid)
+            for name in filenames:
+                os.chown(os.path.join(dirpath, name), uid, uid)
+
+
+def via_zygote(sock_path: str, conn: str, cwd: str, key: bytes | None, extra: list[str] = ()) -> int:
+    """Ask the zygote for this notebook's kernel and stay alive as long as it
+    runs (the kernel manager watches this process); returns its exit code."""
+    import json
+    import socket
+    import tempfile
+    spool = os.path.join(os.path.dirname(os.path.dirname(sock_path)), "spool")
+    uid = int(os.environ.get("COURSE_SANDBOX_UID", NOBODY))
+    workdir = tempfile.mkdtemp(prefix="k", dir=spool)
+    try:
+        _copy_workdir(cwd, workdir, uid)
+        if os.geteuid() == 0:
+            os.chown(workdir, uid, uid)
+        with open(conn) as f:
+            info = json.load(f)
+        req = {"workdir": workdir, "conn": info, "key": key.hex() if key else None, "uid": uid,
+               "mem_mb": int(os.environ.get("COURSE_MEM_MB", "6144")),
+               "nproc": int(os.environ.get("COURSE_NPROC", "256")),
+               "threads": int(os.environ.get("COURSE_KERNEL_THREADS", "0")),
+               "argv": [a for a in extra if a.startswith("--")]}  # kernel options, e.g. nbgrader's history setting
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(sock_path)
+        s.sendall(json.dumps(req).encode() + b"\n")
+        del req
+        reader = s.makefile("rb")
+        code = 1
+        for line in reader:
+            msg = json.loads(line)
+            if "exit" in msg:
+                code = msg["exit"]
+                break
+        s.close()
+        return code if code >= 0 else 128 - code
+    finally:
+        import shutil as sh
+        sh.rmtree(workdir, ignore_errors=True)
 
 
 def main(argv: list[str]) -> None:
@@ -105,6 +195,10 @@ def main(argv: list[str]) -> None:
         os.close(w)
         os.set_inheritable(r, True)
         env["COURSE_SEAL_FD"] = str(r)
+        zsock = os.environ.get("COURSE_ZYGOTE")
+        if zsock and os.path.exists(zsock):
+            os.close(r)
+            sys.exit(via_zygote(zsock, conn, cwd, key, extra))
 
     _limits(int(os.environ.get("COURSE_MEM_MB", "6144")))
     kernel = [sys.executable, "-m", "coursekit.kernel_boot", "-f", conn, *extra]

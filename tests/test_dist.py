@@ -96,9 +96,11 @@ def test_student_starts_from_the_pack_and_visible_tests_pass(packs, tmp_path):
     assert str(pack) in probe.stdout and "None" in probe.stdout, probe.stdout
     work = pack / "release" / ch / "done.ipynb"
     nbformat.write(nb, work)
+    # with a per-cell limit: without one, this nbconvert run never finished (killed
+    # after 300 s, in CI too); with one, the same notebook finishes in ~15 s
     run = subprocess.run([str(pack / ".venv" / "bin" / "jupyter"), "nbconvert", "--to", "notebook", "--execute",
-                          "--inplace", str(work)], cwd=work.parent, env=env, capture_output=True, text=True,
-                         timeout=300)
+                          "--ExecutePreprocessor.timeout=120", "--inplace", str(work)], cwd=work.parent, env=env,
+                         capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     out = json.loads(work.read_text(encoding="utf-8"))
     texts = "".join("".join(o.get("text", "")) for c in out["cells"] for o in c.get("outputs", []))

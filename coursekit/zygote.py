@@ -1,0 +1,309 @@
+"""A warm kernel factory for grading: import torch once, fork a fresh kernel per notebook.
+
+Starting a kernel costs about 2 s here, nearly all of it ``import torch`` and
+friends; a class of 200 notebooks pays that 200 times. The zygote pays it once:
+it imports what every grading kernel needs, then waits on a Unix socket. For
+each notebook the kernel launcher (``coursekit.sandbox``) asks it for a kernel;
+the zygote forks, and the child becomes that notebook's kernel:
+
+* it has run no student code before (the zygote never runs any: it only
+  imported modules), so no student's state can reach another's — each child
+  starts from the same pristine memory image, copy-on-write;
+* it drops to the notebook's own unprivileged uid (so a fork bomb hits only its
+  own process limit, and it cannot read another notebook's working folder),
+  with its resource limits, in a working folder of its own;
+* it boots the guard with the notebook's seal key before the kernel starts.
+
+The zygote itself runs inside the same bubblewrap sandbox as a single kernel
+would (``coursekit.sandbox.zygote_command``): the course folder is hidden, the
+machine read-only. It keeps only the capabilities it needs to hand each child
+its own uid and to clean up after it (setuid/setgid, kill, chown, and reading
+the children's folders), and the children have none.
+
+Protocol (one JSON line each way per connection)::
+
+    launcher -> zygote  {"workdir", "conn", "key", "uid", "mem_mb", "nproc", "threads", "argv"}
+    zygote -> launcher  {"pid": N}           the kernel is starting
+    zygote -> launcher  {"exit": code}       the kernel ended; its processes are gone
+
+Closing the connection (the launcher was killed) kills the kernel and every
+process of its uid.
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import time
+
+PRELOAD = ("torch", "numpy", "matplotlib", "matplotlib.pyplot", "matplotlib_inline.backend_inline",
+           "IPython", "ipykernel.kernelapp", "ipykernel.ipkernel", "ipywidgets", "tqdm", "tqdm.auto",
+           "helpers", "helpers.checks", "helpers.quiz", "grading", "grading.core", "grading.guard")
+
+
+def preload() -> None:
+    """Import what every grading kernel imports (no code of a student's)."""
+    import importlib
+    import pkgutil
+
+    os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001  (a missing optional module costs only time)
+            pass
+    for pkg in ("helpers", "grading"):
+        mod = sys.modules.get(pkg)
+        if mod is None:
+            continue
+        for info in pkgutil.iter_modules(mod.__path__):
+            try:
+                importlib.import_module(f"{pkg}.{info.name}")
+            except Exception:  # noqa: BLE001
+                pass
+
+
+# ------------------------------------------------------------------ in the child
+
+def _no_new_privs() -> None:
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+
+
+def _become_kernel(req: dict, sock: socket.socket, listener: socket.socket) -> None:
+    """Runs in the forked child: never returns."""
+    import resource
+    try:
+        sock.close()
+        listener.close()
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+        os.close(null)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        workdir = req["workdir"]
+        uid = int(req["uid"])
+        conn_path = os.path.join(workdir, ".kernel-connection.json")
+        fd = os.open(conn_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.write(fd, json.dumps(req["conn"]).encode())
+        os.close(fd)
+        tmp = os.path.join(workdir, ".tmp")
+        os.makedirs(tmp, exist_ok=True)
+        if os.geteuid() == 0:
+            for p in (conn_path, tmp):
+                os.chown(p, uid, uid)
+        mem = int(req.get("mem_mb", 6144)) * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (512 * 2**20, 512 * 2**20))
+        nproc = int(req.get("nproc", 256))
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+        _no_new_privs()
+        if os.geteuid() == 0:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)  # all capabilities go with uid 0
+        os.chdir(workdir)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("COURSE_ZYGOTE")}
+        env.update({"HOME": workdir, "TMPDIR": tmp, "MPLCONFIGDIR": os.path.join(tmp, "mpl"),
+                    "IPYTHONDIR": os.path.join(tmp, "ipython"), "PWD": workdir,
+                    "MPLBACKEND": "module://matplotlib_inline.backend_inline"})
+        threads = int(req.get("threads", 0))
+        if threads:
+            env["OMP_NUM_THREADS"] = str(threads)
+        os.environ.clear()
+        os.environ.update(env)
+        import tempfile
+        tempfile.tempdir = tmp
+        key = bytes.fromhex(req["key"]) if req.get("key") else None
+        options = [str(a) for a in req.get("argv", []) if str(a).startswith("--")]
+        req.clear()
+        if threads:
+            import torch
+            torch.set_num_threads(threads)
+        sys.argv = [sys.executable, "-m", "ipykernel_launcher", "-f", conn_path, *options]
+        from ipykernel.kernelapp import IPKernelApp
+
+        from grading import guard
+        app = IPKernelApp.instance()
+        app.initialize(sys.argv[1:])
+        guard.boot(key)
+        del key
+        app.start()
+        os._exit(0)
+    except SystemExit as exc:
+        os._exit(exc.code if isinstance(exc.code, int) else 1)
+    except BaseException:  # noqa: BLE001
+        import traceback
+        traceback.print_exc()
+        os._exit(70)
+
+
+# ------------------------------------------------------------------ cleaning up a uid
+
+def _pids_of(uid: int) -> list[int]:
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status") as f:
+                for line in f:
+                    if line.startswith("Uid:"):
+                        if int(line.split()[1]) == uid:
+                            pids.append(int(name))
+                        break
+        except OSError:
+            continue
+    return pids
+
+
+def kill_uid(uid: int, rounds: int = 50) -> None:
+    """Kill every process of ``uid`` (a fork bomb included): a child that takes
+    that uid sends SIGKILL to everything it may signal, until none is left."""
+    if uid == os.geteuid() or uid == 0:
+        return
+    for _ in range(rounds):
+        if not _pids_of(uid):
+            return
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setresuid(uid, uid, uid)
+                os.kill(-1, signal.SIGKILL)
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        _reap()
+        time.sleep(0.01)
+
+
+_ENDED: dict[int, int] = {}   # pid -> exit code, of children reaped and not yet handled
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        _ENDED[pid] = os.waitstatus_to_exitcode(status)
+
+
+def _clean_tmp(uid: int) -> None:
+    import shutil
+    for entry in os.scandir("/tmp"):
+        try:
+            if entry.stat(follow_symlinks=False).st_uid == uid:
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    os.unlink(entry.path)
+        except OSError:
+            continue
+
+
+# ------------------------------------------------------------------ the server
+
+def serve(sock_path: str) -> None:
+    preload()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    if os.path.exists(sock_path):
+        os.unlink(sock_path)
+    listener.bind(sock_path)
+    os.chmod(sock_path, 0o600)
+    listener.listen(64)
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+    print("zygote: ready", flush=True)
+    kernels: dict[int, dict] = {}   # pid -> {"sock", "uid", "exit"}
+    by_sock: dict[socket.socket, int] = {}
+    try:
+        while True:
+            ready, _, _ = select.select([listener, *by_sock], [], [], 0.05)
+            for s in ready:
+                if s is listener:
+                    conn, _ = listener.accept()
+                    _start(conn, listener, kernels, by_sock)
+                else:  # the launcher went away (killed): the kernel goes too
+                    pid = by_sock[s]
+                    try:
+                        data = s.recv(1)
+                    except OSError:
+                        data = b""
+                    if not data:
+                        _finish(pid, kernels, by_sock, code=None)
+            _reap()
+            for pid in [p for p in _ENDED if p in kernels]:
+                _finish(pid, kernels, by_sock, code=_ENDED.pop(pid))
+            for pid in [p for p in _ENDED if p not in kernels]:
+                _ENDED.pop(pid)  # a killer child of kill_uid
+    finally:
+        for pid in list(kernels):
+            _finish(pid, kernels, by_sock, code=None)
+        listener.close()
+        try:
+            os.unlink(sock_path)
+        except OSError:
+            pass
+
+
+def _start(conn: socket.socket, listener: socket.socket, kernels: dict, by_sock: dict) -> None:
+    conn.settimeout(10)
+    try:
+        line = conn.makefile("rb").readline()
+        req = json.loads(line)
+    except Exception:  # noqa: BLE001
+        conn.close()
+        return
+    pid = os.fork()
+    if pid == 0:
+        _become_kernel(req, conn, listener)
+    uid = int(req["uid"])
+    req.clear()
+    kernels[pid] = {"sock": conn, "uid": uid}
+    by_sock[conn] = pid
+    conn.settimeout(None)
+    try:
+        conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+    except OSError:
+        _finish(pid, kernels, by_sock, code=None)
+
+
+def _finish(pid: int, kernels: dict, by_sock: dict, code: int | None) -> None:
+    info = kernels.pop(pid, None)
+    if info is None:
+        return
+    by_sock.pop(info["sock"], None)
+    if code is None:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        code = -9
+    if os.geteuid() == 0:
+        kill_uid(info["uid"])
+        _clean_tmp(info["uid"])
+    else:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    _reap()
+    _ENDED.pop(pid, None)
+    try:
+        info["sock"].sendall(json.dumps({"exit": code}).encode() + b"\n")
+    except OSError:
+        pass
+    info["sock"].close()
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])

@@ -1,0 +1,133 @@
+"""Warm kernels (coursekit.zygote): every notebook's kernel is forked from one
+process that imported torch once. What one student's code leaves behind —
+module attributes, environment, files, a detached process — must not reach
+the next student's kernel, and grading must give the same scores as kernels
+started one by one."""
+from __future__ import annotations
+
+import shutil
+
+import nbformat
+import pytest
+
+from coursekit import grade as pipeline
+from coursekit.sandbox import sandbox_available
+from harness import ROOT, make_submission
+
+CH = "ch01_attention"
+SANDBOX, WHY = sandbox_available()
+pytestmark = [pytest.mark.skipif(not SANDBOX, reason=f"no sandbox here: {WHY}"), pytest.mark.xdist_group("warm")]
+
+LEAVER = """import os, subprocess, torch, helpers.checks
+helpers.checks.PLANTED = 1
+torch.PLANTED = 1
+torch.manual_seed(1234)
+os.environ['PLANTED'] = '1'
+for path in ['/tmp/planted', os.path.expanduser('~/planted'), 'planted', os.path.join(os.environ.get('TMPDIR', '/tmp'), 'planted')]:
+    try:
+        open(path, 'w').write('x')
+    except OSError:
+        pass
+subprocess.Popen(['sleep', '300'], start_new_session=True)
+print('left uid', os.getuid())
+def softmax(x, dim=-1):
+    return x
+"""
+
+SNOOPER = """import glob, os, sys, torch, helpers.checks
+found = []
+if hasattr(helpers.checks, 'PLANTED') or hasattr(torch, 'PLANTED'):
+    found.append('module state')
+if 'PLANTED' in os.environ:
+    found.append('environment')
+for pattern in ['/tmp/planted', '/tmp/*/planted', os.path.expanduser('~/planted'), 'planted', '../*/planted',
+                '../*/.tmp/planted']:
+    found += ['file ' + p for p in glob.glob(pattern)]
+for pid in os.listdir('/proc'):
+    try:
+        if pid.isdigit() and open(f'/proc/{pid}/cmdline', 'rb').read().startswith(b'sleep'):
+            found.append('process ' + pid)
+    except OSError:
+        pass
+print('LEAK', found) if found else print('CLEAN uid', os.getuid())
+def softmax(x, dim=-1):
+    e = torch.exp(x - x.max(dim=dim, keepdim=True).values)
+    return e / e.sum(dim=dim, keepdim=True)
+"""
+
+
+def _course(tmp_path_factory, name: str):
+    root = tmp_path_factory.mktemp(name)
+    shutil.copy(ROOT / "nbgrader_config.py", root)
+    shutil.copytree(ROOT / "source" / CH, root / "source" / CH)
+    shutil.copytree(ROOT / "release" / CH, root / "release" / CH)
+    rel = nbformat.read(root / "release" / CH / f"{CH}.ipynb", as_version=4)
+    src = nbformat.read(root / "source" / CH / f"{CH}.ipynb", as_version=4)
+    return root, rel, src
+
+
+def _write(root, student, nb):
+    d = root / "submitted" / student / CH
+    d.mkdir(parents=True)
+    nbformat.write(nb, d / f"{CH}.ipynb")
+
+
+def _text(root, student, grade_id):
+    nb = nbformat.read(root / "autograded" / student / CH / f"{CH}.ipynb", as_version=4)
+    for c in nb.cells:
+        if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id:
+            return "".join(o.get("text", "") + o.get("evalue", "") for o in c.get("outputs", []))
+    return ""
+
+
+def _scores(root, student):
+    from nbgrader.api import Gradebook
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        return {g.name: g.score for g in gb.find_submission_notebook(CH, CH, student).grades}
+
+
+@pytest.fixture(scope="module")
+def sequential(tmp_path_factory):
+    """One worker: a_leaver's kernel ends before b_snooper's is forked from the same zygote."""
+    root, rel, src = _course(tmp_path_factory, "warm")
+    _write(root, "a_leaver", make_submission(rel, src, {"softmax": LEAVER}))
+    _write(root, "b_snooper", make_submission(rel, src, {"softmax": SNOOPER}))
+    jobs = pipeline.grade(root, jobs=1, sandbox=True, cell_timeout=30, timeout=240, quiet=True, report=False)
+    return root, {j.student: j for j in jobs}
+
+
+def test_kernels_were_forked_from_the_warm_factory(sequential):
+    root, _ = sequential
+    log = (root / ".grading" / "logs" / "zygote.log").read_text()
+    assert "zygote: ready" in log
+    assert "left uid" in _text(root, "a_leaver", "softmax")
+
+
+def test_nothing_a_student_leaves_behind_reaches_the_next_kernel(sequential):
+    root, _ = sequential
+    text = _text(root, "b_snooper", "softmax")
+    assert "CLEAN" in text and "LEAK" not in text, text
+    assert _scores(root, "b_snooper")["test_softmax"] == 3
+
+
+def test_each_kernel_has_its_own_uid_and_none_of_its_processes_survive(sequential):
+    import re
+    from coursekit.zygote import _pids_of
+    root, jobs = sequential
+    left = int(re.search(r"left uid (\d+)", _text(root, "a_leaver", "softmax")).group(1))
+    seen = int(re.search(r"CLEAN uid (\d+)", _text(root, "b_snooper", "softmax")).group(1))
+    assert left == pipeline._uid(jobs["a_leaver"]) and seen == pipeline._uid(jobs["b_snooper"]) and left != seen
+    assert _pids_of(left) == [], "the leaver's detached process outlived its kernel"
+
+
+def test_warm_and_cold_kernels_give_the_same_scores(tmp_path_factory):
+    from catalogue.ch01_attention import BUGS
+    scores = {}
+    for mode in ("warm", "cold"):
+        root, rel, src = _course(tmp_path_factory, mode)
+        _write(root, "right", make_submission(rel, src, None))
+        _write(root, "buggy", make_submission(rel, src, BUGS[0].replace))
+        pipeline.grade(root, sandbox=True, warm=(mode == "warm"), quiet=True, report=False)
+        scores[mode] = {s: _scores(root, s) for s in ("right", "buggy")}
+    assert scores["warm"] == scores["cold"]
+    assert sum(scores["warm"]["right"].values()) > sum(scores["warm"]["buggy"].values())
