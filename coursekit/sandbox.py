@@ -15,8 +15,18 @@ COURSE_SANDBOX_UID  the unprivileged uid the kernel runs as; one per notebook, s
 
 Inside the sandbox the kernel sees the machine read-only, its own working
 folder (the student's autograded notebook folder) writable, a private /tmp,
-no course files (no source/, gradebook, other submissions), no network other
-than the kernel's own sockets, and runs as nobody.
+no course files (no source/, gradebook, other submissions), and runs as an
+unprivileged uid of its own.
+
+Two ways to start it:
+
+* warm (what ``make grade`` uses): with COURSE_ZYGOTE set, this launcher asks
+  the run's zygote (coursekit.zygote, started inside bubblewrap with no network
+  at all) to fork the kernel; the kernel talks to the grader over IPC socket
+  files, works in a copy of the notebook's folder, and this process stays
+  alive as long as the kernel does;
+* cold (fallback): bubblewrap around a new Python process, as below; the
+  kernel then shares the machine's network (its sockets are TCP on loopback).
 """
 from __future__ import annotations
 
@@ -97,16 +107,16 @@ ZYGOTE_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_CHOWN", "CAP_DAC_OVE
                "CAP_FOWNER")
 
 
-def zygote_command(root: str, state: str, sandbox: bool = True) -> list[str]:
+def zygote_command(root: str, base: str, sandbox: bool = True) -> list[str]:
     """The command that runs the zygote (coursekit.zygote) for the grading run
-    whose private folder is ``state``: inside bubblewrap like a single kernel,
-    with ``state/zygote`` (its socket, root-only) and ``state/spool`` (the
-    kernels' working folders) writable."""
-    zdir, spool = os.path.join(state, "zygote"), os.path.join(state, "spool")
+    whose private folder is ``base``: inside bubblewrap like a single kernel,
+    with ``base/zygote`` (its socket, root-only) and ``base/spool`` (the
+    kernels' working folders and socket files) writable."""
+    zdir, spool = os.path.join(base, "zygote"), os.path.join(base, "spool")
     cmd = [sys.executable, "-m", "coursekit.zygote", os.path.join(zdir, "sock")]
     if not sandbox:
         return cmd
-    args = bwrap_args(root, zdir, None, writable=(spool,))
+    args = bwrap_args(root, zdir, None, writable=(spool,)) + ["--unshare-net"]  # kernels talk over IPC sockets
     if os.geteuid() == 0:
         for cap in ZYGOTE_CAPS:
             args += ["--cap-add", cap]
@@ -138,9 +148,10 @@ def _copy_workdir(src: str, dst: str, uid: int, limit: int = 256 * 2**20) -> Non
                 os.chown(os.path.join(dirpath, name), uid, uid)
 
 
-def via_zygote(sock_path: str, conn: str, cwd: str, key: bytes | None, extra: list[str] = ()) -> int:
+def via_zygote(sock_path: str, conn: str, cwd: str, key: bytes | None, extra: list[str] = ()) -> int | None:
     """Ask the zygote for this notebook's kernel and stay alive as long as it
-    runs (the kernel manager watches this process); returns its exit code."""
+    runs (the kernel manager watches this process); returns its exit code, or
+    None when the zygote cannot be reached."""
     import json
     import socket
     import tempfile
@@ -159,7 +170,10 @@ def via_zygote(sock_path: str, conn: str, cwd: str, key: bytes | None, extra: li
                "threads": int(os.environ.get("COURSE_KERNEL_THREADS", "0")),
                "argv": [a for a in extra if a.startswith("--")]}  # kernel options, e.g. nbgrader's history setting
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.connect(sock_path)
+        try:
+            s.connect(sock_path)
+        except OSError:
+            return None  # the zygote is gone: start this kernel cold
         s.sendall(json.dumps(req).encode() + b"\n")
         del req
         reader = s.makefile("rb")
@@ -190,15 +204,16 @@ def main(argv: list[str]) -> None:
     if key_file and os.path.exists(key_file):
         with open(key_file, "rb") as f:
             key = f.read()
+        zsock = os.environ.get("COURSE_ZYGOTE")
+        if zsock and os.path.exists(zsock):
+            code = via_zygote(zsock, conn, cwd, key, extra)
+            if code is not None:
+                sys.exit(code)
         r, w = os.pipe()
         os.write(w, key)
         os.close(w)
         os.set_inheritable(r, True)
         env["COURSE_SEAL_FD"] = str(r)
-        zsock = os.environ.get("COURSE_ZYGOTE")
-        if zsock and os.path.exists(zsock):
-            os.close(r)
-            sys.exit(via_zygote(zsock, conn, cwd, key, extra))
 
     _limits(int(os.environ.get("COURSE_MEM_MB", "6144")))
     kernel = [sys.executable, "-m", "coursekit.kernel_boot", "-f", conn, *extra]
@@ -215,7 +230,16 @@ def main(argv: list[str]) -> None:
     drop = [shutil.which("setpriv") or "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
             "--inh-caps=-all", "--bounding-set=-all"]
     limit = [shutil.which("prlimit") or "prlimit", f"--nproc={nproc}", "--"]
-    cmd = bwrap_args(root, cwd, conn) + ["--"] + limit + drop + ["--"] + kernel
+    writable = ()
+    try:
+        import json
+        with open(conn) as f:
+            info = json.load(f)
+        if info.get("transport") == "ipc":  # the kernel's socket files go next to its ip prefix
+            writable = (os.path.dirname(os.path.abspath(info["ip"])),)
+    except (OSError, ValueError, KeyError):
+        pass
+    cmd = bwrap_args(root, cwd, conn, writable=writable) + ["--"] + limit + drop + ["--"] + kernel
     os.execve(cmd[0], cmd, env)
 
 

@@ -1,7 +1,8 @@
 """Warm kernels (coursekit.zygote): every notebook's kernel is forked from one
 process that imported torch once. What one student's code leaves behind —
 module attributes, environment, files, a detached process — must not reach
-the next student's kernel, and grading must give the same scores as kernels
+the next student's kernel, a kernel reaches no network (it talks to the
+grader over IPC sockets), and grading gives the same scores as kernels
 started one by one."""
 from __future__ import annotations
 
@@ -49,6 +50,12 @@ for pid in os.listdir('/proc'):
             found.append('process ' + pid)
     except OSError:
         pass
+import socket
+try:
+    socket.create_connection(('127.0.0.1', PORT), timeout=3).close()
+    found.append('network: reached the grader machine on 127.0.0.1:PORT')
+except OSError:
+    pass
 print('LEAK', found) if found else print('CLEAN uid', os.getuid())
 def softmax(x, dim=-1):
     e = torch.exp(x - x.max(dim=dim, keepdim=True).values)
@@ -89,10 +96,16 @@ def _scores(root, student):
 @pytest.fixture(scope="module")
 def sequential(tmp_path_factory):
     """One worker: a_leaver's kernel ends before b_snooper's is forked from the same zygote."""
+    import socket
     root, rel, src = _course(tmp_path_factory, "warm")
+    listener = socket.create_server(("127.0.0.1", 0))   # a service on the grader's machine
+    port = listener.getsockname()[1]
     _write(root, "a_leaver", make_submission(rel, src, {"softmax": LEAVER}))
-    _write(root, "b_snooper", make_submission(rel, src, {"softmax": SNOOPER}))
-    jobs = pipeline.grade(root, jobs=1, sandbox=True, cell_timeout=30, timeout=240, quiet=True, report=False)
+    _write(root, "b_snooper", make_submission(rel, src, {"softmax": SNOOPER.replace("PORT", str(port))}))
+    try:
+        jobs = pipeline.grade(root, jobs=1, sandbox=True, cell_timeout=30, timeout=240, quiet=True, report=False)
+    finally:
+        listener.close()
     return root, {j.student: j for j in jobs}
 
 
