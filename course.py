@@ -89,8 +89,9 @@ def ensure_system_packages(cmd: str = "test") -> None:
         subprocess.run(["apt-get", "update", "-qq"], env=quiet, check=False)
         subprocess.run(["apt-get", "install", "-y", "-qq", *packages], env=quiet, check=False)
         missing = [prog for prog in missing if not shutil.which(prog)]
-    for prog in missing:
-        say(f"note: {wanted[prog][0]} not installed; {wanted[prog][2]}.")
+    for why in dict.fromkeys(wanted[prog][2] for prog in missing):
+        pkgs = sorted({wanted[prog][0] for prog in missing if wanted[prog][2] == why})
+        say(f"note: {', '.join(pkgs)} not installed; {why}.")
 
 
 def env() -> dict:
