@@ -240,22 +240,30 @@ class Notebook:
                          ?.closest('.lm-DockPanel')?.querySelector('.lm-TabBar-tab.lm-mod-current.jp-mod-dirty')""",
             timeout=self.timeout)
 
-    def run_all(self, timeout_ms: int | None = None) -> None:
-        """Run ▸ Run All Cells, then wait until every code cell has run."""
+    def run_all(self, timeout_ms: int | None = None) -> list[int]:
+        """Run ▸ Run All Cells, wait until nothing is queued or running any
+        more (every cell ran, or a cell failed and the rest were cancelled),
+        and return the indices of the code cells that did not run."""
         self.menu("Run", "Run All Cells")
         self.page.wait_for_function(
             """() => { const p = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
                        const prompts = [...p.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
-                       return prompts.length && prompts.every(e => /\\[\\d+\\]/.test(e.textContent)); }""",
+                       const idle = [...document.querySelectorAll('.jp-StatusBar-Widget')]
+                                        .some(e => /\\|\\s*Idle/.test(e.textContent));
+                       return idle && prompts.some(e => /\\[\\d+\\]/.test(e.textContent))
+                                   && !prompts.some(e => e.textContent.includes('[*]')); }""",
             timeout=timeout_ms or self.timeout)
-        self.wait_idle(timeout_ms)
+        return self.panel.evaluate("""p => [...p.querySelectorAll('.jp-Notebook-cell')]
+            .map((c, i) => c.classList.contains('jp-CodeCell')
+                           && !/\\[\\d+\\]/.test(c.querySelector('.jp-InputPrompt').textContent) ? i : -1)
+            .filter(i => i >= 0)""")
 
     def output_text(self, index: int) -> str:
         return self.cell(index).locator(".jp-Cell-outputArea").inner_text()
 
     def error_outputs(self) -> list[str]:
         errs = self.panel.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
-        return [t for t in errs.all_inner_texts() if "Error" in t or "Traceback" in t]
+        return [t for t in errs.all_inner_texts() if "Traceback" in t or "Error" in t]
 
     def toolbar_button(self, label: str):
         return self.panel.locator(".jp-Toolbar .jp-ToolbarButtonComponent-label",

@@ -133,8 +133,8 @@ def test_student_fills_runs_steps_the_calculator_and_validates(page, lab):
     for i in answers:
         assert on_disk.cells[i].source == solved.cells[i].source, f"cell {i} was not typed in as written"
 
-    nb.run_all(timeout_ms=180_000)
-    assert nb.error_outputs() == []
+    not_run = nb.run_all(timeout_ms=180_000)
+    assert nb.error_outputs() == [] and not_run == [], (nb.error_outputs(), not_run)
     for i, cell in enumerate(release.cells):
         if nbgrader_meta(cell).get("grade") and "passed(" in cell.source:
             assert "✓" in nb.output_text(i), f"visible test in cell {i} did not pass:\n{nb.output_text(i)}"
@@ -280,9 +280,8 @@ def test_chapter_widget_renders(page, lab, chapter):
     (lab.root / "widgets").mkdir(exist_ok=True)
     nbformat.write(nb_doc, lab.root / rel)
     nb = browser.Notebook(page, lab, rel)
-    nb.run_all(timeout_ms=150_000)
-    errors = nb.error_outputs()
-    assert errors == [], errors
+    not_run = nb.run_all(timeout_ms=150_000)
+    assert nb.error_outputs() == [] and not_run == [], (nb.error_outputs(), not_run)
     out = nb.cell(len(nb_doc.cells) - 1).locator(".jp-Cell-outputArea")
     if spec.get("ipywidgets", True):
         widget = out.locator(".jupyter-widgets.widget-vbox").first
