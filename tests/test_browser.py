@@ -221,10 +221,10 @@ def _untouched_copy(lab) -> str:
 
 # Each chapter's main widget: the cell that shows it, texts its controls must
 # show, and, for the chapters whose widget is not ipywidgets, what stands in.
-# Cells before it that only the widget's cell does not need (timing demos,
-# training) are left out to keep this test short; ``edits`` shortens ch07's
-# training to seconds on a slice of the corpus (the progress bar and live loss
-# plot still show).
+# The cells before it that the widget does not need (timing demos, training)
+# are left out to keep this test short; ``edits`` shortens ch07's training to
+# seconds on a slice of the corpus (its progress bar and live loss plot still
+# show).
 WIDGETS = {
     "ch01_attention": dict(cell="widgets.dk_explorer", labels=("d_k",)),
     "ch02_causal_mask": dict(cell="calculator_view.step_through", labels=("◀ 上一步", "下一步 ▶", "因果掩码")),
