@@ -63,25 +63,35 @@ def ensure_env() -> None:
     say("environment ready.")
 
 
-SYSTEM_PACKAGES = {"bwrap": "bubblewrap"}  # program -> Debian package (the grading sandbox)
+# program -> (Debian package, the commands that use it, what happens without it)
+SYSTEM_PACKAGES = {
+    "bwrap": ("bubblewrap", ("test", "grade", "bench"),
+              "grading refuses to run unsandboxed without it and the tests that need it are skipped"),
+    "chromium": ("chromium", ("test",), "the browser tests (tests/test_browser.py) are skipped"),
+    "chromedriver": ("chromium-driver", ("test",), "the browser tests (tests/test_browser.py) are skipped"),
+}
 
 
-def ensure_system_packages() -> None:
-    """Install the Debian packages the grader and the tests use, when missing
-    and when this is a Debian-like machine where we may (root, apt-get).
-    Elsewhere, say what is missing and go on (the tests that need it skip)."""
+def ensure_system_packages(cmd: str = "test") -> None:
+    """Install the Debian packages ``cmd`` uses (the grading sandbox; for the
+    tests also Chromium, which the browser tests drive), when missing and when
+    this is a Debian-like machine where we may (root, apt-get). Elsewhere, say
+    what is missing and go on (the tests that need it skip)."""
     import shutil
-    missing = [pkg for prog, pkg in SYSTEM_PACKAGES.items() if not shutil.which(prog)]
+    wanted = {prog: spec for prog, spec in SYSTEM_PACKAGES.items() if cmd in spec[1]}
+    missing = [prog for prog in wanted if not shutil.which(prog)]
     if not missing:
         return
+    packages = sorted({wanted[prog][0] for prog in missing})
     if shutil.which("apt-get") and hasattr(os, "geteuid") and os.geteuid() == 0:
-        say(f"installing {', '.join(missing)} with apt-get ...")
+        say(f"installing {', '.join(packages)} with apt-get ...")
         quiet = {"DEBIAN_FRONTEND": "noninteractive", **os.environ}
         subprocess.run(["apt-get", "update", "-qq"], env=quiet, check=False)
-        subprocess.run(["apt-get", "install", "-y", "-qq", *missing], env=quiet, check=False)
-    else:
-        say(f"note: {', '.join(missing)} not installed; grading refuses to run unsandboxed without it "
-            "and the tests that need it are skipped.")
+        subprocess.run(["apt-get", "install", "-y", "-qq", *packages], env=quiet, check=False)
+        missing = [prog for prog in missing if not shutil.which(prog)]
+    for why in dict.fromkeys(wanted[prog][2] for prog in missing):
+        pkgs = sorted({wanted[prog][0] for prog in missing if wanted[prog][2] == why})
+        say(f"note: {', '.join(pkgs)} not installed; {why}.")
 
 
 def env() -> dict:
@@ -142,13 +152,13 @@ def main(argv: list[str]) -> int:
     if cmd == "lab":
         return cmd_lab(rest)
     if cmd in ("test", "grade"):
-        ensure_system_packages()
+        ensure_system_packages(cmd)
     if cmd == "test":
         return cmd_test(rest)
     if cmd == "env":
         return 0
     if cmd == "bench":
-        ensure_system_packages()
+        ensure_system_packages(cmd)
         rc = 0
         for script, args in (("bench/grade_throughput.py", []), ("bench/efficiency.py", ["--out", "bench/results"])):
             say(f"benchmark: {script}")

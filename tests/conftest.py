@@ -15,3 +15,37 @@ def _course_language_zh():
     set_language("zh")
     yield
     set_language("zh")
+
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter):
+    """Say loudly, as the last thing before the totals, when the browser tests
+    did not run (no Chromium here): a green run without them has not looked at
+    a single page."""
+    yield
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if "test_browser.py::" in r.nodeid]
+    if skipped:
+        why = skipped[0].longrepr[2] if isinstance(skipped[0].longrepr, tuple) else str(skipped[0].longrepr)
+        terminalreporter.write_sep("!", f"{len(skipped)} {why.removeprefix('Skipped: ')}", yellow=True, bold=True)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """Keep `--dist loadgroup` grouping by `xdist_group` on pytest 9.2.
+
+    pytest-xdist 3.8 groups tests by appending "@<group>" to `item._nodeid`,
+    but pytest 9.2 keeps node ids in `item._id`, so the suffix is lost and
+    grouped tests are spread over all workers (pytest-xdist issue #1386).
+    Append it where xdist could not; a no-op once xdist does it itself."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    try:
+        from _pytest.nodeid import NodeId
+    except ImportError:  # an older pytest: xdist's own suffix works
+        return
+    for item in items:
+        groups = {str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                  for m in item.iter_markers("xdist_group")}
+        if groups and "@" not in item.nodeid.rpartition("]")[2] and hasattr(item, "_id"):
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(sorted(groups))}")

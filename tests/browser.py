@@ -1,0 +1,278 @@
+"""JupyterLab in a real browser, for tests/test_browser.py.
+
+``Lab`` runs the project's own JupyterLab (the ``jupyter`` next to the Python
+running the tests, so kernels come from the same environment) on a free
+localhost port with a token, in a throw-away copy of the course; Playwright
+drives Debian's Chromium (``/usr/bin/chromium``, never a downloaded browser)
+against it. ``Notebook`` wraps the few things a student does in a notebook:
+type into a cell, run everything, press a toolbar button.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = Path(os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium"))
+JUPYTER = Path(sys.executable).parent / "jupyter"
+ARTIFACTS = ROOT / "tests" / "artifacts" / "browser"
+# Headless Chromium as root in a container, and quiet: no calls home, no
+# component or safe-browsing downloads, no first-run pages.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-domain-reliability",
+    "--disable-sync",
+    "--disable-default-apps",
+    "--disable-client-side-phishing-detection",
+    "--disable-features=Translate,MediaRouter,OptimizationHints",
+    "--no-first-run",
+    "--no-default-browser-check",
+    "--metrics-recording-only",
+    "--disable-dev-shm-usage",
+]
+# JupyterLab settings for the test session: every cell stays in the page
+# (no virtual scrolling, so a test can find cell 20 without scrolling to it),
+# and no news or update prompts over the notebook.
+LAB_SETTINGS = {
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
+                                                                         "checkForUpdates": False},
+}
+WIDGET_SOURCE = re.compile(r"widget|ipywidgets|jupyterlab-manager", re.I)
+
+
+def skip_reason() -> str | None:
+    """Why the browser tests cannot run here, or None when they can."""
+    if not CHROMIUM.exists():
+        return (f"browser tests skipped: Chromium not found at {CHROMIUM} (Debian packages `chromium` and "
+                "`chromium-driver`; `python3 course.py test` installs them when run as root)")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "browser tests skipped: playwright is not installed in this environment (requirements.txt)"
+    if not JUPYTER.exists():
+        return f"browser tests skipped: no jupyter next to {sys.executable}"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def course_copy(dest: Path) -> Path:
+    """The parts of the course JupyterLab serves, copied so that nothing a test
+    does (saving, validating, the gradebook) touches the repository."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "nbgrader_config.py", dest / "nbgrader_config.py")
+    for folder in ("source", "release"):
+        shutil.copytree(ROOT / folder, dest / folder, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    return dest
+
+
+class Lab:
+    """A JupyterLab server on ``root`` (also its working directory, where
+    nbgrader's server extensions read ``nbgrader_config.py``)."""
+
+    def __init__(self, root: Path, home: Path):
+        self.root, self.home = root, home
+        self.port, self.token = free_port(), secrets.token_hex(16)
+        self.proc: subprocess.Popen | None = None
+        self.log_path = home / "jupyterlab.log"
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def url(self, path: str, **query: str) -> str:
+        q = "&".join([f"token={self.token}", *(f"{k}={v}" if v else k for k, v in query.items())])
+        return f"{self.base}/{path.lstrip('/')}?{q}"
+
+    def _env(self) -> dict:
+        env = dict(os.environ)
+        env["PATH"] = str(JUPYTER.parent) + os.pathsep + env.get("PATH", "")  # nbgrader runs alembic
+        for var, sub in (("JUPYTER_CONFIG_DIR", "config"), ("JUPYTER_DATA_DIR", "data"),
+                         ("JUPYTER_RUNTIME_DIR", "runtime"), ("JUPYTERLAB_SETTINGS_DIR", "settings"),
+                         ("JUPYTERLAB_WORKSPACES_DIR", "workspaces"), ("IPYTHONDIR", "ipython")):
+            env[var] = str(self.home / sub)
+        for var in ("NBGRADER_EXECUTION", "JUPYTER_PATH", "MPLBACKEND"):
+            env.pop(var, None)
+        env["PYTHONUTF8"] = "1"
+        return env
+
+    def start(self, timeout: float = 120.0) -> None:
+        for name, value in LAB_SETTINGS.items():
+            path = self.home / "settings" / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(value), encoding="utf-8")
+        args = [str(JUPYTER), "lab", "--no-browser", "--ip=127.0.0.1", f"--port={self.port}",
+                "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}",
+                f"--ServerApp.root_dir={self.root}",
+                "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            args.append("--allow-root")
+        self.log = open(self.log_path, "w", encoding="utf-8")
+        self.proc = subprocess.Popen(args, cwd=self.root, env=self._env(), stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"JupyterLab exited with {self.proc.returncode}:\n{self.log_text()}")
+            try:
+                self.api("GET", "api/status")
+                return
+            except (urllib.error.URLError, ConnectionError, OSError):
+                time.sleep(0.25)
+        self.stop()
+        raise TimeoutError(f"JupyterLab did not answer within {timeout:.0f} s:\n{self.log_text()}")
+
+    def api(self, method: str, path: str):
+        req = urllib.request.Request(f"{self.base}/{path}", method=method,
+                                     headers={"Authorization": f"token {self.token}"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            body = r.read()
+        return json.loads(body) if body else None
+
+    def shutdown_kernels(self) -> None:
+        """Stop every kernel (one chapter's kernel must not slow the next)."""
+        for k in self.api("GET", "api/kernels"):
+            self.api("DELETE", f"api/kernels/{k['id']}")
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace") if self.log_path.exists() else ""
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        if getattr(self, "log", None):
+            self.log.close()
+
+
+def launch_chromium(playwright):
+    return playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+
+
+class Console:
+    """JavaScript errors seen by one page: console errors and uncaught exceptions."""
+
+    def __init__(self, page):
+        self.errors: list[str] = []
+        page.on("console", self._console)
+        page.on("pageerror", lambda err: self.errors.append(f"pageerror: {err.name}: {err.message}\n{err.stack}"))
+
+    def _console(self, msg) -> None:
+        if msg.type == "error":
+            loc = msg.location or {}
+            self.errors.append(f"console.error: {msg.text} ({loc.get('url', '')}:{loc.get('lineNumber', '')})")
+
+    def save(self, test: str) -> None:
+        """Append every error to tests/artifacts/browser/console-errors.txt (for reading after a run)."""
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        with open(ARTIFACTS / "console-errors.txt", "a", encoding="utf-8") as f:
+            f.write(f"== {test}: {len(self.errors)} error(s)\n" + "".join(e + "\n" for e in self.errors))
+
+    def from_widgets(self) -> list[str]:
+        return [e for e in self.errors if WIDGET_SOURCE.search(e)]
+
+
+class Notebook:
+    """One notebook open in JupyterLab, driven as a student would."""
+
+    def __init__(self, page, lab: Lab, path: str, timeout_ms: int = 90_000):
+        self.page, self.lab, self.path, self.timeout = page, lab, path, timeout_ms
+        page.goto(lab.url(f"lab/tree/{path}", reset=""))
+        self.panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)").last
+        self.panel.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=self.timeout)
+        self.wait_idle()
+
+    @property
+    def cells(self):
+        return self.panel.locator(".jp-Notebook-cell")
+
+    def cell(self, index: int):
+        return self.cells.nth(index)
+
+    def wait_idle(self, timeout_ms: int | None = None) -> None:
+        """Until the kernel is started and idle (the status bar says so: the
+        toolbar's indicator also reads 'idle' before the kernel exists)."""
+        self.page.wait_for_function(
+            """() => [...document.querySelectorAll('.jp-StatusBar-Widget')]
+                         .some(e => /\\|\\s*Idle/.test(e.textContent))""",
+            timeout=timeout_ms or self.timeout)
+
+    def menu(self, top: str, item: str) -> None:
+        self.page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(f"^{re.escape(top)}$")).click()
+        self.page.locator(".lm-Menu-itemLabel", has_text=re.compile(f"^{re.escape(item)}$")).first.click()
+
+    def type_into(self, index: int, text: str) -> None:
+        """Replace the text of cell ``index`` by typing, as a student would
+        (inserted verbatim: no auto-indent or bracket closing)."""
+        cell = self.cell(index)
+        if "jp-MarkdownCell" in (cell.get_attribute("class") or ""):
+            cell.locator(".jp-MarkdownOutput").dblclick()      # a rendered markdown cell: open its editor
+        cell.locator(".cm-content").click()
+        self.page.keyboard.press("Control+A")
+        self.page.keyboard.insert_text(text)
+        self.page.keyboard.press("Escape")
+
+    def save(self) -> None:
+        self.page.keyboard.press("Control+S")
+        self.page.wait_for_function(
+            """() => !document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)')
+                         ?.closest('.lm-DockPanel')?.querySelector('.lm-TabBar-tab.lm-mod-current.jp-mod-dirty')""",
+            timeout=self.timeout)
+
+    def run_all(self, timeout_ms: int | None = None) -> list[int]:
+        """Run ▸ Run All Cells, wait until nothing is queued or running any
+        more (every cell ran, or a cell failed and the rest were cancelled),
+        and return the indices of the code cells that did not run."""
+        self.menu("Run", "Run All Cells")
+        self.page.wait_for_function(
+            """() => { const p = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
+                       const prompts = [...p.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
+                       const idle = [...document.querySelectorAll('.jp-StatusBar-Widget')]
+                                        .some(e => /\\|\\s*Idle/.test(e.textContent));
+                       return idle && prompts.some(e => /\\[\\d+\\]/.test(e.textContent))
+                                   && !prompts.some(e => e.textContent.includes('[*]')); }""",
+            timeout=timeout_ms or self.timeout)
+        return self.panel.evaluate("""p => [...p.querySelectorAll('.jp-Notebook-cell')]
+            .map((c, i) => c.classList.contains('jp-CodeCell')
+                           && !/\\[\\d+\\]/.test(c.querySelector('.jp-InputPrompt').textContent) ? i : -1)
+            .filter(i => i >= 0)""")
+
+    def output_text(self, index: int) -> str:
+        return self.cell(index).locator(".jp-Cell-outputArea").inner_text()
+
+    def error_outputs(self) -> list[str]:
+        errs = self.panel.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+        return [t for t in errs.all_inner_texts() if "Traceback" in t or "Error" in t]
+
+    def toolbar_button(self, label: str):
+        return self.panel.locator(".jp-Toolbar .jp-ToolbarButtonComponent-label",
+                                  has_text=re.compile(rf"^\s*{re.escape(label)}\s*$")).first
+
+
+def shot(target, name: str) -> Path:
+    """Save a screenshot of a page or an element as tests/artifacts/browser/<name>.png."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    target.screenshot(path=str(path))
+    return path

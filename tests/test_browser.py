@@ -1,0 +1,384 @@
+"""What students and instructors see: JupyterLab in a real browser.
+
+One JupyterLab (from the project's environment, on a throw-away copy of the
+course) and one headless Chromium serve every test here; xdist keeps them on
+one worker. Screenshots of each step go to tests/artifacts/browser/.
+
+- the student path in chapter 2: fill the answer cells by typing, run all,
+  step the calculator through its five stages and toggle the mask (the numbers
+  on the page must equal ``helpers.calculator``), then nbgrader's Validate;
+- the untouched release fails Validate;
+- every chapter's main widget renders, with no JavaScript error from widget code;
+- the instructor path: the formgrader lists the course's assignments, and the
+  Create Assignment panel shows a source cell's nbgrader metadata.
+"""
+from __future__ import annotations
+
+import math
+import re
+import shutil
+
+import nbformat
+import pytest
+
+import browser
+from harness import ROOT, make_submission
+
+pytestmark = [pytest.mark.xdist_group("browser"),
+              pytest.mark.skipif(browser.skip_reason() is not None, reason=str(browser.skip_reason()))]
+
+CH02 = "ch02_causal_mask"
+CHAPTERS = sorted(p.name for p in (ROOT / "release").iterdir() if p.is_dir() and p.name.startswith("ch"))
+
+
+def read_nb(kind: str, chapter: str):
+    return nbformat.read(ROOT / kind / chapter / f"{chapter}.ipynb", as_version=4)
+
+
+def nbgrader_meta(cell) -> dict:
+    return cell.metadata.get("nbgrader", {})
+
+
+def index_of(nb, needle: str) -> int:
+    """The index of the (first) code cell whose source contains ``needle``."""
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code" and needle in cell.source:
+            return i
+    raise LookupError(f"no code cell contains {needle!r}")
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("lab")
+    server = browser.Lab(browser.course_copy(tmp / "course"), tmp / "home")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    from playwright.sync_api import sync_playwright
+
+    shutil.rmtree(browser.ARTIFACTS, ignore_errors=True)   # this run's screenshots only
+    with sync_playwright() as pw:
+        b = browser.launch_chromium(pw)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(chromium, lab, request):
+    context = chromium.new_context(viewport={"width": 1500, "height": 1000}, locale="zh-CN")
+    context.set_default_timeout(30_000)
+    pg = context.new_page()
+    pg.console = browser.Console(pg)
+    yield pg
+    context.close()
+    lab.shutdown_kernels()
+    pg.console.save(request.node.name)
+
+
+# --------------------------------------------------------------------- student
+
+
+def page_tables(view) -> list[dict]:
+    """The calculator's matrices as the page shows them: caption, column
+    headers, and each row's label and cell texts."""
+    return view.evaluate("""v => [...v.querySelectorAll('table')].map(t => {
+        const rows = [...t.querySelectorAll('tr')];
+        return {name: t.querySelector('caption').textContent,
+                cols: [...rows[0].querySelectorAll('th')].slice(1).map(e => e.textContent),
+                rows: rows.slice(1).map(r => [r.querySelector('th').textContent,
+                                              ...[...r.querySelectorAll('td')].map(e => e.textContent)])};
+    })""")
+
+
+def expected_tables(number: int, causal: bool) -> list[dict]:
+    from helpers import calculator
+
+    st = calculator.stage(number, causal)
+    return [{"name": m.name, "cols": list(m.cols),
+             "rows": [[label, *(calculator.fmt(v) for v in row)] for label, row in zip(m.rows, m.values)]}
+            for m in st.matrices]
+
+
+def check_stage(view, number: int, causal: bool) -> list[dict]:
+    from helpers import calculator
+
+    st = calculator.stage(number, causal)
+    state = "因果掩码：开" if causal else "因果掩码：关"
+    flat = lambda s: " ".join(s.split())  # noqa: E731 (HTML collapses white space)
+    text = flat(view.inner_text())
+    assert flat(st.title) in text and f"({number}/{calculator.N_STAGES}, {state})" in text, text[:300]
+    assert flat(st.formula) in text, text[:300]
+    tables = page_tables(view)
+    assert tables == expected_tables(number, causal), f"stage {number} (mask {'on' if causal else 'off'})"
+    return tables
+
+
+def test_student_fills_runs_steps_the_calculator_and_validates(page, lab):
+    release, source = read_nb("release", CH02), read_nb("source", CH02)
+    solved = make_submission(release, source, None)
+    answers = [i for i, c in enumerate(release.cells) if nbgrader_meta(c).get("solution")]
+    path = f"release/{CH02}/{CH02}.ipynb"
+    nb = browser.Notebook(page, lab, path)
+    assert nb.cells.count() == len(release.cells)
+    browser.shot(page, "ch02_01_opened")
+
+    for i in answers:                                   # the student writes the answers
+        nb.type_into(i, solved.cells[i].source)
+    nb.save()
+    on_disk = nbformat.read(lab.root / path, as_version=4)
+    for i in answers:
+        assert on_disk.cells[i].source == solved.cells[i].source, f"cell {i} was not typed in as written"
+
+    not_run = nb.run_all(timeout_ms=180_000)
+    assert nb.error_outputs() == [] and not_run == [], (nb.error_outputs(), not_run)
+    for i, cell in enumerate(release.cells):
+        if nbgrader_meta(cell).get("grade") and "passed(" in cell.source:
+            assert "✓" in nb.output_text(i), f"visible test in cell {i} did not pass:\n{nb.output_text(i)}"
+    browser.shot(page, "ch02_02_ran_all")
+
+    calc = nb.cell(index_of(release, "calculator_view.step_through()"))
+    widget = calc.locator(".jupyter-widgets.widget-vbox").first
+    view = widget.locator(".widget-html-content")
+    prev, nxt = widget.get_by_role("button", name="◀ 上一步"), widget.get_by_role("button", name="下一步 ▶")
+    mask = widget.locator(".widget-toggle-button")
+    assert mask.inner_text().strip() == "因果掩码"
+
+    def go(number: int, causal: bool, shot: str):
+        page.wait_for_function("([v, n]) => v.textContent.includes(`(${n}/5,`)", arg=[view.element_handle(), number])
+        tables = check_stage(view, number, causal)
+        browser.shot(widget, shot)
+        return tables
+
+    go(1, True, "ch02_03_stage1")
+    assert prev.is_disabled() and not nxt.is_disabled()
+    nxt.click()
+    go(2, True, "ch02_04_stage2")
+    nxt.click()
+    masked = go(3, True, "ch02_05_stage3_mask_on")[0]["rows"]
+    for i, row in enumerate(masked):                    # −∞ exactly above the diagonal
+        assert [v == "−∞" for v in row[1:]] == [j > i for j in range(len(row) - 1)], row
+
+    mask.click()                                        # mask off: every score finite
+    page.wait_for_function("v => v.textContent.includes('因果掩码：关')", arg=view.element_handle())
+    unmasked = go(3, False, "ch02_06_stage3_mask_off")[0]["rows"]
+    assert all(v != "−∞" for row in unmasked for v in row[1:])
+    nxt.click()
+    off = go(4, False, "ch02_07_stage4_mask_off")[0]["rows"]
+    assert off[0][1] != "1.00" and off[0][1:].count("0.00") < len(off[0]) - 2   # row 1 sees later tokens
+
+    mask.click()                                        # mask on again: first row is 1.00 0.00 ...
+    page.wait_for_function("v => v.textContent.includes('因果掩码：开')", arg=view.element_handle())
+    on = go(4, True, "ch02_08_stage4_mask_on")[0]["rows"]
+    assert on[0][1:] == ["1.00"] + ["0.00"] * (len(on[0]) - 2)
+    nxt.click()
+    go(5, True, "ch02_09_stage5")
+    assert nxt.is_disabled() and not prev.is_disabled()
+    prev.click()
+    go(4, True, "ch02_10_back_to_stage4")
+
+    dialog = validate(page, nb)
+    browser.shot(page, "ch02_11_validate_solution")
+    assert dialog.locator(".validation-success").count() == 1, dialog.inner_text()
+    assert "Success! Your notebook passes all the tests." in dialog.inner_text()
+    assert page.console.from_widgets() == [], page.console.from_widgets()
+
+
+def validate(page, nb):
+    """Press nbgrader's Validate button; return its result dialog."""
+    button = nb.toolbar_button("Validate")
+    button.click()
+    dialog = page.locator(".jp-Dialog", has=page.locator("#validation-message"))
+    dialog.wait_for(timeout=180_000)
+    assert "Validation Results" in dialog.locator(".jp-Dialog-header").inner_text()
+    return dialog
+
+
+def test_untouched_release_fails_validate(page, lab):
+    nb = browser.Notebook(page, lab, _untouched_copy(lab))
+    dialog = validate(page, nb)
+    browser.shot(page, "ch02_12_validate_untouched_release")
+    text = dialog.inner_text()
+    assert dialog.locator(".validation-failed").count() == 1, text
+    assert "Success" not in text
+    assert "The following cell failed:" in text and "NotImplementedError" in text
+
+
+def _untouched_copy(lab) -> str:
+    """A fresh copy of the release notebook (the student-path test edits the
+    original in the course copy)."""
+    rel = f"untouched/{CH02}/{CH02}.ipynb"
+    dest = lab.root / rel
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_bytes((ROOT / "release" / CH02 / f"{CH02}.ipynb").read_bytes())
+    return rel
+
+
+# --------------------------------------------------------------------- widgets
+
+# Each chapter's main widget: the cell that shows it, texts its controls must
+# show, and, for the chapters whose widget is not ipywidgets, what stands in.
+# The cells before it that the widget does not need (timing demos, training)
+# are left out to keep this test short; ``edits`` shortens ch07's training to
+# seconds on a slice of the corpus (its progress bar and live loss plot still
+# show).
+WIDGETS = {
+    "ch01_attention": dict(cell="widgets.dk_explorer", labels=("d_k",)),
+    "ch02_causal_mask": dict(cell="calculator_view.step_through", labels=("◀ 上一步", "下一步 ▶", "因果掩码")),
+    "ch03_multi_head": dict(cell="heads.previous_token_explorer", labels=("句子", "最多")),
+    "ch04_positions": dict(cell="positions.rope_explorer", labels=("m", "n", "m、n 一起移动")),
+    "ch05_block": dict(cell="norm_placement.grad_norm_figure", labels=("Pre-LN", "Post-LN"), ipywidgets=False),
+    "ch06_param_count": dict(cell="param_demo.explorer", labels=("GPT-2", "LLaMA", "嵌入与 lm_head 共享", "n_ctx")),
+    "ch07_gpt": dict(cell="attention_maps.attention_explorer", labels=("句子", "层", "头"),
+                     keep=("corpora.load_corpus", "tok = CharTokenizer(text)", "config = GPTConfig(",
+                           "training.train(", "SENTENCE ="),
+                     edits={"text, used = corpora.load_corpus(CORPUS)":
+                            "text, used = corpora.load_corpus(CORPUS)\ntext = text[:200_000]",
+                            "TRAIN_SECONDS = 180": "TRAIN_SECONDS = 3",
+                            "max_tokens=1_024 if grading() else None": "max_tokens=1_024"}),
+    "ch08_efficiency": dict(cell="osv.stepper", labels=("上一块", "下一块", "块")),
+    # The quiz has no widget: its answers' form checks stand in (every cell kept).
+    "ch09_quiz": dict(cell="expect_choice(q22_flash", labels=("✓",), ipywidgets=False, keep=("",)),
+}
+
+
+def widget_notebook(chapter: str):
+    """The release notebook with the answers filled in, cut after the cell of
+    the chapter's main widget: the setup cells, the answers, the cells listed
+    in ``keep`` and the widget's cell."""
+    spec = WIDGETS[chapter]
+    release, source = read_nb("release", chapter), read_nb("source", chapter)
+    nb = make_submission(release, source, None)
+    last = index_of(nb, spec["cell"])
+    code = [i for i, c in enumerate(nb.cells[:last + 1]) if c.cell_type == "code"]
+    keep = set(code[:2]) | {last}
+    keep |= {i for i in code if nbgrader_meta(nb.cells[i]).get("solution")}
+    keep |= {i for i in code for needle in spec.get("keep", ()) if needle in nb.cells[i].source}
+    for old, new in spec.get("edits", {}).items():
+        hits = [i for i in keep if old in nb.cells[i].source]
+        assert hits, f"{chapter}: no kept cell contains {old!r}"
+        for i in hits:
+            nb.cells[i].source = nb.cells[i].source.replace(old, new)
+    nb.cells = [c for i, c in enumerate(nb.cells) if i in keep or c.cell_type == "markdown" and i < last]
+    return nb, spec
+
+
+def test_widget_notebooks_keep_the_widget_cell_last():
+    for chapter in CHAPTERS:
+        assert chapter in WIDGETS, f"{chapter} has no main widget listed in WIDGETS"
+        nb, spec = widget_notebook(chapter)
+        assert spec["cell"] in nb.cells[-1].source
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_chapter_widget_renders(page, lab, chapter):
+    nb_doc, spec = widget_notebook(chapter)
+    rel = f"widgets/{chapter}.ipynb"
+    (lab.root / "widgets").mkdir(exist_ok=True)
+    nbformat.write(nb_doc, lab.root / rel)
+    nb = browser.Notebook(page, lab, rel)
+    not_run = nb.run_all(timeout_ms=150_000)
+    assert nb.error_outputs() == [] and not_run == [], (nb.error_outputs(), not_run)
+    out = nb.cell(len(nb_doc.cells) - 1).locator(".jp-Cell-outputArea")
+    if spec.get("ipywidgets", True):
+        widget = out.locator(".jupyter-widgets.widget-vbox").first
+        widget.wait_for()
+        # Wait for the widget's own output (figure or HTML) to arrive.
+        page.wait_for_function("w => w.querySelector('img, .widget-html-content:not(:empty)')",
+                               arg=widget.element_handle())
+        target = widget
+    else:
+        target = out
+    browser.shot(target, f"widget_{chapter}")
+    text = target.inner_text()
+    for label in spec["labels"]:
+        assert label in text, f"{chapter}: {label!r} not shown in the widget:\n{text[:500]}"
+    check_values(chapter, target, text)
+    assert page.console.from_widgets() == [], page.console.from_widgets()
+
+
+def check_values(chapter: str, target, text: str) -> None:
+    """Numbers a widget shows, computed here from the course's helpers."""
+    if chapter == "ch01_attention":
+        s = math.sqrt(128)
+        assert f"d_k = 128：典型分数 ±{s:.1f}" in text, text
+        assert target.locator("img").count() >= 1
+    elif chapter == "ch02_causal_mask":
+        check_stage(target.locator(".widget-html-content"), 1, True)
+    elif chapter == "ch04_positions":                  # the notebook's call: q=(1.0, 0.25), k=(0.4, 0.9), m=2, n=5
+        from grading.ch04 import ref_rope
+        from helpers import positions
+
+        values = target.evaluate("w => [...w.querySelectorAll('.widget-readout')].map(e => e.textContent)")
+        assert values == ["2", "5"], values
+        assert positions.score_text(ref_rope, (1.0, 0.25), (0.4, 0.9), 2, 5) in text, text
+        assert target.locator("img").count() >= 1
+    elif chapter == "ch06_param_count":                # GPT-2 small, the explorer's starting point
+        from helpers import model_cards, param_demo
+
+        exact = sum(model_cards.measure("gpt2", 12, 768, 50257, 1024).values())
+        assert param_demo.summary("gpt2", 12, 768, 50257, 1024, True) in text, text
+        assert f"你的函数：{exact:,} ✓" in text, text
+    elif chapter == "ch08_efficiency":
+        import torch
+
+        from helpers import online_softmax_viz as osv
+        cell = read_nb("release", chapter).cells[index_of(read_nb("release", chapter), "osv.stepper")].source
+        ns = {"torch": torch}
+        exec("\n".join(line for line in cell.splitlines() if line.startswith("demo_")), ns)
+        first = osv.step_text(osv.states(ns["demo_scores"], ns["demo_values"], 4)[0], 0)
+        assert re.sub(r"<[^>]+>", "", first) in text, (first, text)
+    elif chapter in ("ch03_multi_head", "ch05_block", "ch07_gpt"):
+        assert target.locator("img").count() >= 1, f"{chapter}: no figure in the widget"
+
+
+# ------------------------------------------------------------------ instructor
+
+
+def test_formgrader_lists_the_assignments(page, lab):
+    page.goto(lab.url("lab", reset=""))
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^Nbgrader$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Formgrader$")).click()
+    frame = page.frame_locator("iframe").first
+    for chapter in CHAPTERS:
+        frame.locator("td, a", has_text=re.compile(f"^{chapter}$")).first.wait_for(timeout=60_000)
+    browser.shot(page, "formgrader_manage_assignments")
+    listed = frame.locator("body").inner_text()
+    assert all(ch in listed for ch in CHAPTERS)
+
+
+def test_create_assignment_shows_nbgrader_metadata(page, lab):
+    source = read_nb("source", CH02)
+    answer = next(c for c in source.cells if nbgrader_meta(c).get("grade_id") == "causal_mask")
+    test = next(c for c in source.cells if nbgrader_meta(c).get("grade_id") == "test_causal_mask")
+    nb = browser.Notebook(page, lab, f"source/{CH02}/{CH02}.ipynb")
+    page.get_by_role("tab", name=re.compile("Create Assignment")).click()
+    panel = page.locator(".nbgrader-CreateAssignmentWidget, #nbgrader-create_assignemnt").first
+    panel.wait_for()
+    cells = page.evaluate("""() => [...document.querySelectorAll('.nbgrader-CellWidget')].map(w => {
+        const sel = w.querySelector('select');
+        const id = w.querySelector('.nbgrader-CellId input');
+        const pts = w.querySelector('.nbgrader-CellPoints input');
+        return {type: sel ? sel.options[sel.selectedIndex].text : null,
+                id: id ? id.value : null, points: pts ? pts.value : null};
+    })""")
+    total = page.locator(".nbgrader-TotalPointsInput").input_value()
+    # Show the answer cell and its metadata side by side for the screenshot.
+    page.evaluate("""() => [...document.querySelectorAll('.nbgrader-CellWidget')]
+        .find(w => w.querySelector('.nbgrader-CellId input')?.value === 'causal_mask')
+        .scrollIntoView({block: 'center'})""")
+    nb.cell(next(i for i, c in enumerate(source.cells) if nbgrader_meta(c).get("grade_id") == "causal_mask")
+            ).scroll_into_view_if_needed()
+    browser.shot(page, "create_assignment_ch02_source")
+    by_id = {c["id"]: c for c in cells if c["id"]}
+    assert by_id["causal_mask"]["type"] == "Autograded answer", cells
+    assert by_id["test_causal_mask"]["type"] == "Autograded tests", cells
+    assert float(by_id["test_causal_mask"]["points"]) == nbgrader_meta(test)["points"], cells
+    assert nbgrader_meta(answer)["solution"]
+    graded = [c for c in source.cells if nbgrader_meta(c).get("grade_id")]
+    assert sorted(by_id) == sorted(nbgrader_meta(c)["grade_id"] for c in graded)
+    assert float(total) == sum(nbgrader_meta(c).get("points", 0) for c in graded)
+    assert nb.cells.count() == len(source.cells)
