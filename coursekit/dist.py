@@ -45,6 +45,25 @@ def _student_release(lang: str, work: Path) -> Path:
     return work / "release"
 
 
+# what only the course's own tests and deployment checks need; a student's environment goes without
+DEV_ONLY = {"pytest", "pytest-xdist", "playwright", "jupyterhub", "psycopg", "psycopg-binary", "psycopg2-binary"}
+
+
+def student_requirements() -> str:
+    """requirements.txt without the packages only the course's own tests use."""
+    import re
+    out, comments = [], []
+    for line in (build.ROOT / "requirements.txt").read_text(encoding="utf-8").splitlines():
+        if line.startswith("#") or not line.strip():
+            comments.append(line)
+            continue
+        name = re.split(r"[=<>!~\[; ]", line.strip(), maxsplit=1)[0].lower().replace("_", "-")
+        if name not in DEV_ONLY:
+            out += comments + [line]
+        comments = []
+    return "\n".join(out) + "\n"
+
+
 def make_pack(lang: str, out_dir: Path = build.ROOT / "dist") -> Path:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -59,8 +78,9 @@ def make_pack(lang: str, out_dir: Path = build.ROOT / "dist") -> Path:
         shutil.copytree(rel, pack / "release")
         shutil.copytree(build.ROOT / "helpers", pack / "helpers",
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        for f in ("course.py", "requirements.txt", "environment.yml"):
+        for f in ("course.py", "environment.yml"):
             shutil.copy(build.ROOT / f, pack / f)
+        (pack / "requirements.txt").write_text(student_requirements(), encoding="utf-8")
         (pack / "pyproject.toml").write_text(STUDENT_PYPROJECT)
         (pack / "Makefile").write_text(STUDENT_MAKEFILE)
         shutil.copy(STUDENT_FILES / f"README.{lang}.md", pack / "README.md")

@@ -168,7 +168,11 @@ def via_zygote(sock_path: str, conn: str, cwd: str, key: bytes | None, extra: li
                "mem_mb": int(os.environ.get("COURSE_MEM_MB", "6144")),
                "nproc": int(os.environ.get("COURSE_NPROC", "256")),
                "threads": int(os.environ.get("COURSE_KERNEL_THREADS", "0")),
-               "argv": [a for a in extra if a.startswith("--")]}  # kernel options, e.g. nbgrader's history setting
+               "argv": [a for a in extra if a.startswith("--")],  # kernel options, e.g. nbgrader's history setting
+               # the environment nbgrader gives its kernel (NBGRADER_EXECUTION=autograde among it), as a cold
+               # kernel would get it; the grader's own settings stay out
+               "env": {k: v for k, v in os.environ.items()
+                       if k not in ("COURSE_SEAL_FILE", "COURSE_ZYGOTE", "JPY_PARENT_PID")}}
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             s.connect(sock_path)

@@ -22,7 +22,7 @@ the children's folders), and the children have none.
 
 Protocol (one JSON line each way per connection)::
 
-    launcher -> zygote  {"workdir", "conn", "key", "uid", "mem_mb", "nproc", "threads", "argv"}
+    launcher -> zygote  {"workdir", "conn", "key", "uid", "mem_mb", "nproc", "threads", "argv", "env"}
     zygote -> launcher  {"pid": N}           the kernel is starting
     zygote -> launcher  {"exit": code}       the kernel ended; its processes are gone
 
@@ -111,6 +111,7 @@ def _become_kernel(req: dict, sock: socket.socket, listener: socket.socket) -> N
             os.setresuid(uid, uid, uid)  # all capabilities go with uid 0
         os.chdir(workdir)
         env = {k: v for k, v in os.environ.items() if not k.startswith("COURSE_ZYGOTE")}
+        env.update({str(k): str(v) for k, v in (req.get("env") or {}).items()})
         env.update({"HOME": workdir, "TMPDIR": tmp, "MPLCONFIGDIR": os.path.join(tmp, "mpl"),
                     "IPYTHONDIR": os.path.join(tmp, "ipython"), "PWD": workdir,
                     "MPLBACKEND": "module://matplotlib_inline.backend_inline"})

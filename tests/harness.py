@@ -120,7 +120,7 @@ def output_text(cell) -> str:
 
 def grade_class(chapter: str, variants: list[Variant], workdir: Path) -> dict[str, Result]:
     """Autograde every variant (plus the untouched release and the full
-    solution) in one nbgrader run; return their results by name."""
+    solution) in one grading run; return their results by name."""
     from nbgrader.api import Gradebook
 
     setup_course(workdir, chapter)
@@ -136,8 +136,11 @@ def grade_class(chapter: str, variants: list[Variant], workdir: Path) -> dict[st
         dest = workdir / "submitted" / name / chapter / f"{chapter}.ipynb"
         dest.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, dest)
-    nbgrader(["autograde", chapter, "--force", "--log-level=ERROR"], workdir)
-    nbgrader(["generate_feedback", chapter, "--force", "--log-level=ERROR"], workdir)
+    # the instructors' own command (make grade): sandboxed when the machine allows it,
+    # warm kernels, seal check, feedback
+    from coursekit import grade as pipeline
+    from coursekit.sandbox import sandbox_available
+    pipeline.grade(workdir, chapter=chapter, sandbox=sandbox_available()[0], quiet=True, report=False)
 
     results: dict[str, Result] = {}
     with Gradebook(f"sqlite:///{workdir / 'gradebook.db'}") as gb:

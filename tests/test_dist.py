@@ -49,6 +49,15 @@ def test_pack_holds_release_helpers_and_environment_only(packs, lang):
         assert not f.endswith((".db", ".pyc")), f"{f} must not be in a student pack"
 
 
+def test_pack_environment_is_the_course_stack_without_test_tools(packs):
+    with zipfile.ZipFile(packs["zh"]) as z:
+        req = z.read(f"{dist.COURSE}-student-zh/requirements.txt").decode()
+    pins = {line.split("==")[0].strip().lower() for line in req.splitlines() if "==" in line}
+    assert {"torch", "nbgrader", "jupyterlab", "ipywidgets", "matplotlib", "numpy"} <= pins, req
+    assert not pins & dist.DEV_ONLY, f"test-only packages in a student pack: {pins & dist.DEV_ONLY}"
+    assert "torch==2.13.0" in req
+
+
 @pytest.mark.parametrize("lang", build.LANGS)
 def test_pack_contains_no_solution_or_hidden_test(packs, lang):
     with zipfile.ZipFile(packs[lang]) as z:

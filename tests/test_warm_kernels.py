@@ -57,6 +57,7 @@ try:
 except OSError:
     pass
 print('LEAK', found) if found else print('CLEAN uid', os.getuid())
+print('NBGRADER_EXECUTION =', os.environ.get('NBGRADER_EXECUTION'))
 def softmax(x, dim=-1):
     e = torch.exp(x - x.max(dim=dim, keepdim=True).values)
     return e / e.sum(dim=dim, keepdim=True)
@@ -114,6 +115,8 @@ def test_kernels_were_forked_from_the_warm_factory(sequential):
     log = (root / ".grading" / "logs" / "zygote.log").read_text()
     assert "zygote: ready" in log
     assert "left uid" in _text(root, "a_leaver", "softmax")
+    # the kernel gets the environment nbgrader gives it (chapters shorten their demos under autograde)
+    assert "NBGRADER_EXECUTION = autograde" in _text(root, "b_snooper", "softmax")
 
 
 def test_nothing_a_student_leaves_behind_reaches_the_next_kernel(sequential):
