@@ -170,9 +170,17 @@ def test_writes_reach_neither_gradebook_nor_course_files(graded):
 
 
 def test_fork_bomb_is_bounded(graded):
-    root, _, _ = graded
+    """The bomb stops at the kernel's process limit and none of its processes
+    outlive grading. (On a loaded machine the kernel may instead die of it or
+    reach the time limit: then the notebook is scored as empty, with the reason.)"""
+    from coursekit.zygote import _pids_of
+    root, jobs, _ = graded
     m = re.search(r"forked (\d+)", cell_text(root, "fork_bomb", "softmax"))
-    assert m and int(m.group(1)) < 300, cell_text(root, "fork_bomb", "softmax")[:300]
+    if m:
+        assert int(m.group(1)) < 300, cell_text(root, "fork_bomb", "softmax")[:300]
+    else:
+        assert any("kernel died" in f or "time limit" in f for f in jobs["fork_bomb"].flags), jobs["fork_bomb"].flags
+    assert _pids_of(pipeline._uid(jobs["fork_bomb"])) == [], "fork bomb processes outlived grading"
 
 
 @pytest.mark.parametrize("name", ["delete_cell", "edit_cell", "duplicate_cell", "renamed"])
