@@ -69,12 +69,15 @@ SYSTEM_PACKAGES = {
               "grading refuses to run unsandboxed without it and the tests that need it are skipped"),
     "chromium": ("chromium", ("test",), "the browser tests (tests/test_browser.py) are skipped"),
     "chromedriver": ("chromium-driver", ("test",), "the browser tests (tests/test_browser.py) are skipped"),
+    "pg_ctlcluster": ("postgresql", ("test",), "the PostgreSQL gradebook test (tests/test_postgres.py) is skipped"),
+    "npm": ("npm", ("test",), "the JupyterHub test (tests/test_jupyterhub.py) is skipped"),  # its proxy
 }
 
 
 def ensure_system_packages(cmd: str = "test") -> None:
     """Install the Debian packages ``cmd`` uses (the grading sandbox; for the
-    tests also Chromium, which the browser tests drive), when missing and when
+    tests also Chromium, which the browser tests drive, and PostgreSQL and npm
+    for the deployment tests), when missing and when
     this is a Debian-like machine where we may (root, apt-get). Elsewhere, say
     what is missing and go on (the tests that need it skip)."""
     import shutil
