@@ -32,8 +32,8 @@ def cmd_dist(args) -> int:
 
 def cmd_grade(args) -> int:
     from . import grade
-    jobs = grade.grade(chapter=args.chapter, student=args.student, jobs=args.jobs, sandbox=not args.unsandboxed,
-                       timeout=args.timeout)
+    jobs = grade.grade(root=args.root or build.ROOT, chapter=args.chapter, student=args.student, jobs=args.jobs,
+                       sandbox=not args.unsandboxed, timeout=args.timeout)
     return 0 if all(j.ok for j in jobs) else 1
 
 
@@ -55,6 +55,8 @@ def main(argv=None) -> int:
     g.add_argument("--student", help="only this student")
     g.add_argument("--jobs", type=int, help="parallel workers (default: number of cores)")
     g.add_argument("--timeout", type=int, default=600, help="time limit per notebook in seconds")
+    g.add_argument("--root", help="the course folder to grade (default: this one), e.g. an instructor's "
+                                  "course folder on JupyterHub")
     g.add_argument("--unsandboxed", action="store_true",
                    help="grade without bubblewrap (submissions then run with your rights)")
     g.set_defaults(fn=cmd_grade)

@@ -17,6 +17,7 @@ entered in the formgrader stay.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import json
 import os
 import re
@@ -36,7 +37,13 @@ from .nbgrader_run import env_with_bin, nbgrader
 
 STATE = ".grading"
 CHECK_RE = re.compile(r"\b(check_\w+)\(")
+COURSE_ID = "transformer"  # nbgrader_config.py's course id: the gradebook row it already has
 MAX_OUTPUT_CHARS = 200_000
+# What a gradebook says when another grader got there first: SQLite's lock, and the
+# unique-key or serialisation errors of a database server (PostgreSQL) when two graders
+# add the same student or course at once. The notebook is graded again, alone.
+BUSY_SIGNS = ("database is locked", "UniqueViolation", "duplicate key value", "IntegrityError",
+              "could not serialize access", "deadlock detected")
 
 
 @dataclass
@@ -267,7 +274,7 @@ def autograde_one(root: Path, state: Path, job: Job, sandbox: bool, timeout: int
     text = log.read_text(errors="replace")
     if rc not in (0, None):
         job.ok = False
-        if "database is locked" in text:
+        if any(sign in text for sign in BUSY_SIGNS):
             job.flags.append("retry: gradebook busy")
         else:
             job.flags.append("autograde failed (see .grading/logs)")
@@ -311,7 +318,10 @@ class Zygote:
             d.mkdir()
             os.chmod(d, mode)
         sock = zdir / "sock"
-        self.log = state / "logs" / "zygote.log"
+        # this run's own log (another grader's would truncate a shared one under wait()),
+        # copied to logs/zygote.log when the factory closes
+        self.log = state / "logs" / f"zygote-{os.getpid()}.log"
+        self.latest = state / "logs" / "zygote.log"
         out = open(self.log, "w")
         self.proc = subprocess.Popen(zygote_command(str(root), str(self.base), sandbox), cwd=zdir,
                                      env=env_with_bin({"COURSE_ROOT": str(root), "PYTHONDONTWRITEBYTECODE": "1"}),
@@ -341,6 +351,8 @@ class Zygote:
                 except OSError:
                     pass
                 self.proc.wait()
+        if self.log.exists():
+            self.log.replace(self.latest)
         self.proc = None
         shutil.rmtree(self.base, ignore_errors=True)
 
@@ -424,15 +436,48 @@ def check_seals(root: Path, state: Path, job: Job, gb) -> None:
 
 def ensure_assignments(root: Path, chapters: list[str], state: Path) -> None:
     """Record each chapter's source cells in the gradebook (needed to restore
-    read-only cells and to know the points), without touching release/."""
-    scratch = state / "release-scratch"
-    for ch in chapters:
-        log = state / "logs" / f"generate_assignment__{ch}.log"
-        rc = run_nbgrader(["generate_assignment", ch, "--force", "--log-level=ERROR",
-                           f"--CourseDirectory.release_directory={scratch}"], root, env_with_bin(), log)
-        if rc != 0:
-            raise SystemExit(f"grade: nbgrader generate_assignment {ch} failed:\n{log.read_text(errors='replace')}")
-    shutil.rmtree(scratch, ignore_errors=True)
+    read-only cells and to know the points), without touching release/.
+
+    Graders running at once in the same course folder (``make grade CHAPTER=...``
+    twice) take turns here: creating a new gradebook or its course row is not
+    safe to do twice at the same time. Each run has its own scratch folder."""
+    with _one_at_a_time(state):
+        scratch = Path(tempfile.mkdtemp(prefix="release-scratch-", dir=state))
+        try:
+            for ch in chapters:
+                log = state / "logs" / f"generate_assignment__{ch}.log"
+                rc = run_nbgrader(["generate_assignment", ch, "--force", "--log-level=ERROR",
+                                   f"--CourseDirectory.release_directory={scratch}"], root, env_with_bin(), log)
+                if rc != 0:
+                    raise SystemExit(f"grade: nbgrader generate_assignment {ch} failed:\n"
+                                     f"{log.read_text(errors='replace')}")
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _one_at_a_time(state: Path):
+    """Hold the course folder's grading lock (graders in the same folder take turns)."""
+    import fcntl
+
+    with open(state / "gradebook.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _write_atomically(path: Path, write) -> None:
+    """Write ``path`` through a temporary file in its folder, then rename it into
+    place, so that a concurrent grader never leaves a half-written or mixed file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def grade(root: Path = ROOT, chapter: str | None = None, student: str | None = None, jobs: int | None = None,
@@ -483,7 +528,8 @@ def grade(root: Path = ROOT, chapter: str | None = None, student: str | None = N
             zygote.close()
     _after_autograde(root, state, todo, chapters, report, say, clock)
     clock.times["total"] = time.monotonic() - t0
-    (state / "timings.json").write_text(json.dumps({k: round(v, 2) for k, v in clock.times.items()}, indent=1))
+    _write_atomically(state / "timings.json",
+                      lambda tmp: tmp.write_text(json.dumps({k: round(v, 2) for k, v in clock.times.items()}, indent=1)))
     say("grade: where the time went: " + ", ".join(f"{k} {v:.1f} s" for k, v in clock.times.items()))
     return todo
 
@@ -536,7 +582,7 @@ def _after_autograde(root, state, todo, chapters, report, say, clock) -> None:
 
     from . import report as report_mod
 
-    with clock("seal check"), Gradebook(_db_url(root)) as gb:
+    with clock("seal check"), Gradebook(_db_url(root), COURSE_ID) as gb:
         for job in todo:
             try:
                 check_seals(root, state, job, gb)
@@ -548,19 +594,51 @@ def _after_autograde(root, state, todo, chapters, report, say, clock) -> None:
         for ch in chapters:
             run_nbgrader(["generate_feedback", ch, "--force", "--log-level=ERROR"], root, env_with_bin(),
                          state / "logs" / f"generate_feedback__{ch}.log")
+    for job in todo:  # only this run's keys: another grader may be running on other chapters
+        (state / "keys" / f"{job.chapter}__{job.student}.key").unlink(missing_ok=True)
+    # The class-wide outputs, one grader at a time: whichever grader writes them last
+    # has seen every result committed before, so they end up complete.
     log = state / "logs" / "export.log"
-    with clock("export"):
-        if run_nbgrader(["export", "--to", str(root / "grades.csv"), "--log-level=ERROR"], root, env_with_bin(),
-                        log):
+
+    def export(tmp: Path) -> None:
+        if run_nbgrader(["export", "--to", str(tmp), "--log-level=ERROR"], root, env_with_bin(), log):
             raise SystemExit(f"grade: nbgrader export failed:\n{log.read_text(errors='replace')}")
-    for f in (state / "keys").glob("*.key"):
-        f.unlink()
+
+    with _one_at_a_time(state):
+        save_flags(state, todo)
+        with clock("export"):
+            _write_atomically(root / "grades.csv", export)
+        with clock("report"):
+            if report:
+                path = report_mod.write_report(root, class_jobs(root, state))
+                say(f"grade: class report {path.relative_to(root)}")
     with clock("report"):
-        if report:
-            path = report_mod.write_report(root, todo)
-            say(f"grade: class report {path.relative_to(root)}")
         say(report_mod.summary_table(root, todo))
     say(f"grade: done in {sum(clock.times.values()):.0f} s; grades.csv, feedback/, autograded/ updated")
+
+
+def save_flags(state: Path, jobs: list[Job]) -> None:
+    """Keep each notebook's flags, so a report written by a later run (another
+    chapter, another student) still shows why this one was flagged."""
+    folder = state / "flags"
+    folder.mkdir(exist_ok=True)
+    for job in jobs:
+        _write_atomically(folder / f"{job.chapter}__{job.student}.json",
+                          lambda tmp, job=job: tmp.write_text(json.dumps(job.flags, ensure_ascii=False)))
+
+
+def class_jobs(root: Path, state: Path) -> list[Job]:
+    """Every submission of the class with the flags of its latest grading: the
+    class report covers the whole class, whichever part this run graded."""
+    jobs = discover(root)
+    for job in jobs:
+        saved = state / "flags" / f"{job.chapter}__{job.student}.json"
+        if saved.exists():
+            try:
+                job.flags = json.loads(saved.read_text())
+            except ValueError:
+                pass
+    return jobs
 
 
 def _zero_auto_scores(gb, job: Job) -> None:
