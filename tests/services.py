@@ -1,0 +1,153 @@
+"""Real servers for the deployment tests, on loopback only, always stopped.
+
+- ``postgres_server()``: a throw-away PostgreSQL server from Debian's packages
+  (``postgresql``; ``course.py test`` installs it when run as root), its data in
+  a temporary folder, listening on 127.0.0.1 at a free port.
+- ``chp_command()``: JupyterHub's proxy, configurable-http-proxy, installed from
+  the npm registry into ``.cache/chp`` of this checkout the first time.
+- system users for the hub test (``add_user`` / ``remove_user``).
+
+Each helper says why it cannot run (``Unavailable``) so the tests skip with
+that reason instead of failing on a machine without the pieces.
+"""
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CHP_VERSION = "5.3.0"   # configurable-http-proxy, from the npm registry
+
+
+class Unavailable(Exception):
+    """A piece the test needs is missing here; the message says which."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def shared_tmpdir(prefix: str) -> Path:
+    """A temporary folder other local users can walk through (pytest's own
+    tmp folders are private to root, 0700)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(path, 0o755)
+    return path
+
+
+# ------------------------------------------------------------------ PostgreSQL
+
+def postgres_bindir() -> Path:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), key=lambda p: int(Path(p).parts[4]))
+    if found:
+        return Path(found[-1]).parent
+    pg_ctl = shutil.which("pg_ctl")
+    if pg_ctl:
+        return Path(pg_ctl).parent
+    raise Unavailable("the PostgreSQL server is not installed (Debian: apt-get install postgresql; "
+                      "`python3 course.py test` does it when run as root)")
+
+
+@contextlib.contextmanager
+def postgres_server(timeout: float = 60):
+    """Yield a function ``new_database(name) -> SQLAlchemy URL`` on a fresh
+    PostgreSQL server on 127.0.0.1; stop the server and remove its data after."""
+    bindir = postgres_bindir()
+    # PostgreSQL refuses to run as root: as root, run it as the Debian package's own user
+    run_as: list[str] = []
+    owner = None
+    if is_root():
+        try:
+            owner = pwd.getpwnam("postgres")
+        except KeyError:
+            raise Unavailable("running as root and there is no 'postgres' user to run the server as") from None
+        run_as = ["runuser", "-u", "postgres", "--"]
+    base = shared_tmpdir("course-pg-")
+    data, sock, log = base / "data", base / "sock", base / "server.log"
+    sock.mkdir()
+    if owner:
+        os.chown(base, owner.pw_uid, owner.pw_gid)
+        os.chown(sock, owner.pw_uid, owner.pw_gid)
+    port = free_port()
+    user = "course"
+    started = False
+    try:
+        r = subprocess.run(run_as + [str(bindir / "initdb"), "-D", str(data), "-U", user, "-A", "trust",
+                                     "--no-sync", "-E", "UTF8", "--locale=C"],
+                           capture_output=True, text=True, timeout=timeout)
+        if r.returncode != 0:
+            raise Unavailable(f"initdb failed: {r.stderr.strip()[-500:]}")
+        opts = (f"-c listen_addresses=127.0.0.1 -p {port} -k {sock} -c fsync=off "
+                f"-c synchronous_commit=off -c full_page_writes=off -c max_connections=100")
+        r = subprocess.run(run_as + [str(bindir / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", opts,
+                                     "-w", "-t", str(int(timeout)), "start"],
+                           capture_output=True, text=True, timeout=timeout + 10)
+        if r.returncode != 0:
+            text = log.read_text(errors="replace") if log.exists() else ""
+            raise Unavailable(f"the PostgreSQL server did not start: {r.stderr.strip()[-300:]} {text[-500:]}")
+        started = True
+
+        def new_database(name: str) -> str:
+            subprocess.run([str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", user, name],
+                           check=True, capture_output=True, timeout=30)
+            return f"postgresql://{user}@127.0.0.1:{port}/{name}"
+
+        yield new_database
+    finally:
+        if started:
+            subprocess.run(run_as + [str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "-t", "30",
+                                     "stop"], capture_output=True, timeout=60)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ JupyterHub's proxy
+
+def chp_command(timeout: float = 240) -> str:
+    """The configurable-http-proxy program, installed from the npm registry into
+    .cache/chp the first time (pinned: CHP_VERSION)."""
+    prefix = ROOT / ".cache" / "chp"
+    program = prefix / "node_modules" / ".bin" / "configurable-http-proxy"
+    if program.exists():
+        return str(program)
+    npm, node = shutil.which("npm"), shutil.which("node")
+    if not (npm and node):
+        raise Unavailable("Node.js and npm are needed for JupyterHub's proxy (configurable-http-proxy)")
+    prefix.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run([npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--loglevel=error",
+                        f"configurable-http-proxy@{CHP_VERSION}"], capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0 or not program.exists():
+        raise Unavailable(f"npm could not install configurable-http-proxy: {r.stderr.strip()[-500:]}")
+    return str(program)
+
+
+# ------------------------------------------------------------------ system users
+
+def add_user(name: str, home: Path) -> pwd.struct_passwd:
+    """A local account with its home under ``home`` (0700: nobody else reads it)."""
+    subprocess.run(["useradd", "--create-home", "--home-dir", str(home), "--shell", "/bin/bash",
+                    "--user-group", name], check=True, capture_output=True, timeout=30)
+    os.chmod(home, 0o700)
+    return pwd.getpwnam(name)
+
+
+def remove_user(name: str) -> None:
+    subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True, timeout=30)  # processes of this test user only
+    for _ in range(20):
+        r = subprocess.run(["userdel", "--remove", name], capture_output=True, text=True, timeout=30)
+        if r.returncode in (0, 6):   # 6: no such user
+            return
+        time.sleep(0.5)
