@@ -164,7 +164,11 @@ def kernel_spec(state: Path) -> Path:
     kdir.mkdir(parents=True, exist_ok=True)
     spec = {"argv": [sys.executable, "-m", "coursekit.sandbox", "{connection_file}"],
             "display_name": "Python 3 (graded)", "language": "python", "interrupt_mode": "message"}
-    (kdir / "kernel.json").write_text(json.dumps(spec, indent=1))
+    text = json.dumps(spec, indent=1)
+    path = kdir / "kernel.json"
+    # every notebook's start reads this file: replace it whole, never truncate it under a reader
+    if not path.exists() or path.read_text() != text:
+        _write_atomically(path, lambda tmp: tmp.write_text(text))
     return state / "kernels"
 
 
