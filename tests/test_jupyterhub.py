@@ -72,6 +72,7 @@ c.Authenticator.admin_users = set()
 
 c.JupyterHub.spawner_class = "localprocess"          # each server runs as its user's uid
 c.Spawner.cmd = [{singleuser!r}]
+c.Spawner.ip = "127.0.0.1"
 c.Spawner.notebook_dir = "~"
 c.Spawner.default_url = "/lab"
 c.Spawner.environment = {{"JUPYTER_CONFIG_PATH": {config_path!r}}}   # where nbgrader_config.py (the exchange) is
