@@ -392,7 +392,9 @@ def test_exchange_permissions_are_nbgraders(loop, course_on_hub):
     for role in ("good", "buggy"):
         [sub] = [n for n in loop["inbound"] if n.startswith(users[role] + "+" + CH + "+")]
         assert len(sub.split("+")) == 4, sub
-        assert os.stat(ex / COURSE / "inbound" / sub).st_uid == course_on_hub["accounts"][role].pw_uid
+        folder = ex / COURSE / "inbound" / sub
+        assert os.stat(folder).st_uid == course_on_hub["accounts"][role].pw_uid
+        assert mode(folder) == 0o777 and mode(folder / f"{CH}.ipynb") == 0o644
 
 
 def test_students_cannot_read_each_other_or_the_instructors_files(loop, course_on_hub):
