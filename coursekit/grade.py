@@ -223,6 +223,11 @@ def _nbgrader_main(args: list[str], root: str, env: dict, log_path: str) -> None
     os._exit(code)
 
 
+def _without_db(env: dict) -> dict:
+    """An environment for code that runs student code: no gradebook address (it may hold a password)."""
+    return {k: v for k, v in env.items() if k != "COURSE_DB_URL"}
+
+
 def run_nbgrader(args: list[str], root: Path, env: dict, log: Path, timeout: float | None = None) -> int | None:
     """Run one nbgrader command in a process forked from the warm fork server;
     returns its exit code, or None when it ran past ``timeout`` (then its whole
@@ -328,7 +333,8 @@ class Zygote:
         self.latest = state / "logs" / "zygote.log"
         out = open(self.log, "w")
         self.proc = subprocess.Popen(zygote_command(str(root), str(self.base), sandbox), cwd=zdir,
-                                     env=env_with_bin({"COURSE_ROOT": str(root), "PYTHONDONTWRITEBYTECODE": "1"}),
+                                     env=_without_db(env_with_bin({"COURSE_ROOT": str(root),
+                                                                   "PYTHONDONTWRITEBYTECODE": "1"})),
                                      stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         out.close()
         self.sock = sock

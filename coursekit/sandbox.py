@@ -202,6 +202,7 @@ def main(argv: list[str]) -> None:
     use_sandbox = os.environ.get("COURSE_SANDBOX", "1") == "1"
     env = dict(os.environ)
     env.pop("COURSE_SEAL_FILE", None)
+    env.pop("COURSE_DB_URL", None)   # the gradebook's address (and password) is the grader's, not the kernel's
     env.pop("JPY_PARENT_PID", None)  # in its own pid namespace the kernel would take its parent for dead
 
     key_file = os.environ.get("COURSE_SEAL_FILE")

@@ -25,6 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CHP_VERSION = "5.3.0"   # configurable-http-proxy, from the npm registry
+SECRET = "gradebook-password-that-must-not-leak"
 
 
 class Unavailable(Exception):
@@ -104,7 +105,8 @@ def postgres_server(timeout: float = 60):
         def new_database(name: str) -> str:
             subprocess.run([str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", user, name],
                            check=True, capture_output=True, timeout=30)
-            return f"postgresql://{user}@127.0.0.1:{port}/{name}"
+            # trust authentication ignores the password; it is there to be looked for where it must not be
+            return f"postgresql://{user}:{SECRET}@127.0.0.1:{port}/{name}"
 
         yield new_database
     finally:

@@ -26,11 +26,12 @@ import pytest
 
 from coursekit.sandbox import sandbox_available
 from harness import ROOT, make_submission
-from services import Unavailable, postgres_server
+from services import SECRET, Unavailable, postgres_server
 
 CHAPTERS = ("ch01_attention", "ch02_causal_mask")
 STUDENTS = ("alice", "bob")   # the full solution; a catalogued bug in each chapter
 GRADE_TIMEOUT = 420
+SNOOP = "import os as _os\nprint('DB_URL_SEEN:', _os.environ.get('COURSE_DB_URL'))\n"
 SANDBOX, WHY = sandbox_available()
 pytestmark = [pytest.mark.skipif(not SANDBOX, reason=f"no sandbox here: {WHY}"), pytest.mark.xdist_group("postgres")]
 
@@ -44,7 +45,9 @@ def make_class(root: Path) -> None:
         rel = nbformat.read(root / "release" / ch / f"{ch}.ipynb", as_version=4)
         src = nbformat.read(root / "source" / ch / f"{ch}.ipynb", as_version=4)
         bug = importlib.import_module(f"catalogue.{ch}").BUGS[0]
-        subs = {"alice": make_submission(rel, src, None), "bob": make_submission(rel, src, bug.replace)}
+        # bob's code also looks for the gradebook's address, which the kernel must not have
+        answers = {gid: SNOOP + code for gid, code in bug.replace.items()}
+        subs = {"alice": make_submission(rel, src, None), "bob": make_submission(rel, src, answers)}
         for student, nb in subs.items():
             d = root / "submitted" / student / ch
             d.mkdir(parents=True)
@@ -191,6 +194,16 @@ def test_report_data_is_the_same(graded, monkeypatch):
         data[name] = {k: {kk: dict(vv) for kk, vv in v.items()} if k != "flags" else v for k, v in got.items()}
     assert data["postgres"] == data["sqlite"]
     assert data["sqlite"]["bugs"], "the buggy submissions were diagnosed"
+
+
+def test_student_code_never_sees_the_gradebook_address(graded):
+    root, url = graded["postgres"]
+    ran = 0
+    for path in [*(root / "autograded").rglob("*.ipynb"), *(root / "feedback").rglob("*.html")]:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        ran += "DB_URL_SEEN:" in text
+        assert SECRET not in text and url not in text, f"{path} shows the gradebook's address"
+    assert ran >= len(CHAPTERS), "bob's code printed what it found"
 
 
 def test_manual_grade_survives_a_rerun_on_both(graded):
