@@ -142,12 +142,14 @@ class Hub:
 
     def api(self, method: str, path: str, token: str | None = None, **kw):
         headers = {"Authorization": f"token {token or self.admin_token}"}
-        return self.http.request(method, f"{self.url}/hub/api{path}", headers=headers, timeout=60, **kw)
+        kw.setdefault("timeout", 60)
+        return self.http.request(method, f"{self.url}/hub/api{path}", headers=headers, **kw)
 
     def server(self, name: str, method: str, path: str, token: str | None = None, **kw):
         """A request to user ``name``'s single-user server, through the hub's proxy."""
         headers = {"Authorization": f"token {token or self.tokens[name]}"}
-        return self.http.request(method, f"{self.url}/user/{name}/{path}", headers=headers, timeout=120, **kw)
+        kw.setdefault("timeout", 120)
+        return self.http.request(method, f"{self.url}/user/{name}/{path}", headers=headers, **kw)
 
     def start_servers(self, timeout: float = 150) -> None:
         names = list(self.users.values())
