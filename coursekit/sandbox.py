@@ -172,7 +172,7 @@ def via_zygote(sock_path: str, conn: str, cwd: str, key: bytes | None, extra: li
                # the environment nbgrader gives its kernel (NBGRADER_EXECUTION=autograde among it), as a cold
                # kernel would get it; the grader's own settings stay out
                "env": {k: v for k, v in os.environ.items()
-                       if k not in ("COURSE_SEAL_FILE", "COURSE_ZYGOTE", "JPY_PARENT_PID")}}
+                       if k not in ("COURSE_SEAL_FILE", "COURSE_ZYGOTE", "JPY_PARENT_PID", "COURSE_DB_URL")}}
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             s.connect(sock_path)
