@@ -23,18 +23,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-import nbformat  # noqa: E402
 
 from coursekit.nbgrader_run import env_with_bin  # noqa: E402
-from harness import make_submission  # noqa: E402
+from harness import grading_course, make_submission, submit  # noqa: E402
 
 
 def make_class(root: Path, chapter: str, n: int) -> list[str]:
-    shutil.copy(ROOT / "nbgrader_config.py", root)
-    shutil.copytree(ROOT / "source" / chapter, root / "source" / chapter)
-    shutil.copytree(ROOT / "release" / chapter, root / "release" / chapter)
-    rel = nbformat.read(root / "release" / chapter / f"{chapter}.ipynb", as_version=4)
-    src = nbformat.read(root / "source" / chapter / f"{chapter}.ipynb", as_version=4)
+    rel, src = grading_course(root, chapter)
     cat = importlib.import_module(f"catalogue.{chapter}")
     pool = [None] + [v.replace for v in cat.BUGS] + [v.replace for v in cat.CORRECT]
     hostile = {"softmax": "import torch\ntorch.allclose = lambda *a, **k: True\ndef softmax(x, dim=-1):\n    return x\n"}
@@ -42,9 +37,7 @@ def make_class(root: Path, chapter: str, n: int) -> list[str]:
     for i in range(n):
         rep = hostile if i % 6 == 5 else pool[i % len(pool)]
         name = f"student{i:03d}"
-        d = root / "submitted" / name / chapter
-        d.mkdir(parents=True)
-        nbformat.write(make_submission(rel, src, rep), d / f"{chapter}.ipynb")
+        submit(root, name, chapter, make_submission(rel, src, rep))
         names.append(name)
     return names
 

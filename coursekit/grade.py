@@ -33,7 +33,7 @@ from pathlib import Path
 import nbformat
 
 from .build import ROOT
-from .nbgrader_run import env_with_bin, nbgrader
+from .nbgrader_run import env_with_bin
 
 STATE = ".grading"
 CHECK_RE = re.compile(r"\b(check_\w+)\(")
@@ -306,7 +306,7 @@ def fallback(root: Path, state: Path, job: Job, sandbox: bool, timeout: int, cel
     _write_release_copy(root, job.chapter, nb)
     job.flags.append(f"{reason}; scored as empty (original kept as {nb.name}.failed)")
     job.ok = True
-    autograde_one(root, state, job, sandbox, timeout, cell_timeout)
+    autograde_one(root, state, job, sandbox, timeout, cell_timeout, extra_env)
 
 
 class Zygote:
@@ -550,17 +550,13 @@ class Clock:
     def __init__(self):
         self.times: dict[str, float] = {}
 
+    @contextlib.contextmanager
     def __call__(self, name: str):
-        import contextlib
-
-        @contextlib.contextmanager
-        def phase():
-            t = time.monotonic()
-            try:
-                yield
-            finally:
-                self.times[name] = self.times.get(name, 0.0) + time.monotonic() - t
-        return phase()
+        t = time.monotonic()
+        try:
+            yield
+        finally:
+            self.times[name] = self.times.get(name, 0.0) + time.monotonic() - t
 
 
 def _autograde_all(root, state, todo, workers, sandbox, timeout, cell_timeout, extra, say, t0) -> None:

@@ -27,8 +27,9 @@ def _read_key() -> bytes | None:
     return b"".join(chunks) or None
 
 
-def main() -> None:
-    key = _read_key()
+def start(argv: list[str], key: bytes | None) -> None:
+    """Initialise the kernel, boot the guard with ``key``, then serve (the cold
+    kernel here and each warm kernel the zygote forks both start this way)."""
     import torch  # noqa: F401  (imported before the snapshot: the checks rely on it)
     import numpy  # noqa: F401
     import helpers.checks  # noqa: F401
@@ -37,9 +38,14 @@ def main() -> None:
     from grading import guard
 
     app = IPKernelApp.instance()
-    app.initialize(sys.argv[1:])
+    app.initialize(argv)
     guard.boot(key)
+    del key
     app.start()
+
+
+def main() -> None:
+    start(sys.argv[1:], _read_key())
 
 
 if __name__ == "__main__":

@@ -126,7 +126,6 @@ def zygote_command(root: str, base: str, sandbox: bool = True) -> list[str]:
 def _copy_workdir(src: str, dst: str, uid: int, limit: int = 256 * 2**20) -> None:
     """The kernel's working folder: a copy of the notebook's folder (plain files
     and folders only, up to ``limit`` bytes), owned by the kernel's uid."""
-    import shutil as sh
     total = 0
     for dirpath, dirnames, filenames in os.walk(src):
         rel = os.path.relpath(dirpath, src)
@@ -139,7 +138,7 @@ def _copy_workdir(src: str, dst: str, uid: int, limit: int = 256 * 2**20) -> Non
             total += os.path.getsize(path)
             if total > limit:
                 break
-            sh.copyfile(path, os.path.join(target, name))
+            shutil.copyfile(path, os.path.join(target, name))
         dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
     if os.geteuid() == 0:
         for dirpath, dirnames, filenames in os.walk(dst):
@@ -190,8 +189,7 @@ def via_zygote(sock_path: str, conn: str, cwd: str, key: bytes | None, extra: li
         s.close()
         return code if code >= 0 else 128 - code
     finally:
-        import shutil as sh
-        sh.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main(argv: list[str]) -> None:

@@ -129,14 +129,8 @@ def _become_kernel(req: dict, sock: socket.socket, listener: socket.socket) -> N
             import torch
             torch.set_num_threads(threads)
         sys.argv = [sys.executable, "-m", "ipykernel_launcher", "-f", conn_path, *options]
-        from ipykernel.kernelapp import IPKernelApp
-
-        from grading import guard
-        app = IPKernelApp.instance()
-        app.initialize(sys.argv[1:])
-        guard.boot(key)
-        del key
-        app.start()
+        from coursekit.kernel_boot import start
+        start(sys.argv[1:], key)
         os._exit(0)
     except SystemExit as exc:
         os._exit(exc.code if isinstance(exc.code, int) else 1)

@@ -97,6 +97,41 @@ def hidden_test_lines(source_nb) -> set[str]:
     return lines
 
 
+def grading_course(root: Path, chapter: str):
+    """A course folder to grade in: the nbgrader config and one chapter's
+    source and release. Returns the chapter's (release, source) notebooks."""
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "nbgrader_config.py", root / "nbgrader_config.py")
+    for part in ("source", "release"):
+        shutil.copytree(ROOT / part / chapter, root / part / chapter)
+    return (nbformat.read(root / "release" / chapter / f"{chapter}.ipynb", as_version=4),
+            nbformat.read(root / "source" / chapter / f"{chapter}.ipynb", as_version=4))
+
+
+def submit(root: Path, student: str, chapter: str, nb) -> None:
+    """Put a notebook where `make grade` looks: submitted/<student>/<chapter>/."""
+    d = root / "submitted" / student / chapter
+    d.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, d / f"{chapter}.ipynb")
+
+
+def auto_scores(root: Path, chapter: str, student: str) -> dict[str, float]:
+    """Score per graded cell in the course's SQLite gradebook (ungraded = 0)."""
+    from nbgrader.api import Gradebook
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        sub = gb.find_submission_notebook(chapter, chapter, student)
+        return {g.name: (g.score or 0.0) for g in sub.grades}
+
+
+def graded_cell_text(root: Path, chapter: str, student: str, grade_id: str) -> str:
+    """What a cell of the autograded notebook printed (streams and error messages)."""
+    nb = nbformat.read(root / "autograded" / student / chapter / f"{chapter}.ipynb", as_version=4)
+    for c in nb.cells:
+        if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id:
+            return "".join(o.get("text", "") + o.get("evalue", "") for o in c.get("outputs", []))
+    return ""
+
+
 def setup_course(workdir: Path, chapter: str) -> Path:
     workdir.mkdir(parents=True, exist_ok=True)
     shutil.copy(ROOT / "nbgrader_config.py", workdir / "nbgrader_config.py")

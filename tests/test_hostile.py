@@ -8,7 +8,6 @@ import hashlib
 import html
 import json
 import re
-import shutil
 from pathlib import Path
 
 import nbformat
@@ -16,7 +15,7 @@ import pytest
 
 from coursekit import grade as pipeline
 from coursekit.sandbox import sandbox_available
-from harness import ROOT, hidden_test_lines, make_submission
+from harness import ROOT, auto_scores, graded_cell_text, grading_course, hidden_test_lines, make_submission
 
 CH = "ch01_attention"
 WRONG_SOFTMAX = "def softmax(x, dim=-1):\n    return x\n"
@@ -74,11 +73,7 @@ def _hash_tree(path: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     root = tmp_path_factory.mktemp("course")
-    shutil.copy(ROOT / "nbgrader_config.py", root)
-    shutil.copytree(ROOT / "source" / CH, root / "source" / CH)
-    shutil.copytree(ROOT / "release" / CH, root / "release" / CH)
-    rel = nbformat.read(root / "release" / CH / f"{CH}.ipynb", as_version=4)
-    src = nbformat.read(root / "source" / CH / f"{CH}.ipynb", as_version=4)
+    rel, src = grading_course(root, CH)
     subs = {}
     for name, rep in HOSTILE.items():
         rep = {k: v.replace("{root}", str(root)).replace("{code}", str(ROOT)).replace("{ch}", CH)
@@ -113,18 +108,11 @@ def graded(tmp_path_factory):
 
 
 def scores(root: Path, student: str) -> dict[str, float]:
-    from nbgrader.api import Gradebook
-    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
-        sub = gb.find_submission_notebook(CH, CH, student)
-        return {g.name: (g.score or 0.0) for g in sub.grades}
+    return auto_scores(root, CH, student)
 
 
 def cell_text(root: Path, student: str, grade_id: str) -> str:
-    nb = nbformat.read(root / "autograded" / student / CH / f"{CH}.ipynb", as_version=4)
-    for c in nb.cells:
-        if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id:
-            return "".join(o.get("text", "") + o.get("evalue", "") for o in c.get("outputs", []))
-    return ""
+    return graded_cell_text(root, CH, student, grade_id)
 
 
 def test_the_honest_student_gets_full_auto_marks(graded):

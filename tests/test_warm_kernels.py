@@ -6,14 +6,11 @@ grader over IPC sockets), and grading gives the same scores as kernels
 started one by one."""
 from __future__ import annotations
 
-import shutil
-
-import nbformat
 import pytest
 
 from coursekit import grade as pipeline
 from coursekit.sandbox import sandbox_available
-from harness import ROOT, make_submission
+from harness import auto_scores, graded_cell_text, grading_course, make_submission, submit
 
 CH = "ch01_attention"
 SANDBOX, WHY = sandbox_available()
@@ -66,32 +63,15 @@ def softmax(x, dim=-1):
 
 def _course(tmp_path_factory, name: str):
     root = tmp_path_factory.mktemp(name)
-    shutil.copy(ROOT / "nbgrader_config.py", root)
-    shutil.copytree(ROOT / "source" / CH, root / "source" / CH)
-    shutil.copytree(ROOT / "release" / CH, root / "release" / CH)
-    rel = nbformat.read(root / "release" / CH / f"{CH}.ipynb", as_version=4)
-    src = nbformat.read(root / "source" / CH / f"{CH}.ipynb", as_version=4)
-    return root, rel, src
-
-
-def _write(root, student, nb):
-    d = root / "submitted" / student / CH
-    d.mkdir(parents=True)
-    nbformat.write(nb, d / f"{CH}.ipynb")
+    return (root, *grading_course(root, CH))
 
 
 def _text(root, student, grade_id):
-    nb = nbformat.read(root / "autograded" / student / CH / f"{CH}.ipynb", as_version=4)
-    for c in nb.cells:
-        if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id:
-            return "".join(o.get("text", "") + o.get("evalue", "") for o in c.get("outputs", []))
-    return ""
+    return graded_cell_text(root, CH, student, grade_id)
 
 
 def _scores(root, student):
-    from nbgrader.api import Gradebook
-    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
-        return {g.name: g.score for g in gb.find_submission_notebook(CH, CH, student).grades}
+    return auto_scores(root, CH, student)
 
 
 @pytest.fixture(scope="module")
@@ -101,8 +81,8 @@ def sequential(tmp_path_factory):
     root, rel, src = _course(tmp_path_factory, "warm")
     listener = socket.create_server(("127.0.0.1", 0))   # a service on the grader's machine
     port = listener.getsockname()[1]
-    _write(root, "a_leaver", make_submission(rel, src, {"softmax": LEAVER}))
-    _write(root, "b_snooper", make_submission(rel, src, {"softmax": SNOOPER.replace("PORT", str(port))}))
+    submit(root, "a_leaver", CH, make_submission(rel, src, {"softmax": LEAVER}))
+    submit(root, "b_snooper", CH, make_submission(rel, src, {"softmax": SNOOPER.replace("PORT", str(port))}))
     try:
         jobs = pipeline.grade(root, jobs=1, sandbox=True, cell_timeout=30, timeout=240, quiet=True, report=False)
     finally:
@@ -141,8 +121,8 @@ def test_warm_and_cold_kernels_give_the_same_scores(tmp_path_factory):
     scores = {}
     for mode in ("warm", "cold"):
         root, rel, src = _course(tmp_path_factory, mode)
-        _write(root, "right", make_submission(rel, src, None))
-        _write(root, "buggy", make_submission(rel, src, BUGS[0].replace))
+        submit(root, "right", CH, make_submission(rel, src, None))
+        submit(root, "buggy", CH, make_submission(rel, src, BUGS[0].replace))
         pipeline.grade(root, sandbox=True, warm=(mode == "warm"), quiet=True, report=False)
         scores[mode] = {s: _scores(root, s) for s in ("right", "buggy")}
     assert scores["warm"] == scores["cold"]
