@@ -6,7 +6,7 @@ cache, and the peak memory of full vs online-softmax attention.
 The KV cache, the cached step and the online softmax are the chapter's own:
 the answer cells of notebooks/ch08_efficiency.md (the model solution) and its
 `make_weights` / `full_attention` cell are executed here, not copied. The
-measurements and figures come from helpers/attention_cost.py, the module the
+measurements and figures come from helpers/ch08_efficiency/attention_cost.py, the module the
 notebook uses. Writes efficiency.json and three PNG figures to --out.
 """
 from __future__ import annotations
@@ -48,7 +48,7 @@ def main(argv=None) -> dict:
     matplotlib.use("Agg")
     import torch
 
-    from helpers import attention_cost as cost
+    from helpers.ch08_efficiency import attention_cost as cost
     from helpers import set_language
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

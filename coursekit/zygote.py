@@ -41,7 +41,7 @@ import time
 
 PRELOAD = ("torch", "numpy", "matplotlib", "matplotlib.pyplot", "matplotlib_inline.backend_inline",
            "IPython", "ipykernel.kernelapp", "ipykernel.ipkernel", "ipywidgets", "tqdm", "tqdm.auto",
-           "helpers", "helpers.checks", "helpers.quiz", "grading", "grading.core", "grading.guard")
+           "helpers", "helpers.checks", "helpers.ch12_quiz", "grading", "grading.core", "grading.guard")
 
 
 def preload() -> None:

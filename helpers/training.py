@@ -8,13 +8,13 @@ notebook and ``bench/train_gpt.py``.
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
 from .i18n import t
+from .runtime import under_nbgrader
 
 
 @dataclass(frozen=True)
@@ -185,9 +185,6 @@ def train(model, get_batch, train_data: torch.Tensor, val_data: torch.Tensor, re
     return hist
 
 
-def grading() -> bool:
-    return bool(os.environ.get("NBGRADER_EXECUTION"))
-
 
 def scaled(recipe: Recipe, **changes) -> Recipe:
     """A copy of ``recipe`` with some fields changed."""
@@ -222,7 +219,7 @@ def loss_figure(history: History, fig=None):
 def live_loss_plot():
     """A callback for ``train(on_eval=...)`` that redraws the loss curve in
     place in a notebook; None under grading or outside IPython."""
-    if grading():
+    if under_nbgrader():
         return None
     try:
         from IPython import get_ipython

@@ -6,7 +6,7 @@ one worker. Screenshots of each step go to tests/artifacts/browser/.
 
 - the student path in chapter 2: fill the answer cells by typing, run all,
   step the calculator through its five stages and toggle the mask (the numbers
-  on the page must equal ``helpers.calculator``), then nbgrader's Validate;
+  on the page must equal ``helpers.ch02_causal_mask.calculator``), then nbgrader's Validate;
 - the untouched release fails Validate;
 - every chapter's main widget renders, with no JavaScript error from widget code;
 - the instructor path: the formgrader lists the course's assignments, and the
@@ -14,7 +14,7 @@ one worker. Screenshots of each step go to tests/artifacts/browser/.
 """
 from __future__ import annotations
 
-import math
+import importlib
 import re
 import shutil
 
@@ -22,6 +22,7 @@ import nbformat
 import pytest
 
 import browser
+from catalogue.ch02_causal_mask import check_stage, expected_tables, page_tables
 from harness import ROOT, make_submission
 
 pytestmark = [pytest.mark.xdist_group("browser"),
@@ -29,6 +30,10 @@ pytestmark = [pytest.mark.xdist_group("browser"),
 
 CH02 = "ch02_causal_mask"
 CHAPTERS = sorted(p.name for p in (ROOT / "release").iterdir() if p.is_dir() and p.name.startswith("ch"))
+
+
+def catalogue(chapter: str):
+    return importlib.import_module(f"catalogue.{chapter}")
 
 
 def read_nb(kind: str, chapter: str):
@@ -80,41 +85,6 @@ def page(chromium, lab, request):
 
 
 # --------------------------------------------------------------------- student
-
-
-def page_tables(view) -> list[dict]:
-    """The calculator's matrices as the page shows them: caption, column
-    headers, and each row's label and cell texts."""
-    return view.evaluate("""v => [...v.querySelectorAll('table')].map(t => {
-        const rows = [...t.querySelectorAll('tr')];
-        return {name: t.querySelector('caption').textContent,
-                cols: [...rows[0].querySelectorAll('th')].slice(1).map(e => e.textContent),
-                rows: rows.slice(1).map(r => [r.querySelector('th').textContent,
-                                              ...[...r.querySelectorAll('td')].map(e => e.textContent)])};
-    })""")
-
-
-def expected_tables(number: int, causal: bool) -> list[dict]:
-    from helpers import calculator
-
-    st = calculator.stage(number, causal)
-    return [{"name": m.name, "cols": list(m.cols),
-             "rows": [[label, *(calculator.fmt(v) for v in row)] for label, row in zip(m.rows, m.values)]}
-            for m in st.matrices]
-
-
-def check_stage(view, number: int, causal: bool) -> list[dict]:
-    from helpers import calculator
-
-    st = calculator.stage(number, causal)
-    state = "因果掩码：开" if causal else "因果掩码：关"
-    flat = lambda s: " ".join(s.split())  # noqa: E731 (HTML collapses white space)
-    text = flat(view.inner_text())
-    assert flat(st.title) in text and f"({number}/{calculator.N_STAGES}, {state})" in text, text[:300]
-    assert flat(st.formula) in text, text[:300]
-    tables = page_tables(view)
-    assert tables == expected_tables(number, causal), f"stage {number} (mask {'on' if causal else 'off'})"
-    return tables
 
 
 def test_student_fills_runs_steps_the_calculator_and_validates(page, lab):
@@ -219,30 +189,11 @@ def _untouched_copy(lab) -> str:
 
 # --------------------------------------------------------------------- widgets
 
-# Each chapter's main widget: the cell that shows it, texts its controls must
-# show, and, for the chapters whose widget is not ipywidgets, what stands in.
-# The cells before it that the widget does not need (timing demos, training)
-# are left out to keep this test short; ``edits`` shortens ch07's training to
-# seconds on a slice of the corpus (its progress bar and live loss plot still
-# show).
-WIDGETS = {
-    "ch01_attention": dict(cell="widgets.dk_explorer", labels=("d_k",)),
-    "ch02_causal_mask": dict(cell="calculator_view.step_through", labels=("◀ 上一步", "下一步 ▶", "因果掩码")),
-    "ch03_multi_head": dict(cell="heads.previous_token_explorer", labels=("句子", "最多")),
-    "ch04_positions": dict(cell="positions.rope_explorer", labels=("m", "n", "m、n 一起移动")),
-    "ch05_block": dict(cell="norm_placement.grad_norm_figure", labels=("Pre-LN", "Post-LN"), ipywidgets=False),
-    "ch06_param_count": dict(cell="param_demo.explorer", labels=("GPT-2", "LLaMA", "嵌入与 lm_head 共享", "n_ctx")),
-    "ch07_gpt": dict(cell="attention_maps.attention_explorer", labels=("句子", "层", "头"),
-                     keep=("corpora.load_corpus", "tok = CharTokenizer(text)", "config = GPTConfig(",
-                           "training.train(", "SENTENCE ="),
-                     edits={"text, used = corpora.load_corpus(CORPUS)":
-                            "text, used = corpora.load_corpus(CORPUS)\ntext = text[:200_000]",
-                            "TRAIN_SECONDS = 180": "TRAIN_SECONDS = 3",
-                            "max_tokens=1_024 if grading() else None": "max_tokens=1_024"}),
-    "ch08_efficiency": dict(cell="osv.stepper", labels=("上一块", "下一块", "块")),
-    # The quiz has no widget: its answers' form checks stand in (every cell kept).
-    "ch09_quiz": dict(cell="expect_choice(q22_flash", labels=("✓",), ipywidgets=False, keep=("",)),
-}
+# Each chapter declares its main widget in its catalogue (tests/catalogue/<chapter>.py):
+# ``WIDGET`` (the cell that shows it, the texts its controls must show, what stands in
+# when it is not ipywidgets, the cells it needs, edits that shorten training) and,
+# optionally, ``check_widget(target, text)`` for the numbers it must show.
+WIDGETS = {ch: catalogue(ch).WIDGET for ch in CHAPTERS}
 
 
 def widget_notebook(chapter: str):
@@ -301,38 +252,10 @@ def test_chapter_widget_renders(page, lab, chapter):
 
 
 def check_values(chapter: str, target, text: str) -> None:
-    """Numbers a widget shows, computed here from the course's helpers."""
-    if chapter == "ch01_attention":
-        s = math.sqrt(128)
-        assert f"d_k = 128：典型分数 ±{s:.1f}" in text, text
-        assert target.locator("img").count() >= 1
-    elif chapter == "ch02_causal_mask":
-        check_stage(target.locator(".widget-html-content"), 1, True)
-    elif chapter == "ch04_positions":                  # the notebook's call: q=(1.0, 0.25), k=(0.4, 0.9), m=2, n=5
-        from grading.ch04 import ref_rope
-        from helpers import positions
-
-        values = target.evaluate("w => [...w.querySelectorAll('.widget-readout')].map(e => e.textContent)")
-        assert values == ["2", "5"], values
-        assert positions.score_text(ref_rope, (1.0, 0.25), (0.4, 0.9), 2, 5) in text, text
-        assert target.locator("img").count() >= 1
-    elif chapter == "ch06_param_count":                # GPT-2 small, the explorer's starting point
-        from helpers import model_cards, param_demo
-
-        exact = sum(model_cards.measure("gpt2", 12, 768, 50257, 1024).values())
-        assert param_demo.summary("gpt2", 12, 768, 50257, 1024, True) in text, text
-        assert f"你的函数：{exact:,} ✓" in text, text
-    elif chapter == "ch08_efficiency":
-        import torch
-
-        from helpers import online_softmax_viz as osv
-        cell = read_nb("release", chapter).cells[index_of(read_nb("release", chapter), "osv.stepper")].source
-        ns = {"torch": torch}
-        exec("\n".join(line for line in cell.splitlines() if line.startswith("demo_")), ns)
-        first = osv.step_text(osv.states(ns["demo_scores"], ns["demo_values"], 4)[0], 0)
-        assert re.sub(r"<[^>]+>", "", first) in text, (first, text)
-    elif chapter in ("ch03_multi_head", "ch05_block", "ch07_gpt"):
-        assert target.locator("img").count() >= 1, f"{chapter}: no figure in the widget"
+    """Numbers a widget shows, computed from the course's helpers by the chapter's catalogue."""
+    check = getattr(catalogue(chapter), "check_widget", None)
+    if check is not None:
+        check(target, text)
 
 
 # ------------------------------------------------------------------ instructor

@@ -118,3 +118,16 @@ CORRECT = [
             "    return float(((s - s.mean()) ** 2).mean())\n")}),
     Variant("ok_logsumexp", sm("    return torch.exp(x - torch.logsumexp(x, dim=dim, keepdim=True))\n")),
 ]
+
+
+# ------------------------------------------------------------------ browser test
+
+WIDGET = dict(cell="ch01.dk_explorer", labels=("d_k",))
+
+
+def check_widget(target, text):
+    """The numbers beside the slider at its starting point, d_k = 128."""
+    import math
+    s = math.sqrt(128)
+    assert f"d_k = 128：典型分数 ±{s:.1f}" in text, text
+    assert target.locator("img").count() >= 1

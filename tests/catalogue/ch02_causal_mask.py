@@ -85,3 +85,47 @@ CORRECT = [
 """)}),
     Variant("ok_answer_spelling", {"mask_off": "mask_off_choice = ' b '\nn_zeros_mask_on = 66.0\nn_zeros_mask_off = 0\n"}),
 ]
+
+
+# ------------------------------------------------------------------ browser test
+
+WIDGET = dict(cell="calculator_view.step_through", labels=("◀ 上一步", "下一步 ▶", "因果掩码"))
+
+
+def page_tables(view) -> list[dict]:
+    """The calculator's matrices as the page shows them: caption, column
+    headers, and each row's label and cell texts."""
+    return view.evaluate("""v => [...v.querySelectorAll('table')].map(t => {
+        const rows = [...t.querySelectorAll('tr')];
+        return {name: t.querySelector('caption').textContent,
+                cols: [...rows[0].querySelectorAll('th')].slice(1).map(e => e.textContent),
+                rows: rows.slice(1).map(r => [r.querySelector('th').textContent,
+                                              ...[...r.querySelectorAll('td')].map(e => e.textContent)])};
+    })""")
+
+
+def expected_tables(number: int, causal: bool) -> list[dict]:
+    from helpers.ch02_causal_mask import calculator
+
+    st = calculator.stage(number, causal)
+    return [{"name": m.name, "cols": list(m.cols),
+             "rows": [[label, *(calculator.fmt(v) for v in row)] for label, row in zip(m.rows, m.values)]}
+            for m in st.matrices]
+
+
+def check_stage(view, number: int, causal: bool) -> list[dict]:
+    from helpers.ch02_causal_mask import calculator
+
+    st = calculator.stage(number, causal)
+    state = "因果掩码：开" if causal else "因果掩码：关"
+    flat = lambda s: " ".join(s.split())  # noqa: E731 (HTML collapses white space)
+    text = flat(view.inner_text())
+    assert flat(st.title) in text and f"({number}/{calculator.N_STAGES}, {state})" in text, text[:300]
+    assert flat(st.formula) in text, text[:300]
+    tables = page_tables(view)
+    assert tables == expected_tables(number, causal), f"stage {number} (mask {'on' if causal else 'off'})"
+    return tables
+
+
+def check_widget(target, text):
+    check_stage(target.locator(".widget-html-content"), 1, True)

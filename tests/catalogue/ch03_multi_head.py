@@ -103,3 +103,12 @@ CORRECT = [
         return self.proj(merge_heads(F.scaled_dot_product_attention(q, k, v, is_causal=True)))
 '''))),
 ]
+
+
+# ------------------------------------------------------------------ browser test
+
+WIDGET = dict(cell="heads.previous_token_explorer", labels=("句子", "最多"))
+
+
+def check_widget(target, text):
+    assert target.locator("img").count() >= 1, "ch03: no figure in the widget"

@@ -138,3 +138,19 @@ CORRECT = [
     return torch.stack([z.real, z.imag], dim=-1).flatten(-2).to(x.dtype)
 """)}),
 ]
+
+
+# ------------------------------------------------------------------ browser test
+
+WIDGET = dict(cell="positions.rope_explorer", labels=("m", "n", "m、n 一起移动"))
+
+
+def check_widget(target, text):
+    """The notebook's call: q=(1.0, 0.25), k=(0.4, 0.9), m=2, n=5."""
+    from grading.ch04_positions import ref_rope
+    from helpers import ch04_positions as positions
+
+    values = target.evaluate("w => [...w.querySelectorAll('.widget-readout')].map(e => e.textContent)")
+    assert values == ["2", "5"], values
+    assert positions.score_text(ref_rope, (1.0, 0.25), (0.4, 0.9), 2, 5) in text, text
+    assert target.locator("img").count() >= 1

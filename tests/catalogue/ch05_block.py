@@ -6,7 +6,7 @@ from harness import Variant
 
 LN_HEAD = "def layer_norm(x, weight, bias, eps=1e-5):\n"
 FFN_HEAD = "class FeedForward(nn.Module):\n    def __init__(self, d, hidden=None):\n        super().__init__()\n"
-BLOCK_HEAD = ("from helpers.block_attention import CausalAttention\n\n"
+BLOCK_HEAD = ("from helpers.ch05_block.block_attention import CausalAttention\n\n"
               "class Block(nn.Module):\n    def __init__(self, d, h):\n        super().__init__()\n")
 PARAMS_HEAD = "def block_params(d):\n"
 
@@ -90,3 +90,12 @@ CORRECT = [
                                      "        self.fc, self.proj = nn.Linear(d, h), nn.Linear(h, d)\n",
                                      "        return self.proj(F.gelu(self.fc(x)))\n")),
 ]
+
+
+# ------------------------------------------------------------------ browser test
+
+WIDGET = dict(cell="norm_placement.grad_norm_figure", labels=("Pre-LN", "Post-LN"), ipywidgets=False)
+
+
+def check_widget(target, text):
+    assert target.locator("img").count() >= 1, "ch05: no figure"

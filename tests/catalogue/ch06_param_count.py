@@ -61,9 +61,9 @@ BUGS = [
                                   .replace("    ln_f = 2 * d\n", "    ln_f = 0\n")),
             lose=("test_gpt2_params",), words=("两处错误", "位置嵌入", "ln_f")),
     Variant("gpt2_calls_demo_helper", gpt2(
-        "    from helpers import model_cards\n"
+        "    from helpers.ch06_param_count import model_cards\n"
         "    return sum(model_cards.measure('gpt2', n_layer, d, vocab_size, n_ctx, tied).values())\n"),
-            lose=("test_gpt2_params",), words=("helpers.model_cards.measure",)),
+            lose=("test_gpt2_params",), words=("helpers.ch06_param_count.model_cards.measure",)),
     # llama_params
     Variant("llama_with_biases", llama(LLAMA_OK.replace("3 * d * d_ff", "3 * d * d_ff + 4 * d + 2 * d_ff + d")),
             lose=("test_llama_params",), words=("偏置",)),
@@ -138,3 +138,17 @@ CORRECT = [
                 .replace("+ d + head", "+ d + head)")),
     }),
 ]
+
+
+# ------------------------------------------------------------------ browser test
+
+WIDGET = dict(cell="param_demo.explorer", labels=("GPT-2", "LLaMA", "嵌入与 lm_head 共享", "n_ctx"))
+
+
+def check_widget(target, text):
+    """GPT-2 small, the explorer's starting point."""
+    from helpers.ch06_param_count import model_cards, param_demo
+
+    exact = sum(model_cards.measure("gpt2", 12, 768, 50257, 1024).values())
+    assert param_demo.summary("gpt2", 12, 768, 50257, 1024, True) in text, text
+    assert f"你的函数：{exact:,} ✓" in text, text

@@ -124,3 +124,20 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=
     return idx
 """}),
 ]
+
+
+# ------------------------------------------------------------------ browser test
+
+# The browser test keeps the cells the widget needs and shortens training to
+# seconds on a slice of the corpus (its progress bar and live loss plot still show).
+WIDGET = dict(cell="attention_maps.attention_explorer", labels=("句子", "层", "头"),
+              keep=("corpora.load_corpus", "tok = CharTokenizer(text)", "config = GPTConfig(",
+                    "training.train(", "SENTENCE ="),
+              edits={"text, used = corpora.load_corpus(CORPUS)":
+                     "text, used = corpora.load_corpus(CORPUS)\ntext = text[:200_000]",
+                     "TRAIN_SECONDS = 180": "TRAIN_SECONDS = 3",
+                     "max_tokens=1_024 if under_nbgrader() else None": "max_tokens=1_024"})
+
+
+def check_widget(target, text):
+    assert target.locator("img").count() >= 1, "ch07: no figure in the widget"

@@ -208,3 +208,26 @@ CORRECT = [
 """),
     }),
 ]
+
+
+# ------------------------------------------------------------------ browser test
+
+WIDGET = dict(cell="osv.stepper", labels=("上一块", "下一块", "块"))
+
+
+def check_widget(target, text):
+    """The stepper's first state, computed from the notebook's own demo inputs."""
+    import re
+
+    import nbformat
+    import torch
+
+    from harness import ROOT
+    from helpers.ch08_efficiency import online_softmax_viz as osv
+
+    nb = nbformat.read(ROOT / "release" / "ch08_efficiency" / "ch08_efficiency.ipynb", as_version=4)
+    cell = next(c.source for c in nb.cells if c.cell_type == "code" and "osv.stepper" in c.source)
+    ns = {"torch": torch}
+    exec("\n".join(line for line in cell.splitlines() if line.startswith("demo_")), ns)
+    first = osv.step_text(osv.states(ns["demo_scores"], ns["demo_values"], 4)[0], 0)
+    assert re.sub(r"<[^>]+>", "", first) in text, (first, text)

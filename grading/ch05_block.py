@@ -1,0 +1,559 @@
+"""Hidden tests of ch05_block: layer_norm, FeedForward, Block, block_params."""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from helpers.i18n import t
+
+from .core import (LAYER_NORM_FAMILY, Bug, GradingFailure, call, close, diagnose, failure, forbidden, passed,
+                   seeded, show, expect_autograd)
+
+F64 = torch.float64
+
+
+# ---------------------------------------------------------------- references (float64)
+
+def ref_layer_norm(x, weight, bias, eps=1e-5):
+    x = x.to(F64)
+    mu = x.sum(-1, keepdim=True) / x.shape[-1]
+    xc = x - mu
+    var = (xc * xc).sum(-1, keepdim=True) / x.shape[-1]
+    return xc / torch.sqrt(var + eps) * weight.to(F64) + bias.to(F64)
+
+
+def gelu_erf(x):
+    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+GELUS = (gelu_erf, gelu_tanh)   # both accepted, each compared tightly with its own reference
+
+
+def _w(lin):
+    return lin.weight.detach().to(F64), lin.bias.detach().to(F64)
+
+
+def ref_ffn(x, W1, b1, W2, b2, act=gelu_erf):
+    return act(x.to(F64) @ W1.T + b1) @ W2.T + b2
+
+
+def ref_attention(x, Wqkv, bqkv, Wo, bo, h):
+    """Causal multi-head self-attention written out (independent of torch's)."""
+    x = x.to(F64)
+    n, d = x.shape[-2], x.shape[-1]
+    dk = d // h
+    qkv = x @ Wqkv.T + bqkv
+    q, k, v = qkv[..., :d], qkv[..., d:2 * d], qkv[..., 2 * d:]
+    heads = []
+    allowed = torch.ones(n, n, dtype=torch.bool).tril()
+    for i in range(h):
+        sl = slice(i * dk, (i + 1) * dk)
+        s = torch.einsum("...qc,...kc->...qk", q[..., sl], k[..., sl]) / math.sqrt(dk)
+        s = s.masked_fill(~allowed, float("-inf"))
+        w = torch.exp(s - s.amax(-1, keepdim=True))
+        w = w / w.sum(-1, keepdim=True)
+        heads.append(w @ v[..., sl])
+    return torch.cat(heads, -1) @ Wo.T + bo
+
+
+def block_weights(block) -> dict:
+    mha = block.attn.mha
+    P = {"ln1": (block.ln1.weight.detach().to(F64), block.ln1.bias.detach().to(F64)),
+         "ln2": (block.ln2.weight.detach().to(F64), block.ln2.bias.detach().to(F64)),
+         "attn": (mha.in_proj_weight.detach().to(F64), mha.in_proj_bias.detach().to(F64),
+                  *_w(mha.out_proj), mha.num_heads),
+         "fc": _w(block.ffn.fc), "proj": _w(block.ffn.proj)}
+    return P
+
+
+def _parts(P, act):
+    ln1 = lambda z: ref_layer_norm(z, *P["ln1"])          # noqa: E731
+    ln2 = lambda z: ref_layer_norm(z, *P["ln2"])          # noqa: E731
+    attn = lambda z: ref_attention(z, *P["attn"])         # noqa: E731
+    ffn = lambda z: ref_ffn(z, *P["fc"], *P["proj"], act=act)  # noqa: E731
+    return ln1, ln2, attn, ffn
+
+
+def ref_block(x, P, act=gelu_erf):
+    ln1, ln2, attn, ffn = _parts(P, act)
+    x = x.to(F64)
+    x = x + attn(ln1(x))
+    return x + ffn(ln2(x))
+
+
+# ---------------------------------------------------------------- layer_norm
+
+def _ln(center=True, biased=True, eps_inside=True, use_wb=(True, True), dims=(-1,), use_eps=True):
+    def impl(x, weight, bias, eps=1e-5):
+        x = x.to(F64)
+        e = eps if use_eps else 1e-5
+        n = 1
+        for dd in dims:
+            n *= x.shape[dd]
+        mu = x.mean(dim=dims, keepdim=True) if center else torch.zeros_like(x)
+        xc = x - mu
+        var = (xc * xc).sum(dim=dims, keepdim=True) / (n if biased else n - 1)
+        y = xc / torch.sqrt(var + e) if eps_inside else xc / (torch.sqrt(var) + e)
+        if use_wb[0]:
+            y = y * weight.to(F64)
+        if use_wb[1]:
+            y = y + bias.to(F64)
+        return y
+    return impl
+
+
+def _ln_rms(x, weight, bias, eps=1e-5):
+    x = x.to(F64)
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * weight.to(F64) + bias.to(F64)
+
+
+def _ln_one_pass(x, weight, bias, eps=1e-5):
+    mu = x.mean(-1, keepdim=True)
+    var = (x * x).mean(-1, keepdim=True) - mu * mu      # float32, as the student would
+    return (x - mu) / torch.sqrt(var + eps) * weight + bias
+
+
+LN_BUGS = {
+    "unbiased": Bug("layernorm_unbiased_variance",
+                    "用了无偏方差（除以 d−1，torch.var 的默认值）：LayerNorm 用有偏方差，除以 d。"
+                    "写 x.var(-1, unbiased=False, keepdim=True) 或 ((x - mean)**2).mean(-1, keepdim=True)。",
+                    "you used the unbiased variance (dividing by d-1, torch.var's default): LayerNorm uses the "
+                    "biased variance, dividing by d. Write x.var(-1, unbiased=False, keepdim=True) or "
+                    "((x - mean)**2).mean(-1, keepdim=True).", _ln(biased=False)),
+    "eps_outside": Bug("layernorm_eps_outside_sqrt",
+                       "eps 加在了平方根外面：(x−μ)/(σ+eps)。公式是 (x−μ)/√(σ²+eps)，eps 在根号里面；方差很小的行差别最大。",
+                       "eps is added outside the square root, (x-μ)/(σ+eps). The formula is (x-μ)/√(σ²+eps), eps "
+                       "inside the root; rows of tiny variance show the difference most.", _ln(eps_inside=False)),
+    "no_weight_bias": Bug("layernorm_ignores_weight_and_bias",
+                          "没有用 weight 和 bias：标准化之后还要乘 weight、加 bias（可学习的缩放和平移）。",
+                          "weight and bias are not used: after normalising, multiply by weight and add bias "
+                          "(the learned scale and shift).", _ln(use_wb=(False, False))),
+    "no_weight": Bug("layernorm_ignores_weight", "没有乘 weight（可学习的缩放）。",
+                     "you did not multiply by weight (the learned scale).", _ln(use_wb=(False, True))),
+    "no_bias": Bug("layernorm_ignores_bias", "没有加 bias（可学习的平移）。",
+                   "you did not add bias (the learned shift).", _ln(use_wb=(True, False))),
+    "dim0": Bug("layernorm_wrong_dim",
+                "沿错误的维度归一化（dim=0，跨 batch 统计，像 BatchNorm）：LayerNorm 对每个 token 自己的 d 个特征"
+                "（最后一维，dim=-1）求均值和方差。",
+                "you normalised over the wrong dimension (dim=0, statistics across the batch, like BatchNorm): "
+                "LayerNorm takes the mean and variance over each token's own d features (the last dim, dim=-1).",
+                _ln(dims=(0,))),
+    "all": Bug("layernorm_whole_tensor",
+               "均值和方差是对整个张量算的：LayerNorm 对每个 token 自己的 d 个特征（最后一维，dim=-1，keepdim=True）求统计量。",
+               "the mean and variance are taken over the whole tensor: LayerNorm takes them over each token's own "
+               "d features (the last dim, dim=-1, keepdim=True).", None),
+    "rms": Bug("layernorm_no_mean_subtraction",
+               "没有减去均值：那是 RMSNorm（LLaMA 用的），不是 LayerNorm。先减均值 μ，再除以 √(σ²+eps)。",
+               "you did not subtract the mean: that is RMSNorm (LLaMA's), not LayerNorm. Subtract the mean μ, "
+               "then divide by √(σ²+eps).", _ln_rms),
+    "no_eps": Bug("layernorm_ignores_eps",
+                  "没有使用参数 eps（写死了 1e-5 或根本没加）：要用调用者传入的 eps。",
+                  "the eps argument is not used (hard-coded 1e-5, or left out): use the eps you are given.",
+                  _ln(use_eps=False)),
+    "one_pass": Bug("layernorm_one_pass_variance",
+                    "方差用 E[x²] − E[x]² 一步算出：行的均值远大于它的标准差时（例如均值 2、标准差 0.001，或均值 1000），"
+                    "两个几乎相等的大数相减，在 float32 里灾难性抵消。"
+                    "先减去均值，再求 ((x − μ)²) 的平均。",
+                    "the variance is computed in one pass as E[x²] − E[x]²: when a row's mean is much larger than its "
+                    "spread (mean 2 with std 0.001, or mean 1000), subtracting two nearly equal numbers cancels "
+                    "catastrophically in float32. Subtract the mean first, then "
+                    "average (x − μ)².", _ln_one_pass),
+}
+
+
+def _whole_tensor(x, weight, bias, eps=1e-5):
+    x = x.to(F64)
+    mu = x.mean()
+    var = ((x - mu) ** 2).mean()
+    return (x - mu) / torch.sqrt(var + eps) * weight.to(F64) + bias.to(F64)
+
+
+LN_BUGS["all"] = Bug(LN_BUGS["all"].key, LN_BUGS["all"].zh, LN_BUGS["all"].en, _whole_tensor)
+LN_ORDER = ["unbiased", "eps_outside", "no_weight_bias", "no_weight", "no_bias", "dim0", "all", "rms", "no_eps",
+            "one_pass"]
+
+
+def check_layer_norm(layer_norm) -> None:
+    what = "layer_norm"
+    gen = seeded(501)
+    n = 0
+
+    def r(*shape, dtype=torch.float32):
+        return torch.randn(*shape, generator=gen, dtype=dtype)
+
+    d8, d16 = (r(8) * 0.5 + 1, r(8)), (r(16) * 0.5 + 1, r(16))
+    cases = [
+        (t("二维输入 (4, 8)", "2-D input (4, 8)"), r(4, 8) * 2 + 0.5, *d8, {}, 1e-5),
+        (t("批量维 (2, 3, 16)", "batch dims (2, 3, 16)"), r(2, 3, 16) * 3 - 1, *d16, {}, 1e-5),
+        (t("方差很小的行（std ≈ 1e-3，比 eps 小）", "rows of tiny variance (std ≈ 1e-3, below eps)"),
+         r(3, 8) * 1e-3 + 2.0, *d8, {}, 1e-3),
+        (t("均值很大的行（约 1000，std ≈ 1）", "rows with a large offset (about 1000, std ≈ 1)"),
+         r(4, 16) + 1000.0, *d16, {}, 1e-3),
+        (t("传入 eps=0.01", "eps=0.01 passed in"), r(3, 8) * 0.2, *d8, {"eps": 1e-2}, 1e-5),
+        (t("只有 2 行的 batch，沿 dim=0 和 dim=-1 的统计量不同", "a batch of 2 rows (statistics along dim=0 and dim=-1 differ)"),
+         r(2, 8) * torch.linspace(0.5, 3, 8), *d8, {}, 1e-5),
+        (t("float64 输入，与独立参考实现逐位比较", "float64 input, compared tightly with an independent reference"),
+         r(3, 5, 12, dtype=F64) * 4, r(12, dtype=F64), r(12, dtype=F64), {}, 1e-10),
+    ]
+    hints = [(lambda exc, line: "unbiased" in str(exc) or "correction" in str(exc), LN_BUGS["unbiased"])]
+    for label, x, w, b, kw, tol in cases:
+        full = f"{what}: {label}"
+        x_in = x.clone()
+        with forbidden(LAYER_NORM_FAMILY, what):
+            out = call(layer_norm, x_in, w.clone(), b.clone(), what=full, hints=hints, **kw)
+        expected = ref_layer_norm(x, w, b, **kw)
+        n += 1
+        if not isinstance(out, torch.Tensor) or not close(out, expected, atol=tol, rtol=tol):
+            bug = diagnose(out, [LN_BUGS[k] for k in LN_ORDER], x.clone(), w, b, expected=expected,
+                           match=lambda s, e: close(s, e, atol=max(tol, 1e-4), rtol=1e-3), **kw)
+            if bug is None and x.abs().mean() > 500:
+                bug = LN_BUGS["one_pass"]
+            raise failure(full, show(expected), show(out), bug)
+        if not torch.equal(x_in, x):
+            raise GradingFailure(t(f"{full}：你的函数原地修改了输入 x（例如用了 x -= …）。请返回新的张量。",
+                                   f"{full}: your function changed the input x in place (x -= … ?). Return a new tensor."))
+        if out.dtype != x.dtype:
+            raise failure(t(f"{full}：输出的 dtype", f"{full}: dtype of the output"), str(x.dtype), str(out.dtype))
+    # gradients flow through it
+    x = r(2, 8).requires_grad_()
+    with forbidden(LAYER_NORM_FAMILY, what):
+        out = call(layer_norm, x, *d8, what=t(f"{what}（需要梯度的输入）", f"{what} (input with requires_grad)"))
+    n += 1
+    expect_autograd(out, what)
+    passed(what, n)
+
+
+# ---------------------------------------------------------------- FeedForward
+
+FFN_BUGS = {
+    "relu": Bug("ffn_relu_instead_of_gelu", "激活函数用了 ReLU：GPT 的 FFN 用 GELU（nn.GELU()）。",
+                "the activation is ReLU: GPT's FFN uses GELU (nn.GELU()).",
+                lambda x, W1, b1, W2, b2: ref_ffn(x, W1, b1, W2, b2, torch.relu)),
+    "silu": Bug("ffn_silu_instead_of_gelu", "激活函数用了 SiLU：这里要 GELU（nn.GELU()）。",
+                "the activation is SiLU: use GELU here (nn.GELU()).",
+                lambda x, W1, b1, W2, b2: ref_ffn(x, W1, b1, W2, b2, lambda z: z * torch.sigmoid(z))),
+    "none": Bug("ffn_no_activation", "两层线性之间没有激活函数：两个线性层叠在一起仍然只是一个线性变换。",
+                "there is no activation between the two linear layers: two stacked linear maps are still one "
+                "linear map.", lambda x, W1, b1, W2, b2: ref_ffn(x, W1, b1, W2, b2, lambda z: z)),
+    "act_after": Bug("ffn_activation_after_proj", "GELU 放在了 proj 之后：顺序是 proj(GELU(fc(x)))。",
+                     "GELU is applied after proj: the order is proj(GELU(fc(x))).",
+                     lambda x, W1, b1, W2, b2: gelu_erf(ref_ffn(x, W1, b1, W2, b2, lambda z: z))),
+    "residual": Bug("ffn_adds_residual", "FeedForward 自己加了残差 x + …：残差属于 Block，FeedForward 只返回 proj(GELU(fc(x)))。",
+                    "FeedForward adds the residual x + … itself: the residual belongs to Block; FeedForward returns "
+                    "only proj(GELU(fc(x))).", lambda x, W1, b1, W2, b2: x.to(F64) + ref_ffn(x, W1, b1, W2, b2)),
+    "hidden_2d": Bug("ffn_hidden_2d", "默认隐藏层宽度是 2d：应为 4d（d → 4d → d）。",
+                     "the default hidden width is 2d: it should be 4d (d → 4d → d)."),
+    "hidden_ignored": Bug("ffn_hidden_ignored", "忽略了参数 hidden：传入 hidden 时隐藏层宽度应该等于它，没传（None）时才是 4d。",
+                          "the hidden argument is ignored: when it is given, the hidden width is hidden; only when it "
+                          "is None is it 4d."),
+}
+
+
+def _new(cls, *args, seed=0, what=""):
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return call(cls, *args, what=what)
+
+
+def _linear(mod, name, fin, fout, full, bug=None):
+    lin = getattr(mod, name, None)
+    if not isinstance(lin, nn.Linear):
+        raise GradingFailure(t(f"{full}：找不到属性 {name}（应为 nn.Linear({fin}, {fout})）。",
+                               f"{full}: there is no attribute {name} (it should be nn.Linear({fin}, {fout}))."))
+    if (lin.in_features, lin.out_features) != (fin, fout):
+        raise failure(t(f"{full}：{name} 的形状", f"{full}: shape of {name}"), f"nn.Linear({fin}, {fout})",
+                      f"nn.Linear({lin.in_features}, {lin.out_features})", bug)
+    if lin.bias is None:
+        raise GradingFailure(t(f"{full}：{name} 没有 bias：GPT-2 的线性层都带 bias（bias=True）。",
+                               f"{full}: {name} has no bias: GPT-2's linear layers all have one (bias=True)."))
+    return lin
+
+
+def _ffn_matches(out, x, fc, proj, tol):
+    return any(close(out, ref_ffn(x, *_w(fc), *_w(proj), act), atol=tol, rtol=tol) for act in GELUS)
+
+
+def check_feedforward(FeedForward) -> None:
+    what = "FeedForward"
+    n = 0
+    gen = seeded(502)
+    for d, hidden, expect_h in ((8, None, 32), (6, 10, 10), (5, None, 20)):
+        args = (d,) if hidden is None else (d, hidden)
+        full = f"{what}({', '.join(map(str, args))})"
+        ffn = _new(FeedForward, *args, seed=d, what=full)
+        n += 1
+        if not isinstance(ffn, nn.Module):
+            raise GradingFailure(t(f"{full}：应是 nn.Module 的子类。", f"{full}: it should subclass nn.Module."))
+        bug = FFN_BUGS["hidden_2d"] if hidden is None and getattr(getattr(ffn, "fc", None), "out_features", 0) == 2 * d \
+            else FFN_BUGS["hidden_ignored"] if hidden is not None else None
+        fc = _linear(ffn, "fc", d, expect_h, full, bug)
+        proj = _linear(ffn, "proj", expect_h, d, full)
+        count = sum(p.numel() for p in ffn.parameters())
+        if count != 2 * d * expect_h + expect_h + d:
+            raise failure(t(f"{full}：参数个数", f"{full}: number of parameters"), str(2 * d * expect_h + expect_h + d),
+                          str(count), hint=t("只要 fc 和 proj 两个线性层。", "only the two linear layers fc and proj."))
+        for label, x, tol in ((t("float32 输入 (2, 5, d)", "float32 input (2, 5, d)"), torch.randn(2, 5, d, generator=gen) * 2, 1e-5),
+                              (t("float64（模块 .double()），逐位比较", "float64 (module .double()), tight comparison"),
+                               torch.randn(3, d, generator=gen, dtype=F64) * 3, 1e-10)):
+            mod = ffn.double() if x.dtype == F64 else ffn
+            with torch.no_grad():
+                out = call(mod, x.clone(), what=f"{full}: {label}")
+            n += 1
+            if not isinstance(out, torch.Tensor) or not _ffn_matches(out, x, fc, proj, tol):
+                expected = ref_ffn(x, *_w(fc), *_w(proj))
+                bug = diagnose(out, [FFN_BUGS[k] for k in ("relu", "silu", "none", "act_after", "residual")],
+                               x, *_w(fc), *_w(proj), expected=expected)
+                raise failure(f"{full}: {label}", show(expected), show(out), bug,
+                              hint=t("forward 是 proj(GELU(fc(x)))。", "forward is proj(GELU(fc(x)))."))
+    passed(what, n)
+
+
+# ---------------------------------------------------------------- Block
+
+def _b_post(x, P, act):
+    ln1, ln2, attn, ffn = _parts(P, act)
+    x = ln1(x + attn(x))
+    return ln2(x + ffn(x))
+
+
+def _b_no_res_attn(x, P, act):
+    ln1, ln2, attn, ffn = _parts(P, act)
+    x = attn(ln1(x))
+    return x + ffn(ln2(x))
+
+
+def _b_no_res_ffn(x, P, act):
+    ln1, ln2, attn, ffn = _parts(P, act)
+    x = x + attn(ln1(x))
+    return ffn(ln2(x))
+
+
+def _b_shared(which):
+    def impl(x, P, act):
+        ln1, ln2, attn, ffn = _parts(P, act)
+        ln = ln1 if which == 1 else ln2
+        x = x + attn(ln(x))
+        return x + ffn(ln(x))
+    return impl
+
+
+def _b_swapped_ln(x, P, act):
+    ln1, ln2, attn, ffn = _parts(P, act)
+    x = x + attn(ln2(x))
+    return x + ffn(ln1(x))
+
+
+def _b_parallel(x, P, act):
+    ln1, ln2, attn, ffn = _parts(P, act)
+    return x + attn(ln1(x)) + ffn(ln2(x))
+
+
+def _b_no_ln(x, P, act):
+    _, _, attn, ffn = _parts(P, act)
+    x = x + attn(x)
+    return x + ffn(x)
+
+
+def _b_res_normed(x, P, act):
+    ln1, ln2, attn, ffn = _parts(P, act)
+    h = ln1(x)
+    x = h + attn(h)
+    h = ln2(x)
+    return h + ffn(h)
+
+
+def _b_ffn_first(x, P, act):
+    ln1, ln2, attn, ffn = _parts(P, act)
+    x = x + ffn(ln2(x))
+    return x + attn(ln1(x))
+
+
+BLOCK_BUGS = [
+    Bug("block_post_ln",
+        "这是 Post-LN（原论文的 LN(x + f(x))）：题目要求 Pre-LN，先归一化再进子层：x = x + attn(ln1(x))；x = x + ffn(ln2(x))。",
+        "this is Post-LN (the original paper's LN(x + f(x))): the exercise asks for Pre-LN, normalising before "
+        "each sublayer: x = x + attn(ln1(x)); x = x + ffn(ln2(x)).", _b_post),
+    Bug("block_missing_attention_residual", "注意力子层少了残差连接：应为 x = x + attn(ln1(x))，而不是 x = attn(ln1(x))。",
+        "the attention sublayer lacks its residual connection: x = x + attn(ln1(x)), not x = attn(ln1(x)).",
+        _b_no_res_attn),
+    Bug("block_missing_ffn_residual", "FFN 子层少了残差连接：应为 x = x + ffn(ln2(x))，而不是 x = ffn(ln2(x))。",
+        "the FFN sublayer lacks its residual connection: x = x + ffn(ln2(x)), not x = ffn(ln2(x)).", _b_no_res_ffn),
+    Bug("block_shared_layernorm", "两个子层共用了同一个 LayerNorm（ln1）：每个子层有自己的 LayerNorm 和自己的参数，FFN 前用 ln2。",
+        "both sublayers share one LayerNorm (ln1): each sublayer has its own LayerNorm with its own parameters; "
+        "use ln2 before the FFN.", _b_shared(1)),
+    Bug("block_shared_layernorm_ln2", "两个子层共用了同一个 LayerNorm（ln2）：注意力前用 ln1，FFN 前用 ln2。",
+        "both sublayers share one LayerNorm (ln2): use ln1 before attention and ln2 before the FFN.", _b_shared(2)),
+    Bug("block_layernorms_swapped", "ln1 和 ln2 用反了：注意力前是 ln1，FFN 前是 ln2。",
+        "ln1 and ln2 are swapped: ln1 goes before attention, ln2 before the FFN.", _b_swapped_ln),
+    Bug("block_parallel", "注意力和 FFN 并联了（都读原始的 x）：GPT 块是串联的，FFN 读的是加上注意力输出之后的 x。",
+        "attention and the FFN run in parallel (both read the original x): a GPT block is sequential; the FFN "
+        "reads x after the attention output has been added.", _b_parallel),
+    Bug("block_no_layernorm", "没有用 LayerNorm：子层的输入要先经过 ln1 / ln2。",
+        "the LayerNorms are not used: each sublayer's input goes through ln1 / ln2 first.", _b_no_ln),
+    Bug("block_residual_from_normalised", "残差加的是归一化之后的 h = ln(x)：残差要加回原始的 x（x + attn(ln1(x))），不然残差流每层都被重新归一化。",
+        "the residual adds the normalised h = ln(x): add the original x back (x + attn(ln1(x))), or the residual "
+        "stream is renormalised at every layer.", _b_res_normed),
+    Bug("block_ffn_before_attention", "FFN 放在了注意力前面：顺序是先注意力、后 FFN。",
+        "the FFN comes before attention: the order is attention first, then the FFN.", _b_ffn_first),
+]
+
+
+def _randomise_norms(block, gen):
+    with torch.no_grad():
+        for name in ("ln1", "ln2"):
+            ln = getattr(block, name)
+            ln.weight.copy_(1 + 0.5 * torch.randn(ln.weight.shape, generator=gen))
+            ln.bias.copy_(0.5 * torch.randn(ln.bias.shape, generator=gen))
+
+
+def _block_structure(block, d, full):
+    from helpers.ch05_block.block_attention import CausalAttention
+
+    for name in ("ln1", "attn", "ln2", "ffn"):
+        if not isinstance(getattr(block, name, None), nn.Module):
+            raise GradingFailure(t(f"{full}：找不到子模块 self.{name}。Block 需要 ln1、attn、ln2、ffn 四个属性。",
+                                   f"{full}: there is no submodule self.{name}. Block needs the four attributes "
+                                   "ln1, attn, ln2, ffn."))
+    if not isinstance(block.attn, CausalAttention):
+        raise GradingFailure(t(f"{full}：self.attn 应该是给定的 CausalAttention(d, h)。",
+                               f"{full}: self.attn should be the given CausalAttention(d, h)."))
+    if block.ln1 is block.ln2:
+        raise failure(t(f"{full}：ln1 和 ln2", f"{full}: ln1 and ln2"), t("两个独立的 LayerNorm", "two separate LayerNorms"),
+                      t("同一个对象", "the same object"), BLOCK_BUGS[3])
+    for name in ("ln1", "ln2"):
+        ln = getattr(block, name)
+        w, b = getattr(ln, "weight", None), getattr(ln, "bias", None)
+        if not (isinstance(w, torch.Tensor) and isinstance(b, torch.Tensor) and w.shape == (d,) and b.shape == (d,)):
+            raise GradingFailure(t(f"{full}：self.{name} 应是 nn.LayerNorm(d)，带形状为 ({d},) 的 weight 和 bias。",
+                                   f"{full}: self.{name} should be nn.LayerNorm(d), with weight and bias of shape ({d},)."))
+        if abs(getattr(ln, "eps", 1e-5) - 1e-5) > 1e-12:
+            raise GradingFailure(t(f"{full}：self.{name} 的 eps 应为默认的 1e-5。", f"{full}: self.{name} should keep the default eps = 1e-5."))
+    _linear(block.ffn, "fc", d, 4 * d, f"{full}.ffn", FFN_BUGS["hidden_2d"])
+    _linear(block.ffn, "proj", 4 * d, d, f"{full}.ffn")
+
+
+def check_block(Block) -> None:
+    what = "Block"
+    gen = seeded(503)
+    n = 0
+    for d, h, shape in ((16, 4, (3, 5)), (8, 2, (2, 7)), (12, 3, (1, 1))):
+        full = f"{what}(d={d}, h={h})"
+        block = _new(Block, d, h, seed=d, what=full)
+        if not isinstance(block, nn.Module):
+            raise GradingFailure(t(f"{full}：应是 nn.Module 的子类。", f"{full}: it should subclass nn.Module."))
+        _block_structure(block, d, full)
+        n += 1
+        count = sum(p.numel() for p in block.parameters())
+        if count != 12 * d * d + 13 * d:
+            raise failure(t(f"{full}：参数个数", f"{full}: number of parameters"), str(12 * d * d + 13 * d), str(count),
+                          hint=t("ln1、attn、ln2、ffn 之外不要有别的参数。", "no parameters besides ln1, attn, ln2, ffn."))
+        _randomise_norms(block, gen)
+        block = block.double()
+        P = block_weights(block)
+        x = torch.randn(*shape, d, generator=gen, dtype=F64) * 2
+        # the FFN alone first: a wrong FeedForward is named as such
+        probe = torch.randn(4, d, generator=gen, dtype=F64)
+        with torch.no_grad():
+            ffn_out = call(block.ffn, probe, what=f"{full}.ffn")
+        if not _ffn_matches(ffn_out, probe, block.ffn.fc, block.ffn.proj, 1e-9):
+            raise GradingFailure(t(f"{full}：self.ffn 本身算错了，先让 FeedForward 的测试通过。",
+                                   f"{full}: self.ffn itself computes the wrong thing; make FeedForward's test pass first."))
+        act = next(a for a in GELUS if close(ffn_out, ref_ffn(probe, *P["fc"], *P["proj"], a), 1e-9, 1e-9))
+        # probe what each sublayer reads, with hooks
+        seen = {}
+        hooks = [getattr(block, m).register_forward_pre_hook(lambda mod, args, m=m: seen.setdefault(m, args[0].detach()))
+                 for m in ("attn", "ffn")]
+        try:
+            with torch.no_grad():
+                out = call(block, x.clone(), what=f"{full}: x {tuple(x.shape)}")
+        finally:
+            for hk in hooks:
+                hk.remove()
+        n += 1
+        expected = ref_block(x, P, act)
+        ln1, ln2, attn, _ = _parts(P, act)
+        if not isinstance(out, torch.Tensor) or not close(out, expected, atol=1e-9, rtol=1e-9):
+            bug = diagnose(out, BLOCK_BUGS, x, P, act, expected=expected,
+                           match=lambda s, b: close(s, b, 1e-8, 1e-8))
+            if bug is None and "attn" in seen and close(seen["attn"], x, 1e-9, 1e-9):
+                bug = BLOCK_BUGS[0]
+            raise failure(t(f"{full}：输出（float64，权重复制到独立的参考实现）",
+                            f"{full}: output (float64, weights copied into an independent reference)"),
+                          show(expected), show(out), bug)
+        x1 = x + attn(ln1(x))
+        for m, want, msg in (("attn", ln1(x), t("注意力的输入应是 ln1(x)", "attention's input should be ln1(x)")),
+                             ("ffn", ln2(x1), t("FFN 的输入应是 ln2(x + attn(ln1(x)))", "the FFN's input should be ln2(x + attn(ln1(x)))"))):
+            if m not in seen or not close(seen[m], want, 1e-9, 1e-9):
+                raise failure(t(f"{full}：用钩子探测子层的输入", f"{full}: a hook probing a sublayer's input"), msg,
+                              show(seen.get(m)), BLOCK_BUGS[0] if m in seen and close(seen[m], x, 1e-9, 1e-9) else None)
+        n += 1
+    # zero the sublayers: a Pre-LN block is then exactly the identity
+    block = _new(Block, 8, 2, seed=3, what=f"{what}(8, 2)")
+    with torch.no_grad():
+        for p in list(block.attn.parameters()) + list(block.ffn.proj.parameters()):
+            p.zero_()
+        x = torch.randn(2, 4, 8, generator=gen) * 5 + 3
+        out = call(block, x.clone(), what=f"{what}(8, 2)")
+    n += 1
+    if not close(out, x, 1e-6, 1e-6):
+        raise failure(t(f"{what}：把 attn 和 ffn.proj 的权重全部置零", f"{what}: attn and ffn.proj weights all set to zero"),
+                      t("输出 = 输入（两个子层都输出 0，只剩残差）", "output = input (both sublayers output 0; only the residual is left)"),
+                      show(out), BLOCK_BUGS[0] if close(out, torch.nn.functional.layer_norm(x, (8,)), 1e-4, 1e-4) else None)
+    passed(what, n)
+
+
+# ---------------------------------------------------------------- block_params
+
+PARAM_BUGS = [
+    (lambda d: 12 * d * d, Bug("params_no_biases_no_norms", "只算了权重矩阵 12d²：还要加上各线性层的 bias（4d + 5d）和两个 LayerNorm 的 weight、bias（4d）。",
+                               "you counted only the weight matrices, 12d²: add the linear layers' biases (4d + 5d) and "
+                               "the two LayerNorms' weights and biases (4d).")),
+    (lambda d: 12 * d * d + 9 * d, Bug("params_no_layernorm", "漏掉了两个 LayerNorm 的参数（每个 weight + bias = 2d，共 4d）。",
+                                       "you left out the two LayerNorms' parameters (weight + bias = 2d each, 4d in all).")),
+    (lambda d: 12 * d * d + 11 * d, Bug("params_one_layernorm", "只算了一个 LayerNorm：块里有两个（ln1、ln2），各 2d。",
+                                        "you counted one LayerNorm: the block has two (ln1, ln2), 2d each.")),
+    (lambda d: 12 * d * d + 4 * d, Bug("params_no_ffn_bias", "漏掉了 FFN 的 bias（fc 的 4d 和 proj 的 d）。",
+                                       "you left out the FFN's biases (4d for fc and d for proj).")),
+    (lambda d: 12 * d * d + 8 * d, Bug("params_no_attention_bias", "漏掉了注意力的 bias（qkv 的 3d 和输出投影的 d）。",
+                                       "you left out the attention's biases (3d for q, k, v and d for the output projection).")),
+    (lambda d: 8 * d * d + 11 * d, Bug("params_hidden_2d", "FFN 按 2d 的隐藏层算了：隐藏层是 4d，FFN 有 8d² + 5d 个参数。",
+                                       "you counted the FFN with a 2d hidden layer: it is 4d, so the FFN has 8d² + 5d parameters.")),
+]
+
+
+def _numel_reference(d: int) -> int:
+    """Build the pieces with torch's own modules and count (independent of the formula)."""
+    from helpers.ch05_block.block_attention import CausalAttention
+
+    mods = [nn.LayerNorm(d), CausalAttention(d, 1), nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.Linear(4 * d, d)]
+    return sum(p.numel() for m in mods for p in m.parameters())
+
+
+def check_block_params(block_params) -> None:
+    what = "block_params"
+    n = 0
+    for d in (1, 4, 8, 64, 768, 1000, 4096):
+        got = call(block_params, d, what=f"{what}({d})")
+        expected = _numel_reference(d) if d <= 64 else 12 * d * d + 13 * d
+        n += 1
+        ok = isinstance(got, (int, float)) and not isinstance(got, bool) and got == expected
+        if isinstance(got, torch.Tensor) and got.numel() == 1:
+            ok = int(got.item()) == expected
+        if not ok:
+            bug = None
+            if isinstance(got, (int, float)):
+                bug = next((b for f, b in PARAM_BUGS if f(d) == got), None)
+                if bug is None and abs(got - expected) / expected < 0.01 and got != int(got):
+                    bug = Bug("params_float", "结果不是整数：参数个数要精确，用整数运算（不要用 / 或 ** 0.5）。",
+                              "the result is not a whole number: a parameter count is exact; use integer arithmetic.")
+            seed = t("（种子里的“≈ 7.1M”）", " (the seed's \"≈ 7.1M\")") if d == 768 else ""
+            raise failure(f"{what}({d})", f"{expected:,}{seed}", f"{got:,}" if isinstance(got, int) else show(got), bug,
+                          hint=t("数一数：注意力 4d² + 4d，FFN 8d² + 5d，两个 LayerNorm 4d。",
+                                 "count them: attention 4d² + 4d, FFN 8d² + 5d, two LayerNorms 4d."))
+    passed(what, n)

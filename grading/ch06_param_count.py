@@ -1,0 +1,363 @@
+"""Hidden tests of ch06_param_count: approx_non_embedding_params, gpt2_params,
+llama_params.
+
+The references below count independently of each other: a closed form, and
+real torch modules (nanoGPT-style and LLaMA-style, built here, small, on the
+CPU) whose ``sum(p.numel() for p in model.parameters())`` is the truth.
+Every known bug changes the count by a fixed amount, so a wrong answer is
+matched against single bugs and pairs of bugs on the same inputs.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import numbers
+
+import torch
+from torch import nn
+
+from helpers.i18n import t
+
+from .core import Bug, GradingFailure, call, failure, passed, seeded
+
+
+# ---------------------------------------------------------------- references
+
+def ref_approx(n_layer, d):
+    return 12 * n_layer * d * d
+
+
+def ref_gpt2(n_layer, d, vocab_size, n_ctx, tied=True):
+    emb = vocab_size * d + n_ctx * d                                   # wte, wpe
+    block = (2 * d) + (d * 3 * d + 3 * d) + (d * d + d) + (2 * d) + (d * 4 * d + 4 * d) + (4 * d * d + d)
+    head = 0 if tied else vocab_size * d
+    return emb + n_layer * block + 2 * d + head                         # + ln_f
+
+
+def ref_llama(n_layer, d, vocab_size, d_ff, tied=False):
+    block = d + 4 * d * d + d + 3 * d * d_ff                           # norm, q k v o, norm, gate up down
+    return vocab_size * d + n_layer * block + d + (0 if tied else vocab_size * d)
+
+
+class _GPT2Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(d)
+        self.c_attn = nn.Linear(d, 3 * d)
+        self.c_proj = nn.Linear(d, d)
+        self.ln_2 = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+
+class _GPT2(nn.Module):
+    def __init__(self, n_layer, d, vocab_size, n_ctx, tied):
+        super().__init__()
+        self.wte = nn.Embedding(vocab_size, d)
+        self.wpe = nn.Embedding(n_ctx, d)
+        self.blocks = nn.ModuleList([_GPT2Block(d) for _ in range(n_layer)])
+        self.ln_f = nn.LayerNorm(d)
+        self.lm_head = nn.Linear(d, vocab_size, bias=False)
+        if tied:
+            self.lm_head.weight = self.wte.weight
+
+
+class _LlamaBlock(nn.Module):
+    def __init__(self, d, d_ff):
+        super().__init__()
+        self.attn_norm = nn.RMSNorm(d)
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d, d, bias=False) for _ in range(4))
+        self.ffn_norm = nn.RMSNorm(d)
+        self.w1 = nn.Linear(d, d_ff, bias=False)     # gate
+        self.w3 = nn.Linear(d, d_ff, bias=False)     # up
+        self.w2 = nn.Linear(d_ff, d, bias=False)     # down
+
+
+class _Llama(nn.Module):
+    def __init__(self, n_layer, d, vocab_size, d_ff, tied):
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(vocab_size, d)
+        self.layers = nn.ModuleList([_LlamaBlock(d, d_ff) for _ in range(n_layer)])
+        self.norm = nn.RMSNorm(d)
+        self.output = nn.Linear(d, vocab_size, bias=False)
+        if tied:
+            self.output.weight = self.tok_embeddings.weight
+
+
+def torch_count(model_cls, *args) -> int:
+    """sum(p.numel()) of a real (small, CPU) model. Not on the meta device:
+    initialising an embedding there imports torch._dynamo, which rebinds
+    torch.manual_seed and would look like tampering to the guard."""
+    model = model_cls(*args)
+    return sum(p.numel() for p in model.parameters())
+
+
+# ---------------------------------------------------------------- the helper's measuring tool is off limits
+
+@contextlib.contextmanager
+def _helper_refuses():
+    """The demo's measuring tool (helpers.ch06_param_count.model_cards.measure) refuses to run
+    while a student's function is being graded: the exercise asks for the
+    count, not for a call to the demo."""
+    try:
+        from helpers.ch06_param_count import model_cards
+    except Exception:   # pragma: no cover - the helper is part of the course
+        yield
+        return
+    before = model_cards._refusal
+    model_cards._refusal = t(
+        "练习要你自己数参数：不能调用演示用的 helpers.ch06_param_count.model_cards.measure（评分时它被关闭）。"
+        "用公式写出来，或者自己用 nn.Module 搭出模型再数。",
+        "the exercise asks you to count the parameters yourself: calling the demo's "
+        "helpers.ch06_param_count.model_cards.measure is not allowed (it is switched off during grading). Write the formula, "
+        "or build the model from nn.Modules yourself and count.")
+    try:
+        yield
+    finally:
+        model_cards._refusal = before
+
+
+def _count(fn, *args, what, **kwargs) -> int:
+    with _helper_refuses():
+        out = call(fn, *args, what=what, **kwargs)
+    if isinstance(out, torch.Tensor) and out.numel() == 1:
+        out = out.item()
+    if isinstance(out, bool) or not isinstance(out, numbers.Real):
+        raise GradingFailure(t(f"{what}：应返回一个整数（参数个数），实际得到 {type(out).__name__}：{out!r:.80}。",
+                               f"{what}: expected an integer (a number of parameters), got "
+                               f"{type(out).__name__}: {out!r:.80}."))
+    if out != out or out in (float("inf"), float("-inf")) or int(out) != out:
+        raise GradingFailure(t(f"{what}：参数个数必须是整数，实际得到 {out!r}。",
+                               f"{what}: a number of parameters is a whole number, got {out!r}."))
+    return int(out)
+
+
+def _args_text(args, kwargs) -> str:
+    parts = [str(a) for a in args] + [f"{k}={v}" for k, v in kwargs.items()]
+    return ", ".join(parts)
+
+
+def _diagnose(got, expected, bugs, args, kwargs) -> Bug | None:
+    """The known bug (or pair of bugs) that changes the count by exactly got - expected."""
+    deltas = []
+    for bug in bugs:
+        try:
+            delta = int(bug.impl(*args, **kwargs)) - expected
+        except Exception:
+            continue
+        if delta != 0:
+            deltas.append((bug, delta))
+    for bug, delta in deltas:
+        if got - expected == delta:
+            return bug
+    for (b1, d1), (b2, d2) in itertools.combinations(deltas, 2):
+        if got - expected == d1 + d2:
+            return Bug(f"{b1.key}+{b2.key}", f"两处错误：①{b1.zh} ②{b2.zh}", f"two mistakes: (1) {b1.en} (2) {b2.en}")
+    return None
+
+
+def _compare(fn, name, args, kwargs, expected, bugs, label, hint=None) -> None:
+    what = f"{name}({_args_text(args, kwargs)})"
+    if label:
+        what = f"{what}  [{label}]"
+    got = _count(fn, *args, what=what, **kwargs)
+    if got != expected:
+        bug = _diagnose(got, expected, bugs, args, kwargs)
+        diff = got - expected
+        raise failure(what, f"{expected:,}", t(f"{got:,}（差 {diff:+,}）", f"{got:,} (off by {diff:+,})"), bug,
+                      hint=hint)
+
+
+# ---------------------------------------------------------------- approx_non_embedding_params
+
+APPROX_BUGS = [
+    Bug("approx_d_not_squared", "写成了 12·L·d：每个矩阵是 d×d（或 d×4d），参数个数随 d² 增长。",
+        "you wrote 12·L·d: each matrix is d×d (or d×4d), so the count grows with d².",
+        lambda L, d: 12 * L * d),
+    Bug("approx_attention_only", "只算了注意力的 4d²，漏了 FFN 的 8d²（两个 d×4d 矩阵）。",
+        "you counted only attention's 4d² and left out the FFN's 8d² (two d×4d matrices).",
+        lambda L, d: 4 * L * d * d),
+    Bug("approx_8d2", "每块只算了 8d²：注意力 4d²（W_Q、W_K、W_V、W_O 各 d²）加 FFN 8d²（d→4d→d 两个矩阵），"
+        "合计 12d²。你可能把 FFN 算成了 4d²，或者漏了注意力。",
+        "you counted 8d² per block: attention is 4d² (W_Q, W_K, W_V, W_O, d² each) and the FFN 8d² "
+        "(two matrices, d→4d→d), 12d² in all. You may have counted the FFN as 4d², or left out attention.",
+        lambda L, d: 8 * L * d * d),
+    Bug("approx_no_layers", "忘了乘层数 L：12d² 是一个块的参数。", "you forgot to multiply by the number of layers L: "
+        "12d² is one block.", lambda L, d: 12 * d * d),
+    Bug("approx_L_squared", "写成了 12·L²·d：平方的是宽度 d，不是层数 L。",
+        "you wrote 12·L²·d: it is the width d that is squared, not the number of layers L.",
+        lambda L, d: 12 * L * L * d),
+    Bug("approx_with_biases", "加上了偏置和 LayerNorm（13·L·d）：这个函数只要速算公式 12·L·d²，精确计数是下一题。",
+        "you added biases and LayerNorms (13·L·d): this function is the rule of thumb 12·L·d²; the exact count "
+        "is the next exercise.", lambda L, d: 12 * L * d * d + 13 * L * d),
+]
+
+
+def check_approx(approx_non_embedding_params) -> None:
+    name = "approx_non_embedding_params"
+    cases = [((12, 768), "GPT-2 small"), ((32, 4096), "LLaMA-2 7B"), ((3, 10), ""), ((1, 1), ""),
+             ((0, 64), t("零层", "zero layers")), ((96, 12288), "GPT-3 175B"), ((7, 5), "")]
+    for args, label in cases:
+        _compare(approx_non_embedding_params, name, args, {}, ref_approx(*args), APPROX_BUGS, label)
+    passed(name, len(cases))
+
+
+# ---------------------------------------------------------------- gpt2_params
+
+def _g(n_layer, d, vocab_size, n_ctx, tied=True, *, wpe=True, head_twice=False, head_when_untied=True,
+       head_bias=False, biases=True, lns=True, ln_f=True, ln_bias=True, ffn=8, mat=lambda d: d * d):
+    ln = (2 * d if ln_bias else d) if lns else 0
+    b = 9 * d if biases else 0
+    block = 2 * ln + 4 * mat(d) + ffn * mat(d) + b
+    total = vocab_size * d + (n_ctx * d if wpe else 0) + n_layer * block + (ln if ln_f else 0)
+    if (not tied and head_when_untied) or (tied and head_twice):
+        total += vocab_size * d + (vocab_size if head_bias else 0)
+    return total
+
+
+GPT2_BUGS = [
+    Bug("gpt2_rule_of_thumb", "返回的是速算 12·L·d² + 词表·d：精确计数还要加位置嵌入 n_ctx·d、每块 13d 的偏置和 LayerNorm、最后的 ln_f。",
+        "you returned the rule of thumb 12·L·d² + vocab·d: the exact count also needs the position embeddings "
+        "n_ctx·d, 13d of biases and LayerNorms per block, and the final ln_f.",
+        lambda L, d, V, n, tied=True: 12 * L * d * d + V * d * (1 if tied else 2)),
+    Bug("gpt2_no_position_embeddings", "漏了位置嵌入 wpe：GPT-2 的位置是学出来的，一张 n_ctx × d 的表。",
+        "you left out the position embeddings wpe: GPT-2 learns its positions, an n_ctx × d table.",
+        lambda *a, **k: _g(*a, **k, wpe=False)),
+    Bug("gpt2_tied_head_counted_twice", "共享权重（tied=True）时又把 lm_head 算了一遍：lm_head.weight 就是 wte.weight，"
+        "同一个矩阵只算一次。",
+        "with tied=True you counted the LM head again: lm_head.weight *is* wte.weight, one matrix counted once.",
+        lambda *a, **k: _g(*a, **k, head_twice=True)),
+    Bug("gpt2_untied_head_missing", "tied=False 时没有加上独立的 lm_head（词表 × d）：不共享就多一整个词表矩阵。",
+        "with tied=False you did not add the separate LM head (vocab × d): untied means one more whole "
+        "vocabulary matrix.", lambda *a, **k: _g(*a, **k, head_when_untied=False)),
+    Bug("gpt2_head_with_bias", "lm_head 多算了偏置（词表个）：GPT-2 的 lm_head 没有偏置。",
+        "you gave the LM head a bias (vocab entries): GPT-2's lm_head has none.",
+        lambda *a, **k: _g(*a, **k, head_bias=True)),
+    Bug("gpt2_no_biases", "漏了线性层的偏置：每块 3d（c_attn）+ d（attn.c_proj）+ 4d（c_fc）+ d（mlp.c_proj）= 9d。",
+        "you left out the biases of the linear layers: per block 3d (c_attn) + d (attn.c_proj) + 4d (c_fc) "
+        "+ d (mlp.c_proj) = 9d.", lambda *a, **k: _g(*a, **k, biases=False)),
+    Bug("gpt2_no_layernorms", "漏了 LayerNorm：每块两个（ln_1、ln_2），最后还有 ln_f，每个有 weight 和 bias 各 d 个。",
+        "you left out the LayerNorms: two per block (ln_1, ln_2) plus the final ln_f, each with a weight and a "
+        "bias of d entries.", lambda *a, **k: _g(*a, **k, lns=False, ln_f=False)),
+    Bug("gpt2_no_final_layernorm", "漏了最后的 ln_f（2d）：最后一个块之后、lm_head 之前还有一个 LayerNorm。",
+        "you left out the final ln_f (2d): there is one more LayerNorm after the last block, before lm_head.",
+        lambda *a, **k: _g(*a, **k, ln_f=False)),
+    Bug("gpt2_layernorm_without_bias", "LayerNorm 只算了 weight（d），没算 bias（d）：每个 LayerNorm 有 2d 个参数。",
+        "you counted only the LayerNorm weight (d), not its bias (d): each LayerNorm has 2d parameters.",
+        lambda *a, **k: _g(*a, **k, ln_bias=False)),
+    Bug("gpt2_ffn_as_4d2", "FFN 算成了 4d²：它是 d→4d 和 4d→d 两个矩阵，合计 8d²。",
+        "you counted the FFN as 4d²: it is two matrices, d→4d and 4d→d, 8d² in all.",
+        lambda *a, **k: _g(*a, **k, ffn=4)),
+    Bug("gpt2_d_not_squared", "矩阵按 12·L·d 算了：每个权重矩阵的参数个数是 d×d 量级，要用 12·L·d²。",
+        "you counted the matrices as 12·L·d: each weight matrix holds on the order of d×d numbers, so it is "
+        "12·L·d².", lambda *a, **k: _g(*a, **k, mat=lambda d: d)),
+]
+
+
+def check_gpt2_params(gpt2_params) -> None:
+    name = "gpt2_params"
+    gen = seeded(606)
+    cases = [((12, 768, 50257, 1024), {}, "GPT-2 small"),
+             ((12, 768, 50257, 1024), {"tied": False}, t("GPT-2 small，不共享", "GPT-2 small, untied")),
+             ((24, 1024, 50257, 1024), {"tied": True}, "GPT-2 medium"),
+             ((3, 40, 101, 17), {"tied": True}, ""),
+             ((5, 24, 37, 300), {"tied": False}, ""),
+             ((0, 16, 50, 8), {}, t("零层：只剩嵌入和 ln_f", "zero layers: only the embeddings and ln_f"))]
+    n = 0
+    for args, kwargs, label in cases:
+        _compare(gpt2_params, name, args, kwargs, ref_gpt2(*args, **kwargs), GPT2_BUGS, label)
+        n += 1
+    # random shapes: a real nanoGPT-style torch model is the judge
+    for tied in (True, False, True, False):
+        L = int(torch.randint(0, 5, (1,), generator=gen))
+        d = 8 * int(torch.randint(1, 9, (1,), generator=gen))
+        V = int(torch.randint(10, 400, (1,), generator=gen))
+        n_ctx = int(torch.randint(4, 80, (1,), generator=gen))
+        expected = torch_count(_GPT2, L, d, V, n_ctx, tied)
+        assert expected == ref_gpt2(L, d, V, n_ctx, tied)
+        label = t("与 torch 模型的 sum(p.numel()) 比较", "compared with sum(p.numel()) of a torch model")
+        _compare(gpt2_params, name, (L, d, V, n_ctx), {"tied": tied}, expected, GPT2_BUGS, label)
+        n += 1
+    passed(name, n)
+
+
+# ---------------------------------------------------------------- llama_params
+
+def _l(n_layer, d, vocab_size, d_ff, tied=False, *, biases=False, ffn_mats=3, ffn_8d2=False, norm_bias=False,
+       norms=True, final_norm=True, tied_ignored=False, always_tied=False, pos=False):
+    nrm = (2 * d if norm_bias else d) if norms else 0
+    ffn = 8 * d * d if ffn_8d2 else ffn_mats * d * d_ff
+    b = (4 * d + 2 * d_ff + d) if biases else 0
+    block = 2 * nrm + 4 * d * d + ffn + b
+    head = vocab_size * d
+    if always_tied:
+        head = 0
+    elif tied and not tied_ignored:
+        head = 0
+    return vocab_size * d + n_layer * block + (nrm if final_norm else 0) + head
+
+
+LLAMA_BUGS = [
+    Bug("llama_with_biases", "给 LLaMA 的线性层加了偏置：LLaMA 的 q/k/v/o 和 gate/up/down 都没有偏置（bias=False）。",
+        "you gave LLaMA's linear layers biases: q/k/v/o and gate/up/down all have bias=False in LLaMA.",
+        lambda *a, **k: _l(*a, **k, biases=True)),
+    Bug("llama_ffn_two_matrices", "SwiGLU 只算了两个矩阵：它有 gate、up（各 d×d_ff）和 down（d_ff×d）三个，合计 3·d·d_ff。",
+        "you counted two matrices in SwiGLU: it has three, gate and up (d×d_ff each) and down (d_ff×d), 3·d·d_ff "
+        "in all.", lambda *a, **k: _l(*a, **k, ffn_mats=2)),
+    Bug("llama_ffn_8d2", "FFN 按 GPT-2 的 8d² 算了，没有用参数 d_ff：LLaMA 的 FFN 是 3·d·d_ff。",
+        "you counted the FFN as GPT-2's 8d² and ignored d_ff: LLaMA's FFN is 3·d·d_ff.",
+        lambda *a, **k: _l(*a, **k, ffn_8d2=True)),
+    Bug("llama_rmsnorm_with_bias", "RMSNorm 多算了 bias：RMSNorm 只有一个缩放向量 weight（d 个），没有 bias。",
+        "you gave RMSNorm a bias: RMSNorm has only a scale vector weight (d entries), no bias.",
+        lambda *a, **k: _l(*a, **k, norm_bias=True)),
+    Bug("llama_no_norms", "漏了 RMSNorm：每块两个，最后还有一个，每个 d 个参数。",
+        "you left out the RMSNorms: two per block plus a final one, d parameters each.",
+        lambda *a, **k: _l(*a, **k, norms=False)),
+    Bug("llama_no_final_norm", "漏了最后的 RMSNorm（d 个参数）：最后一个块之后、输出层之前还有一个。",
+        "you left out the final RMSNorm (d parameters): there is one more after the last block, before the output.",
+        lambda *a, **k: _l(*a, **k, final_norm=False)),
+    Bug("llama_tied_ignored", "忽略了 tied 参数：tied=True 时输出层与词嵌入共享，不应再加一个词表 × d 矩阵。",
+        "the tied argument is ignored: with tied=True the output layer shares the embedding matrix, so no second "
+        "vocab × d matrix.", lambda *a, **k: _l(*a, **k, tied_ignored=True)),
+    Bug("llama_always_tied", "tied=False 时没有加上独立的输出层（词表 × d）：LLaMA-2 的嵌入和输出层是两个矩阵。",
+        "with tied=False you did not add the separate output layer (vocab × d): LLaMA-2's embedding and output "
+        "layer are two matrices.", lambda *a, **k: _l(*a, **k, always_tied=True)),
+]
+
+DEFAULT_TIED = Bug("llama_default_tied", "tied 的默认值应当是 False（LLaMA-2 不共享）：不传 tied 时要算两个词表矩阵。",
+                   "the default of tied must be False (LLaMA-2 does not tie): without a tied argument, count two "
+                   "vocabulary matrices.")
+
+
+def check_llama_params(llama_params) -> None:
+    name = "llama_params"
+    gen = seeded(707)
+    n = 0
+    # the default must be untied
+    args = (32, 4096, 32000, 11008)
+    expected = ref_llama(*args)
+    got = _count(llama_params, *args, what=f"{name}({_args_text(args, {})})  [LLaMA-2 7B]")
+    if got != expected:
+        with_false = _count(llama_params, *args, tied=False, what=f"{name}({_args_text(args, {'tied': False})})")
+        bug = DEFAULT_TIED if with_false == expected else _diagnose(got, expected, LLAMA_BUGS, args, {})
+        raise failure(f"{name}({_args_text(args, {})})  [LLaMA-2 7B]", f"{expected:,}",
+                      t(f"{got:,}（差 {got - expected:+,}）", f"{got:,} (off by {got - expected:+,})"), bug)
+    n += 1
+    cases = [((32, 4096, 32000, 11008), {"tied": True}, t("LLaMA-2 7B 的形状，共享", "LLaMA-2 7B shape, tied")),
+             ((40, 5120, 32000, 13824), {"tied": False}, "LLaMA-2 13B"),
+             ((3, 40, 101, 112), {"tied": False}, ""),
+             ((2, 24, 37, 60), {"tied": True}, ""),
+             ((0, 16, 50, 40), {}, t("零层", "zero layers"))]
+    for args, kwargs, label in cases:
+        _compare(llama_params, name, args, kwargs, ref_llama(*args, **kwargs), LLAMA_BUGS, label)
+        n += 1
+    for tied in (False, True, False, True):
+        L = int(torch.randint(0, 5, (1,), generator=gen))
+        d = 8 * int(torch.randint(1, 9, (1,), generator=gen))
+        V = int(torch.randint(10, 400, (1,), generator=gen))
+        d_ff = int(torch.randint(8, 200, (1,), generator=gen))
+        expected = torch_count(_Llama, L, d, V, d_ff, tied)
+        assert expected == ref_llama(L, d, V, d_ff, tied)
+        label = t("与 torch 模型的 sum(p.numel()) 比较", "compared with sum(p.numel()) of a torch model")
+        _compare(llama_params, name, (L, d, V, d_ff), {"tied": tied}, expected, LLAMA_BUGS, label)
+        n += 1
+    passed(name, n)

@@ -1,0 +1,594 @@
+"""Hidden tests of ch10_llama_block: rms_norm, SwiGLU, repeat_kv, LlamaAttention, LlamaBlock.
+
+Every answer is compared twice: tightly (float64) with the independent
+references below, which rotate pairs with explicit cos/sin formulas and loop
+over heads, and loosely with Hugging Face transformers' own LlamaRMSNorm,
+LlamaMLP, repeat_kv and LlamaDecoderLayer (which compute parts in float32
+internally). A wrong answer is matched against the known bugs listed here.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from helpers import ch10_llama_block as bridge
+from helpers.i18n import t
+
+from .core import (LAYER_NORM_FAMILY, Bug, GradingFailure, as_f64, call, close, diagnose, expect_autograd, failure,
+                   forbidden, passed, seeded, show)
+
+
+def _hf_close(out, ref) -> bool:
+    """Agreement with transformers' modules: they round through float32."""
+    scale = as_f64(ref).abs().max().item() if isinstance(ref, torch.Tensor) and ref.numel() else 1.0
+    return close(out, ref, atol=1e-5 * max(scale, 1.0), rtol=1e-5)
+
+
+# ---------------------------------------------------------------- references (float64)
+
+def ref_rms_norm(x, w, eps=1e-6, *, center=False, eps_outside=False, no_eps=False, no_sqrt=False,
+                 no_weight=False, unbiased=False, l2=False, dim=-1):
+    """RMSNorm; the keyword arguments switch on known bugs."""
+    x, w = as_f64(x), as_f64(w)
+    if center:
+        x = x - x.mean(dim=dim, keepdim=True)
+    ms = (x ** 2).sum(dim=dim, keepdim=True) / (x.shape[dim] - (1 if unbiased else 0))
+    if l2:
+        ms = (x ** 2).sum(dim=dim, keepdim=True)
+    e = 0.0 if no_eps else eps
+    denom = ms + e if no_sqrt else (ms.sqrt() + e if eps_outside else (ms + e).sqrt())
+    y = x / denom
+    return y if no_weight else y * w
+
+
+def _bug(fn, **kw):
+    return lambda *a: fn(*a, **kw)
+
+
+B_CENTER = Bug("rms_subtracts_mean",
+               "减去了均值：那是 LayerNorm。RMSNorm 不减均值，只除以均方根 √(mean(x²) + eps)。",
+               "the mean is subtracted: that is LayerNorm. RMSNorm subtracts nothing and only divides by the "
+               "root mean square √(mean(x²) + eps).", _bug(ref_rms_norm, center=True))
+B_EPS_OUT = Bug("rms_eps_outside_sqrt",
+                "eps 加在了根号外面（√mean(x²) + eps）：应写 √(mean(x²) + eps)，eps 在根号里面。",
+                "eps is added outside the square root (√mean(x²) + eps): write √(mean(x²) + eps), with eps "
+                "inside the root.", _bug(ref_rms_norm, eps_outside=True))
+B_NO_EPS = Bug("rms_no_eps", "没有加 eps：输入很小（或全为 0）时会除以接近 0 的数。",
+               "eps is missing: for tiny (or all-zero) inputs you divide by almost nothing.",
+               _bug(ref_rms_norm, no_eps=True))
+B_NO_SQRT = Bug("rms_no_sqrt", "除的是均方 mean(x²) + eps，没有开根号：应除以它的平方根。",
+                "you divide by the mean square mean(x²) + eps without taking its square root.",
+                _bug(ref_rms_norm, no_sqrt=True))
+B_NO_WEIGHT = Bug("rms_weight_missing", "归一化之后没有乘 weight（逐通道的缩放）。",
+                  "the result is never multiplied by weight (the per-channel scale).", _bug(ref_rms_norm, no_weight=True))
+B_UNBIASED = Bug("rms_divides_by_d_minus_1", "平方和除以了 d − 1：RMSNorm 的均值除以 d（像 mean(x²)）。",
+                 "the sum of squares is divided by d − 1: RMSNorm's mean divides by d (as mean(x²) does).",
+                 _bug(ref_rms_norm, unbiased=True))
+B_L2 = Bug("rms_uses_l2_norm", "除的是向量长度 ‖x‖ = √Σx²，而不是均方根 √(Σx²/d)：差了一个 √d。",
+           "you divide by the length ‖x‖ = √Σx² instead of the root mean square √(Σx²/d): off by √d.",
+           _bug(ref_rms_norm, l2=True))
+B_DIM = Bug("rms_wrong_axis", "均方沿错误的维度计算：应沿最后一维（每个 token 的 d 个通道，dim=-1）。",
+            "the mean square is taken over the wrong axis: it must be over the last axis (the d channels of "
+            "each token, dim=-1).", _bug(ref_rms_norm, dim=-2))
+RMS_BUGS = [B_CENTER, B_EPS_OUT, B_NO_EPS, B_NO_SQRT, B_NO_WEIGHT, B_UNBIASED, B_L2, B_DIM]
+
+
+def ref_swiglu(x, wg, wu, wd, *, act="silu", branch="gate", combine="mul"):
+    x = as_f64(x)
+    g, u = x @ as_f64(wg).T, x @ as_f64(wu).T
+    f = {"silu": lambda z: z * torch.sigmoid(z), "gelu": lambda z: 0.5 * z * (1 + torch.erf(z / math.sqrt(2))),
+         "sigmoid": torch.sigmoid, "relu": torch.relu, "none": lambda z: z}[act]
+    if branch == "up":
+        g, u = u, g
+    h = f(g) * u if combine == "mul" else (f(g) + u if combine == "add" else f(g) * f(u))
+    return h @ as_f64(wd).T
+
+
+B_SILU_UP = Bug("swiglu_silu_on_up",
+                "SiLU 用在了 up 分支上：门是 gate——down(silu(gate(x)) * up(x))，up(x) 不过激活函数。",
+                "SiLU is applied to the up branch: the gate is gate — down(silu(gate(x)) * up(x)); up(x) goes "
+                "through no activation.", _bug(ref_swiglu, branch="up"))
+B_GELU = Bug("swiglu_gelu_not_silu", "用了 GELU：SwiGLU 的门用 SiLU（x·σ(x)，F.silu）。GELU 版本叫 GeGLU。",
+             "GELU is used: SwiGLU's gate uses SiLU (x·σ(x), F.silu). The GELU version is called GeGLU.",
+             _bug(ref_swiglu, act="gelu"))
+B_SIGMOID = Bug("swiglu_sigmoid_not_silu", "门用的是 sigmoid（这是原始的 GLU）：SwiGLU 用 SiLU = x·σ(x)。",
+                "the gate uses sigmoid (the original GLU): SwiGLU uses SiLU = x·σ(x).", _bug(ref_swiglu, act="sigmoid"))
+B_RELU = Bug("swiglu_relu_not_silu", "门用的是 ReLU（ReGLU）：SwiGLU 用 SiLU。",
+             "the gate uses ReLU (ReGLU): SwiGLU uses SiLU.", _bug(ref_swiglu, act="relu"))
+B_NO_ACT = Bug("swiglu_no_activation", "gate(x) 没有经过 SiLU：两个线性分支直接相乘（双线性层）。",
+               "gate(x) never goes through SiLU: the two linear branches are multiplied directly (a bilinear "
+               "layer).", _bug(ref_swiglu, act="none"))
+B_ADD = Bug("swiglu_adds_branches", "两个分支相加了：SwiGLU 是逐元素相乘 silu(gate(x)) * up(x)。",
+            "the branches are added: SwiGLU multiplies them element-wise, silu(gate(x)) * up(x).",
+            _bug(ref_swiglu, combine="add"))
+B_SILU_BOTH = Bug("swiglu_silu_on_both", "两个分支都过了 SiLU：只有 gate 分支过 SiLU。",
+                  "both branches go through SiLU: only the gate branch does.", _bug(ref_swiglu, combine="both"))
+SWIGLU_BUGS = [B_SILU_UP, B_GELU, B_SIGMOID, B_RELU, B_NO_ACT, B_ADD, B_SILU_BOTH]
+B_BIAS = Bug("bias_left_in", "还留着 bias：LLaMA 的线性层都没有 bias，写 nn.Linear(..., bias=False)。",
+             "a bias is left in: LLaMA's linear layers have none; write nn.Linear(..., bias=False).")
+
+
+def ref_repeat_kv(x, n_rep, *, mode="interleave"):
+    x = as_f64(x)
+    if mode == "tile":
+        return torch.cat([x] * n_rep, dim=1)
+    if mode == "tokens":
+        return torch.stack([x[:, :, j] for j in range(x.shape[2]) for _ in range(n_rep)], dim=2)
+    return torch.stack([x[:, i // n_rep] for i in range(x.shape[1] * n_rep)], dim=1)
+
+
+B_TILE = Bug("repeat_kv_tiled_not_interleaved",
+             "KV 头的顺序不对（用了 x.repeat(1, n_rep, 1, 1) 或 torch.cat([x] * n_rep)）：输出头 i 用到的是 KV 头 "
+             "i % n_kv_head。应是 i // n_rep——每个 KV 头连续复制 n_rep 次（repeat_interleave(n_rep, dim=1)）。",
+             "the KV heads come in the wrong order (x.repeat(1, n_rep, 1, 1) or torch.cat([x] * n_rep)): output "
+             "head i uses KV head i % n_kv_head. It must be i // n_rep — each KV head repeated n_rep times in a "
+             "row (repeat_interleave(n_rep, dim=1)).", _bug(ref_repeat_kv, mode="tile"))
+B_TOKENS = Bug("repeat_kv_wrong_axis", "复制的是 token 轴（dim=2）：要复制的是 KV 头所在的 dim=1。",
+               "the token axis (dim=2) is repeated: repeat the axis of the KV heads, dim=1.",
+               _bug(ref_repeat_kv, mode="tokens"))
+
+
+# ---------------------------------------------------------------- attention and block references
+
+def ref_rope_pairs(x, pos, base):
+    """Adjacent pairs (2i, 2i+1), explicit formulas, float64."""
+    x = as_f64(x)
+    d = x.shape[-1]
+    out = torch.empty_like(x)
+    for i in range(d // 2):
+        a = pos.to(torch.float64) * base ** (-2 * i / d)
+        c, s = torch.cos(a)[:, None], torch.sin(a)[:, None]
+        x0, x1 = x[..., 2 * i:2 * i + 1], x[..., 2 * i + 1:2 * i + 2]
+        out[..., 2 * i:2 * i + 1] = x0 * c - x1 * s
+        out[..., 2 * i + 1:2 * i + 2] = x0 * s + x1 * c
+    return out
+
+
+def ref_attention(x, wq, wk, wv, wo, n_head, n_kv, base=10000.0, *, rope="pairs", kv="interleave",
+                  scale="d_k", causal=True, offset=0, rope_v=False, out_proj=True):
+    """Causal grouped-query attention with RoPE, one query head at a time."""
+    x = as_f64(x)
+    B, N, d = x.shape
+    d_k = d // n_head
+    pos = torch.arange(N) + offset
+    q_all, k_all, v_all = x @ as_f64(wq).T, x @ as_f64(wk).T, x @ as_f64(wv).T
+    if rope == "full":                                     # before the head split, over all d channels
+        q_all, k_all = ref_rope_pairs(q_all, pos, base), ref_rope_pairs(k_all, pos, base)
+    heads = []
+    for i in range(n_head):
+        j = i // (n_head // n_kv) if kv == "interleave" else i % n_kv
+        q = q_all[..., i * d_k:(i + 1) * d_k]
+        k, v = k_all[..., j * d_k:(j + 1) * d_k], v_all[..., j * d_k:(j + 1) * d_k]
+        if rope == "pairs":
+            q, k = ref_rope_pairs(q, pos, base), ref_rope_pairs(k, pos, base)
+            v = ref_rope_pairs(v, pos, base) if rope_v else v
+        elif rope == "half":
+            q, k = bridge.rotate_half_rope(q, pos, base), bridge.rotate_half_rope(k, pos, base)
+        s = q @ k.transpose(-2, -1) / math.sqrt(d_k if scale == "d_k" else d)
+        if causal:
+            s = s.masked_fill(torch.ones(N, N, dtype=torch.bool).triu(1), float("-inf"))
+        heads.append(torch.softmax(s, dim=-1) @ v)
+    y = torch.cat(heads, dim=-1)
+    return y @ as_f64(wo).T if out_proj else y
+
+
+ATT = dict(
+    rope_v=("rope_on_v", "RoPE 也用在了 v 上：旋转只作用于 q 和 k（它编码的是分数里的相对位置），v 保持原样。",
+            "RoPE is applied to v as well: only q and k are rotated (it encodes relative position in the "
+            "scores); v stays as it is.", dict(rope_v=True)),
+    full=("rope_before_head_split", "RoPE 在拆头之前、对整个 d 维做了：频率 θ_i = base^(−2i/d_k) 要按每个头的 d_k 计算，"
+          "所以应在 view 成 (B, h, N, d_k) 之后、对最后一维 d_k 旋转。",
+          "RoPE is applied before the head split, over all d channels: the frequencies θ_i = base^(−2i/d_k) "
+          "belong to each head's d_k, so rotate after the view to (B, h, N, d_k), over the last axis d_k.",
+          dict(rope="full")),
+    half=("rope_rotate_half_layout", "RoPE 用的是 rotate-half 布局（通道 j 与 j + d_k/2 配对，Hugging Face 的写法）："
+          "本课程（和第 4 章、Meta 原版）旋转相邻的一对 (2i, 2i+1)。两种布局只差 W_Q、W_K 的行置换，但同样的权重结果不同。",
+          "RoPE uses the rotate-half layout (channel j paired with j + d_k/2, Hugging Face's way): this course "
+          "(like chapter 4 and Meta's original) rotates adjacent pairs (2i, 2i+1). The two layouts differ by a "
+          "row permutation of W_Q and W_K, but with the same weights they give different results.",
+          dict(rope="half")),
+    none=("rope_missing", "没有用 RoPE：q 和 k 拆头之后要各自用 apply_rope 按位置 0…N−1 旋转。",
+          "RoPE is missing: after the head split, rotate q and k with apply_rope at positions 0…N−1.",
+          dict(rope="none")),
+    offset=("rope_positions_from_1", "RoPE 的位置从 1 开始了：第一个 token 在位置 0（torch.arange(N)）。",
+            "the RoPE positions start at 1: the first token is at position 0 (torch.arange(N)).", dict(offset=1)),
+    tile=(B_TILE.key, B_TILE.zh, B_TILE.en, dict(kv="tile")),
+    scale=("attention_scaled_by_sqrt_d", "分数除的是 √d，而不是每个头的 √d_k。",
+           "the scores are divided by √d instead of each head's √d_k.", dict(scale="d")),
+    mask=("attention_causal_mask_missing", "没有因果掩码：位置 i 看到了后面的 token。",
+          "the causal mask is missing: position i sees later tokens.", dict(causal=False)),
+    no_o=("attention_no_o_proj", "拼回各头之后没有经过 o_proj。", "the merged heads never go through o_proj.",
+          dict(out_proj=False)),
+)
+
+
+def _att_bug(key):
+    k, zh, en, kw = ATT[key]
+    return Bug(k, zh, en, lambda x, *w: ref_attention(x, *w, **kw))
+
+
+ATT_BUGS = [_att_bug(k) for k in ATT]
+B_ASSERT = Bug("assert_instead_of_valueerror", "形状不能整除时用了 assert：应写 if ...: raise ValueError(...)。",
+               "you used assert for shapes that do not divide: write if ...: raise ValueError(...).")
+
+
+def ref_block(x, wts, n_head, n_kv, eps, base, *, post=False, attn_res=True, ffn_res=True, eps_used=None,
+              swap=False, shared_norm=False, res_normed=False):
+    """x + attn(norm(x)), then + ffn(norm(·)); keyword arguments switch on known bugs."""
+    e = eps if eps_used is None else eps_used
+    n1 = wts["attn_norm"]
+    n2 = n1 if shared_norm else wts["ffn_norm"]
+
+    def attn(z):
+        return ref_attention(z, wts["q"], wts["k"], wts["v"], wts["o"], n_head, n_kv, base)
+
+    def ffn(z):
+        return ref_swiglu(z, wts["gate"], wts["up"], wts["down"])
+
+    first, second = (ffn, attn) if swap else (attn, ffn)
+    x = as_f64(x)
+    if post:
+        x = ref_rms_norm(x + first(x), n1, e)
+        return ref_rms_norm(x + second(x), n2, e)
+    z = ref_rms_norm(x, n1, e)
+    x = (z if res_normed else x) + first(z) if attn_res else first(z)
+    z = ref_rms_norm(x, n2, e)
+    return (z if res_normed else x) + second(z) if ffn_res else second(z)
+
+
+def _block_bug(key, zh, en, **kw):
+    return Bug(key, zh, en, lambda x, wts, *a: ref_block(x, wts, *a, **kw))
+
+
+BLOCK_BUGS = [
+    _block_bug("post_norm", "用成了 Post-norm（先加残差再归一化）：LLaMA 是 Pre-norm，x + attn(attn_norm(x))，残差路径上不做归一化。",
+               "this is post-norm (normalise after adding the residual): LLaMA is pre-norm, x + attn(attn_norm(x)), "
+               "with nothing on the residual path.", post=True),
+    _block_bug("attn_residual_missing", "注意力子层少了残差：应是 x = x + attn(attn_norm(x))。",
+               "the attention sublayer has no residual: it must be x = x + attn(attn_norm(x)).", attn_res=False),
+    _block_bug("ffn_residual_missing", "FFN 子层少了残差：应是 x = x + ffn(ffn_norm(x))。",
+               "the FFN sublayer has no residual: it must be x = x + ffn(ffn_norm(x)).", ffn_res=False),
+    _block_bug("sublayers_swapped", "两个子层的顺序反了：先注意力，再 FFN。",
+               "the two sublayers are in the wrong order: attention first, then the FFN.", swap=True),
+    _block_bug("norm_shared", "两个子层用了同一个 RMSNorm：attn_norm 和 ffn_norm 是两组各自的 weight。",
+               "both sublayers use the same RMSNorm: attn_norm and ffn_norm have weights of their own.",
+               shared_norm=True),
+    _block_bug("eps_not_passed", "eps 没有传给 RMSNorm（用的是默认的 1e-6）：RMSNorm(d, eps)。",
+               "eps is not passed on to the RMSNorms (they use the default 1e-6): RMSNorm(d, eps).",
+               eps_used=1e-6),
+    _block_bug("residual_from_normalised_x",
+               "残差加的是归一化之后的 x（x = attn_norm(x); x = x + attn(x)）：残差路径要保留原始的 x。",
+               "the residual adds the normalised x (x = attn_norm(x); x = x + attn(x)): the residual path "
+               "must carry the raw x.", res_normed=True),
+]
+
+
+# ---------------------------------------------------------------- rms_norm
+
+def check_rms_norm(rms_norm) -> None:
+    what = "rms_norm"
+    gen = seeded(1001)
+    n = 0
+    cases = [  # (label, x, eps)
+        (t("(2, 5, 8)，eps 默认", "(2, 5, 8), default eps"), torch.randn(2, 5, 8, generator=gen) * 3, None),
+        (t("一维输入 (16,)", "a 1-D input (16,)"), torch.randn(16, generator=gen), 1e-6),
+        (t("很小的输入（约 1e-4），eps 起作用", "tiny inputs (about 1e-4), where eps matters"),
+         torch.randn(3, 6, generator=gen) * 1e-4, 1e-6),
+        (t("eps = 0.5", "eps = 0.5"), torch.randn(4, 10, generator=gen) * 0.5, 0.5),
+        (t("非零均值的输入", "inputs with a large mean"), torch.randn(2, 3, 12, generator=gen) + 4.0, 1e-5),
+        (t("全为 0 的一行", "a row of zeros"), torch.cat([torch.zeros(1, 8), torch.randn(2, 8, generator=gen)]), 1e-6),
+        (t("float64，(3, 7, 5)", "float64, (3, 7, 5)"), torch.randn(3, 7, 5, generator=gen, dtype=torch.float64), 1e-6),
+    ]
+    for label, x, eps in cases:
+        w = 1 + 0.5 * torch.randn(x.shape[-1], generator=gen, dtype=x.dtype)
+        kw = {} if eps is None else {"eps": eps}
+        full = f"{what}(x, weight{'' if eps is None else f', eps={eps}'}): {label}"
+        x_before = x.clone()
+        with forbidden(LAYER_NORM_FAMILY, what):
+            out = call(rms_norm, x, w, what=full, **kw)
+        expected = ref_rms_norm(x, w, 1e-6 if eps is None else eps)
+        n += 1
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(x.shape):
+            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise failure(t(f"{full}：输出形状", f"{full}: output shape"), str(tuple(x.shape)), str(got))
+        tol = 1e-10 if x.dtype == torch.float64 else 2e-5
+        if not close(out, expected, atol=tol * expected.abs().max().item(), rtol=tol):
+            bug = diagnose(out, RMS_BUGS, x, w, 1e-6 if eps is None else eps, expected=expected,
+                           match=lambda a, b: close(a, b, atol=1e-4 * as_f64(b).abs().max().item() + 1e-12, rtol=1e-4))
+            raise failure(full, show(expected), show(out), bug,
+                          hint=t("y = x / √(mean(x², 最后一维) + eps) · weight", "y = x / √(mean(x², last axis) + eps) · weight"))
+        if out.dtype != x.dtype or not torch.equal(x, x_before):
+            raise failure(t(f"{full}：dtype 不变、输入不被修改", f"{full}: same dtype, input left unchanged"),
+                          str(x.dtype), f"{out.dtype}{'' if torch.equal(x, x_before) else t('，输入被改了', ', input modified')}")
+    # Hugging Face's LlamaRMSNorm, float64 in
+    hf = bridge.hf_rms_norm(24, eps=1e-5)
+    x = torch.randn(2, 9, 24, generator=gen, dtype=torch.float64)
+    with torch.no_grad():
+        hf.weight.copy_(1 + 0.5 * torch.randn(24, generator=gen, dtype=torch.float64))
+        theirs = hf(x)
+    with forbidden(LAYER_NORM_FAMILY, what):
+        out = call(rms_norm, x, hf.weight.detach(), 1e-5, what=t(f"{what}：与 LlamaRMSNorm 比较", f"{what}: vs LlamaRMSNorm"))
+    n += 1
+    if not _hf_close(out, theirs):
+        raise failure(t("与 transformers 的 LlamaRMSNorm（相同 weight，eps=1e-5）比较",
+                        "compared with transformers' LlamaRMSNorm (same weight, eps=1e-5)"), show(theirs), show(out))
+    x = torch.randn(3, 8, generator=gen, requires_grad=True)
+    with forbidden(LAYER_NORM_FAMILY, what):
+        out = call(rms_norm, x, torch.ones(8), what=t(f"{what}（需要梯度的输入）", f"{what} (input with requires_grad)"))
+    n += 1
+    expect_autograd(out, what)
+    passed(what, n)
+
+
+# ---------------------------------------------------------------- SwiGLU
+
+def _linear(m, name, d_in, d_out, what):
+    lin = getattr(m, name, None)
+    if not isinstance(lin, nn.Linear):
+        raise GradingFailure(t(f"{what}：没有属性 self.{name}（nn.Linear）。", f"{what}: no attribute self.{name} (nn.Linear)."))
+    if tuple(lin.weight.shape) != (d_out, d_in):
+        raise failure(t(f"{what}：self.{name}.weight 的形状", f"{what}: shape of self.{name}.weight"),
+                      str((d_out, d_in)), str(tuple(lin.weight.shape)),
+                      hint=t(f"nn.Linear({d_in}, {d_out}, bias=False)", f"nn.Linear({d_in}, {d_out}, bias=False)"))
+    if lin.bias is not None:
+        raise failure(t(f"{what}：self.{name}.bias", f"{what}: self.{name}.bias"), "None",
+                      t("一个 bias 向量", "a bias vector"), B_BIAS)
+    return lin
+
+
+def _build(cls, args, what):
+    m = call(cls, *args, what=what)
+    if not isinstance(m, nn.Module):
+        raise GradingFailure(t(f"{what}：返回的不是 nn.Module。", f"{what}: did not build an nn.Module."))
+    return m
+
+
+def check_swiglu(SwiGLU) -> None:
+    what = "SwiGLU"
+    gen = seeded(1002)
+    n = 0
+    for d, d_ff, shape in ((8, 20, (2, 5)), (12, 32, (3,)), (16, 8, (1, 2, 3)), (6, 16, (4, 7))):
+        label = f"{what}(d={d}, d_ff={d_ff})"
+        m = _build(SwiGLU, (d, d_ff), label)
+        gate, up = _linear(m, "gate", d, d_ff, label), _linear(m, "up", d, d_ff, label)
+        down = _linear(m, "down", d_ff, d, label)
+        total = sum(p.numel() for p in m.parameters())
+        n += 1
+        if total != 3 * d * d_ff:
+            raise failure(t(f"{label}：参数个数", f"{label}: number of parameters"), f"3·d·d_ff = {3 * d * d_ff}", str(total))
+        bridge.randomise(m, int(torch.randint(1000, (1,), generator=gen)), scale=0.8)
+        m = m.double()
+        x = torch.randn(*shape, d, generator=gen, dtype=torch.float64)
+        out = call(m, x, what=label)
+        expected = ref_swiglu(x, gate.weight, up.weight, down.weight)
+        n += 1
+        if not close(out, expected, atol=1e-10, rtol=1e-10):
+            bug = diagnose(out, SWIGLU_BUGS, x, gate.weight, up.weight, down.weight, expected=expected)
+            raise failure(t(f"{label}：输入 {tuple(x.shape)}，float64", f"{label}: input {tuple(x.shape)}, float64"),
+                          show(expected), show(out), bug, hint="down(silu(gate(x)) * up(x))")
+        theirs = bridge.hf_mlp(d, d_ff, gate.weight, up.weight, down.weight)(x)
+        if not _hf_close(out, theirs):
+            raise failure(t(f"{label}：与 transformers 的 LlamaMLP 比较", f"{label}: vs transformers' LlamaMLP"),
+                          show(theirs), show(out))
+    m = _build(SwiGLU, (8, 16), f"{what}(8, 16)")
+    out = call(m, torch.randn(2, 8, generator=gen), what=t(f"{what}：float32 输入", f"{what}: float32 input"))
+    n += 1
+    if not isinstance(out, torch.Tensor) or out.dtype != torch.float32:
+        raise failure(t(f"{what}：float32 输入的输出 dtype", f"{what}: output dtype for a float32 input"), "torch.float32",
+                      str(getattr(out, "dtype", type(out).__name__)))
+    expect_autograd(out, what)
+    passed(what, n)
+
+
+# ---------------------------------------------------------------- repeat_kv
+
+def check_repeat_kv(repeat_kv) -> None:
+    what = "repeat_kv"
+    gen = seeded(1003)
+    from transformers.models.llama.modeling_llama import repeat_kv as hf_repeat_kv
+    n = 0
+    cases = [(2, 2, 5, 4, 3), (1, 4, 3, 2, 2), (2, 1, 6, 4, 4), (3, 3, 1, 6, 2), (2, 2, 4, 8, 1),
+             (1, 2, 3, 2, 5)]
+    for B, n_kv, N, d_k, n_rep in cases:
+        x = torch.randn(B, n_kv, N, d_k, generator=gen, dtype=torch.float64)
+        full = t(f"{what}(x, n_rep={n_rep})，x 的形状 (B={B}, n_kv_head={n_kv}, N={N}, d_k={d_k})",
+                 f"{what}(x, n_rep={n_rep}), x of shape (B={B}, n_kv_head={n_kv}, N={N}, d_k={d_k})")
+        out = call(repeat_kv, x.clone(), n_rep, what=full)
+        expected = ref_repeat_kv(x, n_rep)
+        n += 1
+        want = (B, n_kv * n_rep, N, d_k)
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
+            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            hint = None
+            if isinstance(out, torch.Tensor) and tuple(out.shape) == (B, n_kv, n_rep, N, d_k):
+                hint = t("形状是 (B, n_kv, n_rep, N, d_k)：还要 reshape 把 n_kv 和 n_rep 合并。",
+                         "the shape is (B, n_kv, n_rep, N, d_k): reshape to fuse n_kv and n_rep.")
+            bug = B_TOKENS if isinstance(out, torch.Tensor) and tuple(out.shape) == (B, n_kv, N * n_rep, d_k) else None
+            raise failure(t(f"{full}：输出形状", f"{full}: output shape"), str(want), str(got), bug, hint)
+        if not close(out, expected, atol=0, rtol=0):
+            bug = diagnose(out, [B_TILE, B_TOKENS], x, n_rep, expected=expected)
+            raise failure(full, t("输出头 i 等于 KV 头 i // n_rep", "output head i equal to KV head i // n_rep"),
+                          show(out[0, :, 0, 0]), bug,
+                          hint=t("输出头 i 用 KV 头 i // n_rep", "output head i uses KV head i // n_rep"))
+        if not close(out, hf_repeat_kv(x, n_rep), atol=0, rtol=0):  # pragma: no cover (same as the reference)
+            raise failure(t(f"{full}：与 transformers 的 repeat_kv 比较", f"{full}: vs transformers' repeat_kv"),
+                          show(hf_repeat_kv(x, n_rep)), show(out))
+    x = torch.randn(1, 2, 3, 4, generator=gen, requires_grad=True)
+    out = call(repeat_kv, x, 2, what=t(f"{what}（需要梯度的输入）", f"{what} (input with requires_grad)"))
+    n += 1
+    expect_autograd(out, what)
+    passed(what, n)
+
+
+# ---------------------------------------------------------------- LlamaAttention
+
+def _attention_structure(m, d, n_head, n_kv, label):
+    d_k = d // n_head
+    ws = [_linear(m, name, a, b, label).weight for name, a, b in
+          (("q_proj", d, n_head * d_k), ("k_proj", d, n_kv * d_k), ("v_proj", d, n_kv * d_k), ("o_proj", d, d))]
+    total = sum(p.numel() for p in m.parameters())
+    if total != bridge.gqa_attention_params(d, n_head, n_kv):
+        raise failure(t(f"{label}：参数个数", f"{label}: number of parameters"),
+                      f"2d² + 2·d·n_kv_head·d_k = {bridge.gqa_attention_params(d, n_head, n_kv)}", str(total))
+    return ws
+
+
+def _expect_value_error(cls, args, label):
+    try:
+        cls(*args)
+    except ValueError:
+        return
+    except AssertionError:
+        raise failure(label, "ValueError", "AssertionError", B_ASSERT) from None
+    except Exception as exc:  # noqa: BLE001
+        raise failure(label, "ValueError", f"{type(exc).__name__}: {exc}") from None
+    raise failure(label, "ValueError", t("没有抛出异常", "no exception"),
+                  hint=t("在 __init__ 里检查并 raise ValueError(...)。", "check in __init__ and raise ValueError(...)."))
+
+
+ROPE_HINT = [(lambda exc, line: "positions must have shape" in str(exc), Bug(
+    "rope_on_wrong_axis", "apply_rope 要求 token 在倒数第二维：先 view 成 (B, N, h, d_k) 再 transpose(1, 2) 成 "
+    "(B, h, N, d_k)，然后旋转。", "apply_rope wants the tokens on axis -2: view to (B, N, h, d_k), transpose(1, 2) "
+    "to (B, h, N, d_k), then rotate."))]
+
+
+def check_llama_attention(cls) -> None:
+    what = "LlamaAttention"
+    gen = seeded(1004)
+    n = 0
+    for args, why in (((10, 3, 1), "d % n_head"), ((12, 4, 3), "n_head % n_kv_head"), ((12, 12, 4), "d_k")):
+        _expect_value_error(cls, args, t(f"{what}{args}：{why} ≠ 0 时应抛出 ValueError",
+                                         f"{what}{args}: {why} does not divide, so it must raise ValueError"))
+        n += 1
+    cases = [(2, 6, 16, 4, 2, 10000.0), (1, 7, 24, 6, 3, 10000.0), (2, 5, 16, 2, 2, 10000.0), (1, 9, 32, 4, 1, 100.0),
+             (2, 4, 24, 4, 4, 10000.0), (1, 1, 16, 4, 2, 10000.0)]
+    for B, N, d, n_head, n_kv, base in cases:
+        label = f"{what}(d={d}, n_head={n_head}, n_kv_head={n_kv}, base={base:g}), x (B={B}, N={N}, d={d})"
+        m = _build(cls, (d, n_head, n_kv, base), label)
+        ws = _attention_structure(m, d, n_head, n_kv, label)
+        bridge.randomise(m, int(torch.randint(1000, (1,), generator=gen)), scale=0.5)
+        m = m.double()
+        ws = [w.detach() for w in _attention_structure(m, d, n_head, n_kv, label)]
+        x = torch.randn(B, N, d, generator=gen, dtype=torch.float64)
+        out = call(m, x.clone(), what=label, hints=ROPE_HINT)
+        expected = ref_attention(x, *ws, n_head, n_kv, base)
+        n += 1
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != (B, N, d):
+            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise failure(t(f"{label}：输出形状", f"{label}: output shape"), str((B, N, d)), str(got))
+        if not close(out, expected, atol=1e-9, rtol=1e-9):
+            bug = diagnose(out, ATT_BUGS, x, *ws, n_head, n_kv, base, expected=expected)
+            raise failure(t(f"{label}：与独立参考实现比较（最后一个位置）", f"{label}: vs an independent reference "
+                            "(last position)"), show(expected[:, -1]), show(out[:, -1]), bug,
+                          hint=t("q、k、v 投影 → 拆头 → q、k 上 RoPE → repeat_kv → 缩放 + 因果掩码 → softmax → 合并 → o_proj",
+                                 "q, k, v projections → split → RoPE on q, k → repeat_kv → scale + causal mask → softmax "
+                                 "→ merge → o_proj"))
+        weights = dict(attn_norm=torch.ones(d), q=ws[0], k=ws[1], v=ws[2], o=ws[3], ffn_norm=torch.ones(d),
+                       gate=torch.zeros(8, d), up=torch.zeros(8, d), down=torch.zeros(d, 8))
+        hf = bridge.hf_decoder_layer(d, n_head, n_kv, 8, base=base, weights=weights)
+        theirs = bridge.hf_attention_forward(hf, x)
+        if not _hf_close(out, theirs):
+            raise failure(t(f"{label}：与 transformers 的 LlamaAttention（W_Q、W_K 行置换后）比较",
+                            f"{label}: vs transformers' LlamaAttention (rows of W_Q, W_K permuted)"),
+                          show(theirs[:, -1]), show(out[:, -1]))
+    n += _attention_float32_and_causal(cls, gen)
+    passed(what, n)
+
+
+def _attention_float32_and_causal(cls, gen) -> int:
+    what = "LlamaAttention"
+    label = t(f"{what}(16, 4, 2)：float32 输入，梯度，因果性", f"{what}(16, 4, 2): float32 input, gradients, causality")
+    m = _build(cls, (16, 4, 2), label)
+    x = torch.randn(2, 8, 16, generator=gen)
+    out = call(m, x, what=label, hints=ROPE_HINT)
+    if not isinstance(out, torch.Tensor) or out.dtype != torch.float32 or tuple(out.shape) != (2, 8, 16):
+        got = f"{out.dtype}, {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+        raise failure(label, "torch.float32, (2, 8, 16)", got)
+    out.sum().backward()
+    if m.q_proj.weight.grad is None or m.k_proj.weight.grad is None:
+        raise GradingFailure(t(f"{label}：梯度没有传到 q_proj / k_proj。", f"{label}: no gradient reaches q_proj / k_proj."))
+    m = m.double()
+    x = torch.randn(1, 8, 16, generator=gen, dtype=torch.float64)
+    with torch.no_grad():
+        base = call(m, x.clone(), what=label)
+        x2 = x.clone()
+        x2[:, 5:] += 3.0
+        later = call(m, x2, what=label)
+    if not close(later[:, :5], base[:, :5], atol=1e-12, rtol=0):
+        k, zh, en, _ = ATT["mask"]
+        raise failure(t(f"{label}：改动位置 5 之后的 token", f"{label}: changing the tokens after position 4"),
+                      t("位置 0…4 的输出不变", "outputs at positions 0…4 unchanged"), t("它们变了", "they changed"),
+                      Bug(k, zh, en))
+    return 2
+
+
+# ---------------------------------------------------------------- LlamaBlock
+
+def _block_structure(m, d, n_head, n_kv, d_ff, label):
+    for name in ("attn_norm", "ffn_norm"):
+        w = getattr(getattr(m, name, None), "weight", None)
+        if not isinstance(w, torch.Tensor) or tuple(w.shape) != (d,):
+            raise failure(t(f"{label}：self.{name}.weight", f"{label}: self.{name}.weight"), t(f"形状 ({d},) 的参数",
+                          f"a parameter of shape ({d},)"), str(tuple(w.shape)) if isinstance(w, torch.Tensor) else t("没有", "none"))
+        if getattr(getattr(m, name), "bias", None) is not None:
+            raise failure(t(f"{label}：self.{name} 有 bias（LayerNorm？）", f"{label}: self.{name} has a bias (LayerNorm?)"),
+                          "RMSNorm(d, eps)", "bias", B_BIAS)
+    for name in ("attn", "ffn"):
+        if not isinstance(getattr(m, name, None), nn.Module):
+            raise GradingFailure(t(f"{label}：没有子模块 self.{name}。", f"{label}: no submodule self.{name}."))
+    _attention_structure(m.attn, d, n_head, n_kv, label + " .attn")
+    for name, a, b in (("gate", d, d_ff), ("up", d, d_ff), ("down", d_ff, d)):
+        _linear(m.ffn, name, a, b, label + " .ffn")
+    total = sum(p.numel() for p in m.parameters())
+    want = 2 * d + bridge.gqa_attention_params(d, n_head, n_kv) + 3 * d * d_ff
+    if total != want:
+        raise failure(t(f"{label}：参数个数", f"{label}: number of parameters"), str(want), str(total))
+
+
+def check_llama_block(cls) -> None:
+    what = "LlamaBlock"
+    gen = seeded(1005)
+    n = 0
+    cases = [  # B, N, d, n_head, n_kv, d_ff, eps, base, scale of x
+        (2, 6, 16, 4, 2, 40, 1e-6, 10000.0, 1.0), (1, 8, 24, 6, 2, 64, 1e-5, 10000.0, 2.0),
+        (2, 5, 16, 2, 2, 24, 0.1, 10000.0, 0.3), (1, 7, 32, 4, 1, 88, 1e-6, 500.0, 1.0),
+    ]
+    for B, N, d, n_head, n_kv, d_ff, eps, base, sx in cases:
+        label = (f"{what}(d={d}, n_head={n_head}, n_kv_head={n_kv}, d_ff={d_ff}, eps={eps:g}, base={base:g}), "
+                 f"x (B={B}, N={N}, d={d})")
+        m = _build(cls, (d, n_head, n_kv, d_ff, eps, base), label)
+        _block_structure(m, d, n_head, n_kv, d_ff, label)
+        bridge.randomise(m, int(torch.randint(1000, (1,), generator=gen)), scale=0.4)
+        m = m.double()
+        wts = {k: v.detach() for k, v in bridge.block_weights(m).items()}
+        x = sx * torch.randn(B, N, d, generator=gen, dtype=torch.float64)
+        out = call(m, x.clone(), what=label, hints=ROPE_HINT)
+        expected = ref_block(x, wts, n_head, n_kv, eps, base)
+        n += 1
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != (B, N, d):
+            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise failure(t(f"{label}：输出形状", f"{label}: output shape"), str((B, N, d)), str(got))
+        if not close(out, expected, atol=1e-9, rtol=1e-9):
+            bug = diagnose(out, BLOCK_BUGS, x, wts, n_head, n_kv, eps, base, expected=expected)
+            attn_ok = close(call(m.attn, x.clone(), what=label), ref_attention(x, wts["q"], wts["k"], wts["v"],
+                            wts["o"], n_head, n_kv, base), atol=1e-9, rtol=1e-9)
+            hint = (t("x = x + attn(attn_norm(x))；x = x + ffn(ffn_norm(x))", "x = x + attn(attn_norm(x)); x = x + ffn(ffn_norm(x))")
+                    if attn_ok else t("块里的 self.attn 本身就不对：先让 LlamaAttention 通过它的测试。",
+                                      "the block's self.attn is itself wrong: make LlamaAttention pass its test first."))
+            raise failure(t(f"{label}：与独立参考实现比较（最后一个位置）", f"{label}: vs an independent reference (last "
+                            "position)"), show(expected[:, -1]), show(out[:, -1]), bug, hint)
+        theirs = bridge.hf_layer_forward(bridge.hf_decoder_layer(d, n_head, n_kv, d_ff, eps, base, wts), x)
+        if not _hf_close(out, theirs):
+            raise failure(t(f"{label}：与 transformers 的 LlamaDecoderLayer 比较", f"{label}: vs transformers' "
+                            "LlamaDecoderLayer"), show(theirs[:, -1]), show(out[:, -1]))
+    m = _build(cls, (16, 4, 2, 32), f"{what}(16, 4, 2, 32)")
+    x = torch.randn(2, 5, 16, generator=gen, requires_grad=True)
+    out = call(m, x, what=t(f"{what}：float32 输入，需要梯度", f"{what}: float32 input with requires_grad"))
+    n += 1
+    if not isinstance(out, torch.Tensor) or out.dtype != torch.float32:
+        raise failure(t(f"{what}：float32 输入的输出", f"{what}: output for a float32 input"), "torch.float32",
+                      str(getattr(out, "dtype", type(out).__name__)))
+    expect_autograd(out, what)
+    passed(what, n)

@@ -1,0 +1,160 @@
+"""ch01_attention: the numbers, figure and widget behind the sqrt(d_k) argument
+(numpy, so they never stand in for the torch code students write)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .i18n import t
+from .plots import label, setup
+from .runtime import under_nbgrader
+
+
+def dot_samples(d_k: int, n: int = 20_000, seed: int = 0) -> np.ndarray:
+    """q.k for ``n`` pairs of standard-normal vectors of size ``d_k``."""
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((n, d_k), dtype=np.float32)
+    k = rng.standard_normal((n, d_k), dtype=np.float32)
+    return np.einsum("nd,nd->n", q, k).astype(np.float64)
+
+
+def _stable_weights(scores: np.ndarray) -> np.ndarray:
+    z = scores - scores.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def weight_row(d_k: int, n_keys: int = 16, scaled: bool = False, seed: int = 1) -> np.ndarray:
+    """Attention weights of one query over ``n_keys`` random keys."""
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal(d_k)
+    k = rng.standard_normal((n_keys, d_k))
+    s = k @ q
+    if scaled:
+        s = s / math.sqrt(d_k)
+    return _stable_weights(s)
+
+
+def jacobian_norm(d_k: int, n_keys: int = 16, scaled: bool = False, trials: int = 200,
+                  seed: int = 2) -> float:
+    """Mean Frobenius norm of d softmax / d scores: how much gradient can pass."""
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((trials, 1, d_k))
+    k = rng.standard_normal((trials, n_keys, d_k))
+    s = (k @ q.transpose(0, 2, 1))[..., 0]
+    if scaled:
+        s = s / math.sqrt(d_k)
+    p = _stable_weights(s)
+    jac = np.einsum("ti,ij->tij", p, np.eye(n_keys)) - np.einsum("ti,tj->tij", p, p)
+    return float(np.linalg.norm(jac, axis=(1, 2)).mean())
+
+
+def saturation_ratio(d_k: int) -> float:
+    """e^{s} / e^{-s} for a typical score s = sqrt(d_k): the gap softmax sees."""
+    return math.exp(2 * math.sqrt(d_k))
+
+
+D_K_CHOICES = (4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+def scaling_figure(d_k: int, fig=None):
+    """Three panels for one d_k: the spread of q.k, one softmax row, and how
+    much gradient softmax lets through, each raw vs divided by sqrt(d_k)."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    setup()
+    if fig is None:
+        fig = plt.figure(figsize=(13, 3.6))
+    fig.clear()
+    ax1, ax2, ax3 = fig.subplots(1, 3)
+    raw = dot_samples(d_k)
+    scaled = raw / np.sqrt(d_k)
+    lim = max(4.0, 4 * np.sqrt(d_k))
+    bins = np.linspace(-lim, lim, 81)
+    ax1.hist(raw, bins=bins, alpha=0.6, density=True,
+             label=label(f"q·k（标准差 {raw.std():.1f}）", f"q·k (std {raw.std():.1f})"))
+    ax1.hist(scaled, bins=bins, alpha=0.6, density=True,
+             label=label(f"q·k/√d_k（标准差 {scaled.std():.2f}）", f"q·k/√d_k (std {scaled.std():.2f})"))
+    ax1.set_title(label(f"分数分布，d_k = {d_k}", f"score distribution, d_k = {d_k}"))
+    ax1.set_xlabel(label("分数", "score"))
+    ax1.legend(fontsize=8, loc="upper left")
+
+    idx = np.arange(16)
+    ax2.bar(idx - 0.2, weight_row(d_k), width=0.4, label=label("不缩放", "raw"))
+    ax2.bar(idx + 0.2, weight_row(d_k, scaled=True), width=0.4, label=label("除以 √d_k", "÷ √d_k"))
+    ax2.set_ylim(0, 1.02)
+    ax2.set_xticks(idx[::3])
+    ax2.set_title(label("一行 softmax 权重（16 个 key）", "one row of softmax weights (16 keys)"))
+    ax2.set_xlabel(label("key 序号", "key index"))
+    ax2.legend(fontsize=8)
+
+    ds = np.array(D_K_CHOICES)
+    g_raw = [jacobian_norm(d) for d in ds]
+    g_scaled = [jacobian_norm(d, scaled=True) for d in ds]
+    ax3.plot(ds, g_raw, "o-", label=label("不缩放", "raw"))
+    ax3.plot(ds, g_scaled, "o-", label=label("除以 √d_k", "÷ √d_k"))
+    ax3.axvline(d_k, color="gray", ls="--", lw=1)
+    ax3.set_xscale("log", base=2)
+    ax3.set_yscale("log")
+    ax3.set_title(label("softmax 梯度范数 ‖∂p/∂s‖", "softmax gradient norm ‖∂p/∂s‖"))
+    ax3.set_xlabel("d_k")
+    ax3.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def show_scaling(d_k: int = 128) -> None:
+    """The static version of the d_k demo (skipped while grading)."""
+    import matplotlib.pyplot as plt
+
+    if under_nbgrader():
+        return
+    scaling_figure(d_k)
+    plt.show()
+
+
+def dk_explorer(initial: int = 128) -> None:
+    """A slider for d_k (4 ... 1024) redrawing the three panels of
+    ``scaling_figure`` and the numbers of the argument."""
+    import math
+
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+
+    def numbers(d_k: int) -> str:
+        s = math.sqrt(d_k)
+        return t(f"d_k = {d_k}：典型分数 ±{s:.1f}，e^{s:.1f} / e^-{s:.1f} ≈ {saturation_ratio(d_k):.2e}；"
+                 f"除以 √d_k 之后典型分数 ±1，比值 e² ≈ 7.4",
+                 f"d_k = {d_k}: typical score ±{s:.1f}, e^{s:.1f} / e^-{s:.1f} ≈ {saturation_ratio(d_k):.2e}; "
+                 f"after dividing by √d_k the typical score is ±1 and the ratio e² ≈ 7.4")
+
+    if under_nbgrader():
+        print(numbers(initial))
+        return None
+    try:
+        import ipywidgets as W
+    except ImportError:  # no widgets: the static picture still teaches
+        scaling_figure(initial)
+        plt.show()
+        print(numbers(initial))
+        return None
+
+    slider = W.SelectionSlider(options=list(D_K_CHOICES), value=initial, description="d_k",
+                               continuous_update=False, layout=W.Layout(width="420px"))
+    text = W.HTML()
+    out = W.Output()
+
+    def redraw(*_):
+        text.value = f"<b>{numbers(slider.value)}</b>"
+        with out:
+            out.clear_output(wait=True)
+            fig = scaling_figure(slider.value)
+            plt.show()
+            plt.close(fig)
+
+    slider.observe(redraw, names="value")
+    redraw()
+    display(W.VBox([slider, text, out]))

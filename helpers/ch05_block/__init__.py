@@ -1,0 +1,1 @@
+"""ch05_block: the chapter's demos and widgets (public; they give no answer away)."""

@@ -1,0 +1,140 @@
+"""ch05's experiment: where the LayerNorm sits (Pre-LN or Post-LN) in a deep
+stack of blocks. Gradient norms per layer at initialisation, and a toy
+training run with and without learning-rate warm-up.
+
+Every function takes ``make_block``, a function that returns one new block
+(the notebook passes the student's Pre-LN ``Block`` and a Post-LN variant),
+so nothing here knows how a block is written."""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch import nn
+
+from ..plots import label, setup
+
+
+class TinyLM(nn.Module):
+    """token + position embedding -> blocks -> LayerNorm -> linear head."""
+
+    def __init__(self, make_block: Callable[[], nn.Module], n_layers: int, d: int, vocab: int, n_ctx: int):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(n_ctx, d)
+        self.blocks = nn.ModuleList(make_block() for _ in range(n_layers))
+        self.ln_f = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab)
+        for name, p in self.blocks.named_parameters():   # the original Transformer's initialisation
+            if p.dim() >= 2:
+                nn.init.xavier_uniform_(p)
+            elif "ln" not in name:
+                nn.init.zeros_(p)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[-1], device=idx.device))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))
+
+
+def toy_batch(batch: int, n: int, vocab: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """A task that needs attention: the target at position t is the token at
+    t - 1 (the first position repeats itself)."""
+    x = torch.randint(vocab, (batch, n), generator=generator)
+    y = torch.cat([x[:, :1], x[:, :-1]], dim=1)
+    return x, y
+
+
+def grad_norms(make_block: Callable[[], nn.Module], n_layers: int = 24, d: int = 64, vocab: int = 16,
+               n: int = 16, batch: int = 16, seed: int = 0) -> list[float]:
+    """The norm of the gradient of the loss with respect to each block's
+    parameters, at initialisation, first block first."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _grad_norms(make_block, n_layers, d, vocab, n, batch, seed)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _grad_norms(make_block, n_layers, d, vocab, n, batch, seed):
+    torch.manual_seed(seed)
+    model = TinyLM(make_block, n_layers, d, vocab, n)
+    x, y = toy_batch(batch, n, vocab, torch.Generator().manual_seed(seed))
+    loss = nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+    loss.backward()
+    return [math.sqrt(sum(float(p.grad.pow(2).sum()) for p in b.parameters() if p.grad is not None))
+            for b in model.blocks]
+
+
+def train(make_block: Callable[[], nn.Module], n_layers: int = 12, d: int = 64, vocab: int = 16, n: int = 16,
+          batch: int = 32, steps: int = 150, lr: float = 1e-3, warmup: int = 0, seed: int = 0) -> list[float]:
+    """Adam on the toy task; the learning rate rises linearly over ``warmup``
+    steps (0: full rate from step 1). Returns the loss at every step."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)         # tiny tensors: one thread is fastest
+    try:
+        return _train(make_block, n_layers, d, vocab, n, batch, steps, lr, warmup, seed)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(make_block, n_layers, d, vocab, n, batch, steps, lr, warmup, seed):
+    torch.manual_seed(seed)
+    model = TinyLM(make_block, n_layers, d, vocab, n)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)
+    gen = torch.Generator().manual_seed(seed + 1)
+    losses = []
+    for _ in range(steps):
+        x, y = toy_batch(batch, n, vocab, gen)
+        loss = nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+    return losses
+
+
+def grad_norm_figure(pre: list[float], post: list[float]):
+    """Two panels side by side, same scale: gradient norm per layer."""
+    import matplotlib.pyplot as plt
+
+    setup()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
+    layers = range(1, len(pre) + 1)
+    for ax, norms, color, title in ((axes[0], pre, "C0", label("Pre-LN：x + f(LN(x))", "Pre-LN: x + f(LN(x))")),
+                                    (axes[1], post, "C3", label("Post-LN：LN(x + f(x))", "Post-LN: LN(x + f(x))"))):
+        ax.bar(layers, norms, color=color, alpha=0.8)
+        ax.set_ylim(0, 1.2 * max(max(pre), max(post)))
+        ax.set_title(title)
+        ax.set_xlabel(label("层（1 = 最靠近输入）", "layer (1 = nearest the input)"))
+        ax.text(0.02, 0.95, label(f"最大/最小 = {max(norms) / min(norms):.1f}×",
+                                  f"max/min = {max(norms) / min(norms):.1f}×"),
+                transform=ax.transAxes, va="top")
+    axes[0].set_ylabel(label("该层参数的梯度范数", "gradient norm of the layer's parameters"))
+    fig.suptitle(label(f"初始化时，{len(pre)} 层深的堆叠里每一层收到的梯度",
+                       f"gradient reaching each layer of a {len(pre)}-block stack at initialisation"))
+    fig.tight_layout()
+    return fig
+
+
+def training_figure(curves: dict[str, list[float]], floor: float | None = None):
+    """Loss against step, one line per run."""
+    import matplotlib.pyplot as plt
+
+    setup()
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    for i, (name, losses) in enumerate(curves.items()):
+        ax.plot(range(1, len(losses) + 1), losses, label=name, color=f"C{i}")
+    if floor is not None:
+        ax.axhline(floor, color="gray", ls=":", lw=1,
+                   label=label(f"{floor:.2f}：均匀乱猜的损失", f"{floor:.2f}: loss of a uniform guess"))
+    ax.set_xlabel(label("训练步数", "training step"))
+    ax.set_ylabel(label("交叉熵损失", "cross-entropy loss"))
+    ax.legend()
+    fig.tight_layout()
+    return fig

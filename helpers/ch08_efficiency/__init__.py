@@ -1,0 +1,1 @@
+"""ch08_efficiency: the chapter's demos and widgets (public; they give no answer away)."""

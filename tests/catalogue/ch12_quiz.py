@@ -1,0 +1,84 @@
+"""Known wrong answers (and correct variants) for ch12_quiz, the chapter quiz.
+
+A wrong answer must lose the points of its question and the feedback must
+name the question, the chapter to reread and, for a known misconception, why
+the answer is wrong (the zh build is graded here). Answers of the wrong form
+("4" for 4, 3 for a letter, a repeated letter, None) lose the points with a
+message about the form. Equivalent correct answers (lower case, a list or a
+set instead of a string, a number within tolerance written differently) keep
+full marks."""
+from harness import Variant
+
+
+def ans(**answers: str) -> dict:
+    """Answer cells as a student would fill them: ``q01_sqrt_dk='"B"'`` -> {grade id: code}."""
+    return {name: f"{name} = {code}\n" for name, code in answers.items()}
+
+
+# One wrong answer for every auto-graded question (the right ones live in grading/ch12_quiz.py).
+ALL_WRONG = dict(
+    q01_sqrt_dk='"A"', q02_dot_variance="8", q03_causal_mask='"B"', q04_first_row='"A"', q05_masked_zeros="15",
+    q06_bert_gpt='"AB"', q08_heads='"ABC"', q10_permutation='"A"', q11_rope_relative='"A"',
+    q12_positions='"ABCDE"', q13_pre_ln='"A"', q14_why_pre_ln='"C"', q15_ffn_share="0.5", q16_12Ld2="4 * 24 * 1024**2",
+    q17_gpt2_medium="406_286_336", q18_double_context="2", q19_kv_cache='"AB"', q20_kv_bytes="2 * 32 * 4096 * 4096",
+    q21_gqa="64", q22_flash='"C"',
+)
+
+BUGS = [
+    Variant("all_wrong", ans(**ALL_WRONG), lose=tuple(f"test_{name}" for name in ALL_WRONG),
+            words=("题（q", "复习第")),
+    # single choice: a distractor with a note, and one without
+    Variant("q01_saves_compute", ans(q01_sqrt_dk='"B"'), lose=("test_q01_sqrt_dk",),
+            words=("第 1 题", "选 B 不对", "计算量完全不变", "第 1 章（ch01_attention")),
+    Variant("q03_local_window", ans(q03_causal_mask='"D"'), lose=("test_q03_causal_mask",),
+            words=("第 3 题", "第 2 章（ch02_causal_mask")),
+    Variant("q11_angles_add", ans(q11_rope_relative='"A"'), lose=("test_q11_rope_relative",),
+            words=("第 11 题", "不是相加", "第 4 章（ch04_positions")),
+    Variant("q13_post_ln", ans(q13_pre_ln='"A"'), lose=("test_q13_pre_ln",), words=("第 13 题", "Post-LN")),
+    # several answers: partly right (a subset and a superset)
+    Variant("q06_subset", ans(q06_bert_gpt='"AB"'), lose=("test_q06_bert_gpt",),
+            words=("第 6 题", "不完全一致", "第 2 章")),
+    Variant("q08_superset", ans(q08_heads='["A", "B", "C", "E"]'), lose=("test_q08_heads",),
+            words=("第 8 题", "不完全一致", "第 3 章（ch03_multi_head")),
+    # numbers out of tolerance, with the misconception named
+    Variant("q02_std", ans(q02_dot_variance="8"), lose=("test_q02_dot_variance",), words=("第 2 题", "标准差")),
+    Variant("q05_diagonal", ans(q05_masked_zeros="15"), lose=("test_q05_masked_zeros",), words=("对角线",)),
+    Variant("q15_percent", ans(q15_ffn_share="66.7"), lose=("test_q15_ffn_share",), words=("百分数",)),
+    Variant("q16_attention_only", ans(q16_12Ld2="4 * 24 * 1024**2"), lose=("test_q16_12Ld2",),
+            words=("第 16 题", "漏了 FFN", "第 6 章（ch06_param_count")),
+    Variant("q16_off_by_10pct", ans(q16_12Ld2="3.3e8"), lose=("test_q16_12Ld2",), words=("±2%",)),
+    Variant("q17_untied", ans(q17_gpt2_medium="24 * (12 * 1024**2 + 13 * 1024) + 2 * 50257 * 1024 + 1024**2 + 2048"),
+            lose=("test_q17_gpt2_medium",), words=("第 17 题", "共享权重")),
+    Variant("q18_linear", ans(q18_double_context="2"), lose=("test_q18_double_context",),
+            words=("第 18 题", "线性", "第 8 章（ch08_efficiency")),
+    Variant("q20_only_k", ans(q20_kv_bytes="32 * 4096 * 4096 * 2"), lose=("test_q20_kv_bytes",), words=("因子 2",)),
+    Variant("q21_mqa", ans(q21_gqa="64"), lose=("test_q21_gqa",), words=("MQA",)),
+    # answers of the wrong form: no points, a message about the form, no crash
+    Variant("form_string_for_number", ans(q18_double_context='"4"'), lose=("test_q18_double_context",),
+            words=("格式不对", "字符串")),
+    Variant("form_int_for_letter", ans(q01_sqrt_dk="3"), lose=("test_q01_sqrt_dk",), words=("格式不对", "数字 3")),
+    Variant("form_repeated_letter", ans(q06_bert_gpt='["A", "A"]'), lose=("test_q06_bert_gpt",), words=("重复",)),
+    Variant("form_none", ans(q10_permutation="None"), lose=("test_q10_permutation",), words=("还没有作答",)),
+    Variant("form_two_letters_for_one", ans(q14_why_pre_ln='"CD"'), lose=("test_q14_why_pre_ln",),
+            words=("只选一个",)),
+    Variant("form_list_for_one", ans(q22_flash='["A"]'), lose=("test_q22_flash",), words=("不要用列表",)),
+    Variant("form_unknown_letter", ans(q12_positions='"ACF"'), lose=("test_q12_positions",), words=("不认识",)),
+    Variant("form_nan", ans(q21_gqa='float("nan")'), lose=("test_q21_gqa",), words=("有限",)),
+]
+
+CORRECT = [
+    Variant("ok_lower_case_and_spaces", ans(q01_sqrt_dk='"c"', q03_causal_mask='" A "', q22_flash='"a"')),
+    Variant("ok_multi_forms", ans(q06_bert_gpt='["a", "b", "d"]', q08_heads='"B, C, E"',
+                                  q12_positions='{"E", "C", "A"}', q19_kv_cache='("D", "A", "C")')),
+    Variant("ok_numbers_written_differently", ans(
+        q02_dot_variance="64.0", q05_masked_zeros="10.0", q15_ffn_share="0.67", q16_12Ld2="3.02e8",
+        q17_gpt2_medium="3.548e8", q18_double_context="4.0", q20_kv_bytes="2.147e9", q21_gqa="8")),
+    Variant("ok_numbers_as_tensors", {"q18_double_context": "import torch\nq18_double_context = torch.tensor(2048.0)**2 / 1024**2\n",
+                                      "q15_ffn_share": "from fractions import Fraction\nq15_ffn_share = Fraction(2, 3)\n"}),
+]
+
+
+# ------------------------------------------------------------------ browser test
+
+# The quiz has no widget: its answers' form checks stand in (every cell kept).
+WIDGET = dict(cell="expect_choice(q22_flash", labels=("✓",), ipywidgets=False, keep=("",))

@@ -1,0 +1,67 @@
+"""Unit tests for helpers.ch01_attention (the sqrt(d_k) numbers, figure and widget)."""
+from __future__ import annotations
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+from helpers import ch01_attention as ch01  # noqa: E402
+from helpers import runtime  # noqa: E402
+
+
+def test_dot_samples_variance_grows_like_d_k():
+    for d_k in (4, 64, 256):
+        v = ch01.dot_samples(d_k, n=20_000).var()
+        assert 0.9 * d_k < v < 1.1 * d_k
+
+
+def test_weight_row_saturates_without_scaling():
+    raw, scaled = ch01.weight_row(1024), ch01.weight_row(1024, scaled=True)
+    assert math.isclose(raw.sum(), 1) and math.isclose(scaled.sum(), 1)
+    assert raw.max() > 0.99 and scaled.max() < 0.9
+
+
+def test_jacobian_norm_collapses_only_without_scaling():
+    assert ch01.jacobian_norm(1024) < 0.5 * ch01.jacobian_norm(4)
+    assert abs(ch01.jacobian_norm(1024, scaled=True) - ch01.jacobian_norm(4, scaled=True)) < 0.05
+
+
+def test_saturation_ratio_matches_seed_number():
+    # the seed: at d_k = 128 a typical score is ±11 and e^11 / e^-11 ≈ 3.6e9
+    assert math.isclose(ch01.saturation_ratio(121), math.exp(22))
+    assert 3.5e9 < math.exp(11) / math.exp(-11) < 3.7e9
+
+
+def test_scaling_figure_has_three_panels(tmp_path):
+    fig = ch01.scaling_figure(128)
+    assert len(fig.axes) == 3
+    fig.savefig(tmp_path / "fig.png")
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+    assert (tmp_path / "fig.png").stat().st_size > 10_000
+
+
+def test_demos_stay_quiet_under_grading(monkeypatch, capsys):
+    import matplotlib.pyplot as plt
+    plt.close("all")
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    assert runtime.under_nbgrader()
+    assert ch01.dk_explorer(128) is None
+    assert "±11.3" in capsys.readouterr().out
+    ch01.show_scaling(128)  # returns at once, draws nothing
+    assert not plt.get_fignums()
+
+
+def test_dk_explorer_builds_a_slider(monkeypatch):
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    shown = []
+    import IPython.display
+    monkeypatch.setattr(IPython.display, "display", lambda w: shown.append(w))
+    ch01.dk_explorer(64)
+    box = shown[0]
+    slider = box.children[0]
+    assert slider.value == 64 and 1024 in slider.options and 4 in slider.options
+    slider.value = 512
+    assert "512" in box.children[1].value

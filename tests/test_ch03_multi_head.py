@@ -1,0 +1,77 @@
+"""Unit tests for helpers.ch03_multi_head (chapter 3's demos)."""
+from __future__ import annotations
+
+import matplotlib
+import pytest
+import torch
+
+matplotlib.use("Agg")
+
+from helpers import ch03_multi_head as heads, set_language  # noqa: E402
+
+
+def test_tokenize_words_characters_and_limit():
+    assert heads.tokenize("the cat  sat") == ["the", "cat", "sat"]
+    assert heads.tokenize("猫坐在垫子上") == ["猫", "坐", "在", "垫", "子", "上"]
+    assert len(heads.tokenize(" ".join(["w"] * 40))) == heads.MAX_TOKENS
+    assert heads.tokenize("   ") == ["∅"]
+
+
+def test_embed_same_word_same_vector_and_one_hot_positions():
+    x = heads.embed(["the", "cat", "the"])
+    assert x.shape == (3, heads.D_MODEL)
+    assert torch.equal(x[0, :heads.D_TOKEN], x[2, :heads.D_TOKEN])
+    assert not torch.equal(x[0, :heads.D_TOKEN], x[1, :heads.D_TOKEN])
+    assert torch.equal(x[:, heads.D_TOKEN:heads.D_TOKEN + 3], torch.eye(3))
+    with pytest.raises(ValueError):
+        heads.embed(["a"] * (heads.MAX_TOKENS + 1))
+
+
+def test_hand_built_head_looks_at_the_previous_token():
+    tokens = heads.tokenize("one two three four five six seven")
+    w = heads.causal_pattern(heads.embed(tokens), *heads.previous_token_weights())[0]
+    assert w.shape == (7, 7)
+    assert w[0, 0] == pytest.approx(1.0)
+    for i in range(1, 7):
+        assert w[i, i - 1] > 0.99
+    assert torch.allclose(w.sum(-1), torch.ones(7))
+    assert torch.all(w.triu(1) == 0)                       # causal
+
+
+def test_random_heads_are_causal_and_differ():
+    x = heads.embed(heads.tokenize("the cat sat on the mat"))
+    w = heads.random_model_heads(x, n_heads=4)
+    assert w.shape == (4, 6, 6)
+    assert torch.all(w.triu(1) == 0)
+    assert torch.allclose(w.sum(-1), torch.ones(4, 6), atol=1e-6)
+    assert not torch.allclose(w[0], w[1])
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_figures_draw(lang):
+    import matplotlib.pyplot as plt
+    set_language(lang)
+    fig = heads.previous_token_figure("the cat sat")
+    assert len(fig.axes) == 3                                # two heatmaps and a colour bar
+    plt.close(fig)
+    fig = heads.heads_figure("猫坐在垫子上", n_heads=4)
+    assert len(fig.axes) == 5
+    plt.close(fig)
+    fig = heads.heads_figure("猫坐在垫子上", n_heads=4, head=2)
+    assert len(fig.axes) == 2
+    plt.close(fig)
+
+
+def test_widgets_do_nothing_while_grading(monkeypatch, capsys):
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    assert heads.previous_token_explorer("the cat") is None
+    assert heads.head_explorer("the cat") is None
+    assert capsys.readouterr().out == ""
+
+
+def test_widgets_build_outside_grading(monkeypatch):
+    import matplotlib.pyplot as plt
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    heads.previous_token_explorer("the cat sat")
+    heads.head_explorer("the cat sat", n_heads=2)
+    plt.close("all")

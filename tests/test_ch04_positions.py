@@ -1,0 +1,112 @@
+"""Unit tests for helpers/ch04_positions.py (chapter 4's figures and RoPE widget)."""
+from __future__ import annotations
+
+import math
+import re
+
+import matplotlib
+import pytest
+import torch
+
+matplotlib.use("Agg")
+
+from helpers import ch04_positions as positions, set_language  # noqa: E402
+
+
+def rotate(x, pos, base=10000.0):
+    """A plain RoPE for the tests (adjacent pairs), standing in for the student's."""
+    d = x.shape[-1]
+    theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    ang = pos.to(torch.float64)[:, None] * theta
+    z = torch.complex(x[..., 0::2].double(), x[..., 1::2].double()) * torch.polar(torch.ones_like(ang), ang)
+    return torch.stack([z.real, z.imag], -1).flatten(-2).to(x.dtype)
+
+
+@pytest.fixture(autouse=True)
+def _zh(monkeypatch):
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    set_language("zh")
+    yield
+    set_language("zh")
+
+
+def table(n, d):
+    p = torch.arange(n, dtype=torch.float64)[:, None]
+    w = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    return torch.stack([torch.sin(p * w), torch.cos(p * w)], -1).reshape(n, d)
+
+
+def test_sinusoid_figure_draws_heatmap_and_lines(tmp_path):
+    fig = positions.sinusoid_figure(table(64, 32), dims=(0, 1, 30, 99))
+    heat, lines = fig.axes[0], fig.axes[1]
+    assert heat.images and heat.images[0].get_array().shape == (32, 64)     # dimensions up, positions across
+    assert len(lines.lines) == 3                                            # dim 99 does not exist: skipped
+    fig.savefig(tmp_path / "sin.png")
+
+
+def test_frequency_figure_plots_each_curve_and_lengths(tmp_path):
+    th = 10000.0 ** (-torch.arange(0, 16, 2, dtype=torch.float64) / 16)
+    fig = positions.frequency_figure({"a": th, "b": th / 4}, context=4096, extended=16384)
+    ax1, ax2 = fig.axes[:2]
+    assert len(ax1.lines) == 2 and ax1.get_yscale() == "log"
+    assert len(ax2.lines) == 4                           # two wavelength curves + two context lines
+    assert math.isclose(ax2.lines[0].get_ydata()[0], 2 * math.pi)
+    fig.savefig(tmp_path / "freq.png")
+
+
+def test_rope_score_depends_only_on_offset():
+    q, k = (1.0, 0.25), (0.4, 0.9)
+    s = [positions.rope_score(rotate, q, k, m, m + 3) for m in (0, 4, 17)]
+    assert max(s) - min(s) < 1e-12
+    assert abs(positions.rope_score(rotate, q, k, 0, 3) - positions.rope_score(rotate, q, k, 0, 4)) > 1e-3
+
+
+def test_rope_pair_figure_marks_current_score(tmp_path):
+    fig = positions.rope_pair_figure(rotate, (1.0, 0.25), (0.4, 0.9), 2, 5)
+    assert len(fig.axes) == 2
+    marker = fig.axes[1].lines[-1]
+    assert marker.get_xdata()[0] == 3
+    assert math.isclose(marker.get_ydata()[0], positions.rope_score(rotate, (1.0, 0.25), (0.4, 0.9), 2, 5))
+    fig.savefig(tmp_path / "pair.png")
+
+
+def _score(text: str) -> float:
+    return float(re.search(r"= ([+-][0-9.]+)", text).group(1))
+
+
+def test_widget_sliders_move_together_and_keep_the_score():
+    box, c = positions.build_rope_explorer(rotate, m=2, n=5)
+    first = _score(c["text"].value)
+    c["together"].value = True
+    c["m"].value = 9
+    assert c["n"].value == 12                                 # n followed m
+    assert abs(_score(c["text"].value) - first) < 1e-4        # same offset, same score
+    c["n"].value = 20
+    assert c["m"].value == 17
+    assert abs(_score(c["text"].value) - first) < 1e-4
+    c["n"].value = 30 if c["n"].max >= 30 else c["n"].max     # stays within range
+    c["together"].value = False
+    c["n"].value = 11                                         # offset changes: so does the score
+    assert c["m"].value == 17 and abs(_score(c["text"].value) - first) > 1e-3
+
+
+def test_widget_refuses_a_joint_move_past_the_end():
+    _, c = positions.build_rope_explorer(rotate, m=2, n=15, max_pos=20)
+    c["together"].value = True
+    c["m"].value = 10                                         # n would be 23 > 20
+    assert (c["m"].value, c["n"].value) == (2, 15)
+
+
+def test_explorer_prints_under_grading(monkeypatch, capsys):
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    set_language("en")
+    assert positions.rope_explorer(rotate, m=2, n=5) is None
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2 and "n − m = 3" in out[0] and "n − m = 3" in out[1]
+    assert _score(out[0]) == _score(out[1])
+    import matplotlib.pyplot as plt
+    plt.close("all")
+    positions.show_rope_pair(rotate)                          # skipped while grading: no figures
+    positions.show_sinusoids(table(8, 4))
+    positions.show_frequencies({"a": torch.ones(3)})
+    assert not plt.get_fignums()

@@ -1,0 +1,107 @@
+"""Unit tests for ch05's public helpers: the given attention module, the FFN
+figures and the Pre-LN / Post-LN experiment."""
+from __future__ import annotations
+
+import math
+
+import matplotlib
+import pytest
+import torch
+from torch import nn
+
+matplotlib.use("Agg")
+
+from helpers import set_language  # noqa: E402
+from helpers.ch05_block import ffn_plots, norm_placement  # noqa: E402
+from helpers.ch05_block.block_attention import CausalAttention  # noqa: E402
+
+
+def test_causal_attention_shape_params_and_causality():
+    torch.manual_seed(0)
+    attn = CausalAttention(16, 4)
+    assert sum(p.numel() for p in attn.parameters()) == 4 * 16 * 16 + 4 * 16
+    x = torch.randn(2, 6, 16)
+    out = attn(x)
+    assert out.shape == (2, 6, 16)
+    x2 = x.clone()
+    x2[:, 4] += 3.0                             # a later token changes ...
+    out2 = attn(x2)
+    assert torch.equal(out[:, :4], out2[:, :4])  # ... earlier outputs do not
+    assert not torch.allclose(out[:, 4], out2[:, 4])
+
+
+def test_causal_attention_rejects_bad_heads():
+    with pytest.raises(ValueError):
+        CausalAttention(10, 3)
+
+
+def test_activations_known_values():
+    x = torch.tensor([-1.0, 0.0, 1.0])
+    acts = ffn_plots.activations(x)
+    assert torch.allclose(acts["GELU"], torch.nn.functional.gelu(x), atol=1e-6)
+    assert torch.allclose(acts["GELU (tanh)"], torch.nn.functional.gelu(x, approximate="tanh"), atol=1e-6)
+    assert torch.allclose(acts["SiLU"], torch.nn.functional.silu(x), atol=1e-6)
+    assert acts["ReLU"].tolist() == [0.0, 0.0, 1.0]
+
+
+def test_swiglu_sizes_keep_parameter_count_level():
+    s = ffn_plots.swiglu_sizes(768)
+    classic = sum(r * c for k, (r, c) in s.items() if k in ("W1", "W2"))
+    swiglu = sum(r * c for k, (r, c) in s.items() if k.startswith("W_"))
+    assert abs(swiglu - classic) / classic < 0.01
+    assert ffn_plots.swiglu_sizes(4096, 11008)["W_down"] == (4096, 11008)
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_ffn_figures_draw(lang, tmp_path):
+    import matplotlib.pyplot as plt
+    set_language(lang)
+    for fig in (ffn_plots.activation_figure(), ffn_plots.swiglu_figure(64, 176)):
+        fig.savefig(tmp_path / "f.png")
+        plt.close(fig)
+
+
+class _Pre(nn.Module):
+    def __init__(self, d=16, h=2):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = CausalAttention(d, h)
+        self.ffn = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.ffn(self.ln2(x))
+
+
+def test_toy_batch_targets_are_previous_tokens():
+    x, y = norm_placement.toy_batch(3, 7, 16, torch.Generator().manual_seed(0))
+    assert x.shape == y.shape == (3, 7)
+    assert torch.equal(y[:, 1:], x[:, :-1]) and torch.equal(y[:, 0], x[:, 0])
+
+
+def test_grad_norms_one_per_layer_and_deterministic():
+    a = norm_placement.grad_norms(lambda: _Pre(), n_layers=3, d=16, n=4, batch=2)
+    b = norm_placement.grad_norms(lambda: _Pre(), n_layers=3, d=16, n=4, batch=2)
+    assert len(a) == 3 and a == b and all(v > 0 and math.isfinite(v) for v in a)
+
+
+def test_train_returns_losses_that_fall_and_keeps_threads():
+    threads = torch.get_num_threads()
+    losses = norm_placement.train(lambda: _Pre(), n_layers=1, d=16, n=4, batch=8, steps=25, lr=3e-3, warmup=5)
+    assert len(losses) == 25
+    assert losses[0] == pytest.approx(math.log(16), rel=0.3)
+    assert sum(losses[-5:]) < sum(losses[:5])
+    assert torch.get_num_threads() == threads
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_experiment_figures_draw(lang, tmp_path):
+    import matplotlib.pyplot as plt
+    set_language(lang)
+    fig = norm_placement.grad_norm_figure([0.5, 0.4, 0.3], [0.6, 0.9, 0.8])
+    assert len(fig.axes) == 2
+    fig.savefig(tmp_path / "g.png")
+    plt.close(fig)
+    fig = norm_placement.training_figure({"a": [2.7, 2.0, 1.0], "b": [2.8, 2.8, 2.8]}, floor=math.log(16))
+    fig.savefig(tmp_path / "t.png")
+    plt.close(fig)

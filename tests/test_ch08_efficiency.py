@@ -1,0 +1,144 @@
+"""Unit tests for chapter 8's public helpers: attention_cost and
+online_softmax_viz."""
+from __future__ import annotations
+
+import math
+
+import matplotlib
+import pytest
+import torch
+
+matplotlib.use("Agg")
+
+from helpers.ch08_efficiency import attention_cost as cost  # noqa: E402
+from helpers.ch08_efficiency import online_softmax_viz as osv  # noqa: E402
+from helpers import set_language  # noqa: E402
+
+
+def test_fit_slope_recovers_powers():
+    xs = [16, 32, 64, 128]
+    assert cost.fit_slope(xs, [3 * x ** 2 for x in xs]) == pytest.approx(2.0)
+    assert cost.fit_slope(xs, [0.5 * x for x in xs]) == pytest.approx(1.0)
+
+
+def test_best_time_is_positive_and_runs_fn():
+    calls = []
+    assert cost.best_time(lambda: calls.append(1), repeat=2) >= 0
+    assert len(calls) == 3          # one warm-up + two timed
+
+
+def test_peak_memory_counts_live_tensors_and_ignores_views():
+    with cost.PeakMemory() as pm:
+        a = torch.zeros(1000)        # 4000 bytes
+        b = a.view(10, 100)          # a view: no new memory
+        c = torch.ones(500)          # 2000 bytes
+        del c
+        d = torch.ones(250)          # 1000 bytes, after c was freed
+    assert pm.peak == 6000
+    assert pm.largest == (1000,)
+    assert b.shape == (10, 100) and d.numel() == 250
+
+
+def test_score_sweep_shapes_and_memory_is_quadratic():
+    sweep = cost.score_cost_sweep([32, 64, 128], d=16, repeat=1)
+    assert [r["n"] for r in sweep["rows"]] == [32, 64, 128]
+    assert all(r["t_scores"] > 0 and r["t_linear"] > 0 for r in sweep["rows"])
+    assert sweep["rows"][-1]["score_bytes"] == 128 * 128 * 4
+    assert sweep["slope_memory"] == pytest.approx(2.0, abs=0.35)
+
+
+def _blocked(q, k, v, block_size, causal=False):
+    """A plain blocked attention used only to drive the helpers here."""
+    outs = []
+    for i in range(0, q.shape[-2], block_size):
+        s = q[..., i:i + block_size, :] @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        outs.append(torch.softmax(s, -1) @ v)
+    return torch.cat(outs, dim=-2)
+
+
+def test_memory_sweep_reports_both_methods():
+    mem = cost.memory_sweep([64, 128, 256], _blocked, d=8, block_size=16)
+    assert [r["n"] for r in mem["rows"]] == [64, 128, 256]
+    assert mem["slopes"]["full"] > 1.6
+    assert mem["slopes"]["online"] < mem["slopes"]["full"]
+
+
+def _weights(d, h, n_ctx, seed):
+    g = torch.Generator().manual_seed(seed)
+    return {"wpe": torch.zeros(n_ctx, d), "w_q": torch.randn(d, d, generator=g) / d ** 0.5,
+            "w_k": torch.randn(d, d, generator=g) / d ** 0.5, "w_v": torch.randn(d, d, generator=g) / d ** 0.5,
+            "w_o": torch.randn(d, d, generator=g) / d ** 0.5, "n_head": h}
+
+
+def test_decode_speed_compares_two_implementations():
+    # a "full" and a "step" that agree: the step recomputes from a growing buffer
+    def full(x, w):
+        return x @ w["w_o"]
+
+    class Buf:
+        def __init__(self, n_layer=1):
+            pass
+
+    def step(x_t, w, cache, layer=0):
+        return x_t @ w["w_o"]
+
+    layers = [_weights(8, 2, 10, i) for i in range(2)]
+    speed = cost.decode_speed(layers, 10, full, step, Buf)
+    assert speed["max_diff"] < 1e-5
+    assert len(speed["times_cached"]) == len(speed["times_full"]) == 10
+    assert speed["speedup"] > 0
+
+
+def test_kv_rows_and_figures_with_a_kv_function(tmp_path):
+    def kv(n_layer, n_tokens, d_model, n_head, n_kv_head, bytes_per_value=2, batch=1):
+        return 2 * n_layer * n_tokens * n_kv_head * (d_model // n_head) * bytes_per_value * batch
+
+    rows = cost.kv_rows(kv)
+    assert ("LLaMA-2 70B", "GQA", 8, 1_342_177_280, True) in rows
+    assert ("LLaMA-2 7B", "MHA", 32, 2 * 2**30, True) in rows
+    assert ("LLaMA-2 70B", "MHA", 64, 10 * 2**30, False) in rows
+    cost.show_kv_table(kv)
+    for fig in (cost.kv_figure(kv),
+                cost.cost_figure(cost.score_cost_sweep([32, 64], d=8, repeat=1)),
+                cost.memory_figure(cost.memory_sweep([32, 64], _blocked, d=8, block_size=16))):
+        fig.savefig(tmp_path / "f.png")
+        matplotlib.pyplot.close(fig)
+
+
+def test_decode_figure_draws(tmp_path):
+    speed = {"n_tokens": 32, "times_cached": [1e-4] * 32, "times_full": [1e-3] * 32, "speedup": 10.0}
+    fig = cost.decode_figure(speed)
+    fig.savefig(tmp_path / "d.png")
+
+
+def test_online_states_match_their_definitions():
+    scores = [0.5, 1.0, -0.3, 0.2, 2.5, 0.1, 1.7, -1.0, 0.3]
+    values = list(range(9))
+    sts = osv.states(scores, values, block_size=4)
+    assert [(s["start"], s["end"]) for s in sts] == [(0, 4), (4, 8), (8, 9)]
+    assert sts[0]["m"] == 1.0 and sts[0]["alpha"] == 1.0
+    assert sts[1]["m"] == 2.5 and sts[1]["alpha"] == pytest.approx(math.exp(1.0 - 2.5))
+    assert sts[2]["alpha"] == 1.0
+    # the running statistics obey the online update rule
+    new = [math.exp(s - 2.5) for s in scores[4:8]]
+    assert sts[1]["l"] == pytest.approx(sts[0]["l"] * sts[1]["alpha"] + sum(new))
+    exact = torch.softmax(torch.tensor(scores, dtype=torch.float64), 0) @ torch.tensor(values, dtype=torch.float64)
+    assert sts[-1]["out"] == pytest.approx(float(exact)) == pytest.approx(osv.final_softmax_output(scores, values))
+
+
+def test_online_texts_and_figures_in_both_languages(tmp_path):
+    scores, values = [0.0, 2.0, 1.0, 3.0, -1.0], [1.0, 2.0, 3.0, 4.0, 5.0]
+    sts = osv.states(scores, values, 2)
+    assert "第 1 块" in osv.step_text(sts[0], 0)
+    set_language("en")
+    assert "block 2" in osv.step_text(sts[1], 1) and "α" in osv.step_text(sts[1], 1)
+    fig = osv.steps_figure(scores, values, 2)
+    fig.savefig(tmp_path / "o.png")
+
+
+def test_demos_stay_quiet_while_grading(monkeypatch, capsys):
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    osv.stepper([0.0, 1.0, 2.0], [1.0, 2.0, 3.0], 2)
+    osv.show_steps([0.0, 1.0], [1.0, 2.0], 1)
+    cost.show_kv_figure(lambda *a, **k: 1)
+    assert "m =" in capsys.readouterr().out
