@@ -34,6 +34,11 @@ CHAPTERS = {
     "ch06_param_count": ("第 6 章（ch06_param_count，数参数）", "Chapter 6 (ch06_param_count, counting parameters)"),
     "ch08_efficiency": ("第 8 章（ch08_efficiency，注意力的代价）",
                         "Chapter 8 (ch08_efficiency, what attention costs)"),
+    "ch09_inside_gpt": ("第 9 章（ch09_inside_gpt，头学到了什么）", "Chapter 9 (ch09_inside_gpt, what the heads learned)"),
+    "ch10_llama_block": ("第 10 章（ch10_llama_block，从 GPT-2 到 LLaMA）",
+                         "Chapter 10 (ch10_llama_block, from GPT-2 to LLaMA)"),
+    "ch11_encoder_decoder": ("第 11 章（ch11_encoder_decoder，编码器与解码器）",
+                             "Chapter 11 (ch11_encoder_decoder, encoder and decoder)"),
 }
 
 
@@ -76,6 +81,33 @@ LLAMA2_7B = dict(n_layer=32, d=4096)
 def kv_cache_bytes(n_layer: int, n_tokens: int, d_model: int, bytes_per_value: int = 2) -> int:
     """K and V (2) for every layer and token, d_model values each."""
     return 2 * n_layer * n_tokens * d_model * bytes_per_value
+
+
+def uniform_prev_token_score(n: int) -> float:
+    """Question 25: the previous-token score of a head that spreads its weight
+    evenly over positions 0…i (the causal baseline), measured on a real tensor."""
+    allowed = torch.ones(n, n, dtype=torch.bool).tril()
+    attn = allowed.double() / allowed.sum(-1, keepdim=True)
+    return float(attn.diagonal(offset=-1).mean())
+
+
+def swiglu_params(d: int, d_ff: int) -> int:
+    """Question 28: gate, up (d → d_ff) and down (d_ff → d), no bias, counted on real modules
+    (on the meta device: no memory is allocated)."""
+    layers = (nn.Linear(d, d_ff, bias=False, device="meta"), nn.Linear(d, d_ff, bias=False, device="meta"),
+              nn.Linear(d_ff, d, bias=False, device="meta"))
+    return sum(p.numel() for layer in layers for p in layer.parameters())
+
+
+def gqa_cache_bytes(n_layer: int, n_tokens: int, n_kv_head: int, d_head: int, bytes_per_value: int) -> int:
+    """Question 29: K and V for every layer and token, n_kv_head · d_head values each."""
+    return 2 * n_layer * n_tokens * n_kv_head * d_head * bytes_per_value
+
+
+def repeat_kv_source(query_head: int, n_head: int, n_kv_head: int) -> int:
+    """Question 30: which K/V head ``repeat_interleave`` hands to a query head."""
+    kv = torch.arange(n_kv_head).repeat_interleave(n_head // n_kv_head)
+    return int(kv[query_head])
 
 
 # ---------------------------------------------------------------- questions
@@ -268,6 +300,83 @@ QUESTIONS: dict[str, Question] = {
             "D": Note("它与数值精度无关：用同样的精度得到与普通注意力相同的结果。",
                       "it is not about precision: at the same precision it gives the same result as ordinary attention."),
         }),
+    "q24_induction": Question(
+        24, "choice", "ch09_inside_gpt", ("归纳头：复制上一次出现之后的 token", "induction heads: copy what followed the last occurrence"),
+        _letter("B"), notes={
+            "A": Note("那是同一个 token 上一次出现的位置；归纳头要的是它后面那个 token（差一个位置）。",
+                      "that is where the same token occurred last time; an induction head wants the token after it "
+                      "(one position later)."),
+            "C": Note("只看前一个 token 的是前一个 token 头（通常在第 0 层），不是归纳头。",
+                      "looking at the token just before is a previous-token head (usually in layer 0), not an induction head."),
+        }),
+    "q25_uniform_prev": Question(
+        25, "number", "ch09_inside_gpt", ("头的分数，以及和随机头的比较", "scoring heads, and the random-head baseline"),
+        lambda: uniform_prev_token_score(8), rtol=0.01, wrong_values=(
+            (lambda: 1 / 8, Note("因果掩码下位置 i 只能看到 i + 1 个位置，不是全部 n 个。",
+                                 "under the causal mask position i sees i + 1 positions, not all n.")),
+            (lambda: uniform_prev_token_score(8) * 7 / 8,
+             Note("位置 0 没有前一个 token，不参与平均。", "position 0 has no previous token and is not averaged over.")),
+        )),
+    "q26_ablation": Question(
+        26, "choices", "ch09_inside_gpt", ("消融：去掉一个头，量损失", "ablation: remove a head, measure the loss"),
+        _letters("ABD"), options="ABCDE"),
+    "q27_rmsnorm": Question(
+        27, "choice", "ch10_llama_block", ("RMSNorm：不减均值、没有偏置", "RMSNorm: no mean, no bias"),
+        _letter("A"), notes={
+            "B": Note("RMSNorm 保留了可学习的缩放 γ（LLaMA 里叫 weight）。",
+                      "RMSNorm keeps the learnable gain γ (called weight in LLaMA)."),
+            "D": Note("除以均方根正是 RMSNorm 名字的由来：它保留了这一步。",
+                      "dividing by the root mean square is where RMSNorm gets its name: that step stays."),
+        }),
+    "q28_swiglu_params": Question(
+        28, "number", "ch10_llama_block", ("SwiGLU：三个矩阵，d_ff ≈ 8d/3", "SwiGLU: three matrices, d_ff ≈ 8d/3"),
+        lambda: swiglu_params(4096, 11008), rtol=0.01, wrong_values=(
+            (lambda: 2 * 4096 * 11008, Note("SwiGLU 有三个矩阵（gate、up、down），不是两个。",
+                                             "SwiGLU has three matrices (gate, up, down), not two.")),
+            (lambda: 2 * 4096 * 4 * 4096, Note("这是 GPT-2 式 d → 4d → d 的前馈层，不是 SwiGLU。",
+                                                "that is a GPT-2-style d → 4d → d feed-forward layer, not SwiGLU.")),
+        )),
+    "q29_gqa_bytes": Question(
+        29, "number", "ch10_llama_block", ("分组查询注意力的 KV cache", "the KV cache of grouped-query attention"),
+        lambda: gqa_cache_bytes(80, 4096, 8, 128, 2), rtol=0.01, wrong_values=(
+            (lambda: gqa_cache_bytes(80, 4096, 64, 128, 2),
+             Note("这是每个 query 头都有自己 K/V 的多头注意力；GQA 只存 8 个 K/V 头。",
+                  "that is multi-head attention, where every query head has its own K/V; GQA stores only 8 K/V heads.")),
+            (lambda: gqa_cache_bytes(80, 4096, 8, 128, 2) / 2,
+             Note("少了一个因子 2：K 和 V 都要存（或者每个 fp16 数是 2 字节）。",
+                  "a factor of 2 is missing: both K and V are stored (or each fp16 value takes 2 bytes).")),
+        )),
+    "q30_repeat_kv": Question(
+        30, "number", "ch10_llama_block", ("repeat_kv：query 头 i 用 K/V 头 i // n_rep", "repeat_kv: query head i uses K/V head i // n_rep"),
+        lambda: repeat_kv_source(6, n_head=8, n_kv_head=2), wrong_values=(
+            (lambda: 6 % 2, Note("这是 `repeat`（整块重复）的顺序：头 i 用 K/V 头 i % n_kv_head；LLaMA 用的是 "
+                                 "`repeat_interleave`，相邻的头共享同一个 K/V 头。",
+                                 "that is the order of `repeat` (whole blocks): head i uses K/V head i % n_kv_head; "
+                                 "LLaMA uses `repeat_interleave`, where neighbouring heads share one K/V head.")),
+        )),
+    "q31_cross_attention": Question(
+        31, "choice", "ch11_encoder_decoder", ("交叉注意力：query 来自解码器，key/value 来自编码器",
+                                               "cross-attention: queries from the decoder, keys and values from the encoder"),
+        _letter("A"), notes={
+            "B": Note("方向反了：正在写译文的解码器提问（query），被读的源句子（编码器）给出 key 和 value。",
+                      "the wrong way round: the decoder, which is writing, asks (queries); the source it reads "
+                      "(the encoder) gives the keys and values."),
+            "D": Note("那是解码器的自注意力；交叉注意力的 key/value 来自编码器。",
+                      "that is the decoder's self-attention; cross-attention takes its keys and values from the encoder."),
+        }),
+    "q32_padding": Question(
+        32, "choice", "ch11_encoder_decoder", ("填充掩码：屏蔽作为 key 的填充位置", "the padding mask: hide the padding positions as keys"),
+        _letter("A"), notes={
+            "B": Note("屏蔽行只影响填充位置自己的输出；真实 token 仍然会读到填充。",
+                      "hiding the rows only changes the padding's own outputs; real tokens still read the padding."),
+            "C": Note("整行都是 −∞ 时 softmax 得到 0/0 = nan；只需要屏蔽列。",
+                      "a row of nothing but −∞ gives 0/0 = nan in softmax; hiding the columns is enough."),
+            "D": Note("填充的嵌入并不是 0，而且即使是 0，它的分数 0 也会分走 softmax 的一部分权重。",
+                      "a padding embedding is not 0, and even a score of 0 would take a share of the softmax weight."),
+        }),
+    "q33_bert_gpt_t5": Question(
+        33, "choices", "ch11_encoder_decoder", ("BERT、GPT 与 T5 各用哪一半", "BERT, GPT and T5: which half each uses"),
+        _letters("ABC"), options="ABCDE"),
 }
 
 

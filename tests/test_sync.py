@@ -31,3 +31,24 @@ def test_source_and_release_match_a_fresh_build(chapter, tmp_path):
     assert committed_release.exists(), f"{committed_release} missing: run `make release`"
     assert normalised(committed_release) == normalised(fresh_release), \
         f"release/{chapter} is out of date: run `make release`"
+
+
+def _round_trips(path) -> bool:
+    """jupytext's own check: text -> notebook -> text gives the same notebook."""
+    from jupytext.cli import jupytext as jupytext_cli
+    return jupytext_cli(["--to", "myst", "--test", "--quiet", str(path)]) == 0
+
+
+@pytest.mark.parametrize("chapter", build.chapters())
+def test_chapter_text_round_trips_through_jupytext(chapter):
+    assert _round_trips(ROOT / "notebooks" / f"{chapter}.md"), \
+        f"notebooks/{chapter}.md changes when jupytext reads and writes it back (see the diff above)"
+
+
+def test_round_trip_check_catches_a_text_that_does_not_survive(tmp_path):
+    # A code cell that starts with blank lines and prose glued to a closing fence
+    # come back changed: the check must say so.
+    bad = tmp_path / "bad.md"
+    bad.write_text("---\njupytext:\n  text_representation:\n    format_name: myst\nkernelspec:\n  name: python3\n"
+                   "  display_name: Python 3\n---\n\n```{code-cell} ipython3\n\n\n\ny = 2\n```\nsome text\n")
+    assert not _round_trips(bad)

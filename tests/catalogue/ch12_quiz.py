@@ -21,7 +21,9 @@ ALL_WRONG = dict(
     q06_bert_gpt='"AB"', q08_heads='"ABC"', q10_permutation='"A"', q11_rope_relative='"A"',
     q12_positions='"ABCDE"', q13_pre_ln='"A"', q14_why_pre_ln='"C"', q15_ffn_share="0.5", q16_12Ld2="4 * 24 * 1024**2",
     q17_gpt2_medium="406_286_336", q18_double_context="2", q19_kv_cache='"AB"', q20_kv_bytes="2 * 32 * 4096 * 4096",
-    q21_gqa="64", q22_flash='"C"',
+    q21_gqa="64", q22_flash='"C"', q24_induction='"A"', q25_uniform_prev="1 / 8", q26_ablation='"ABC"',
+    q27_rmsnorm='"B"', q28_swiglu_params="2 * 4096 * 11008", q29_gqa_bytes="2 * 80 * 4096 * 64 * 128 * 2",
+    q30_repeat_kv="0", q31_cross_attention='"B"', q32_padding='"B"', q33_bert_gpt_t5='"ABD"',
 )
 
 BUGS = [
@@ -64,6 +66,22 @@ BUGS = [
     Variant("form_list_for_one", ans(q22_flash='["A"]'), lose=("test_q22_flash",), words=("不要用列表",)),
     Variant("form_unknown_letter", ans(q12_positions='"ACF"'), lose=("test_q12_positions",), words=("不认识",)),
     Variant("form_nan", ans(q21_gqa='float("nan")'), lose=("test_q21_gqa",), words=("有限",)),
+    # the later chapters: a misconception with its note for each
+    Variant("q24_earlier_occurrence", ans(q24_induction='"A"'), lose=("test_q24_induction",),
+            words=("第 24 题", "差一个位置", "第 9 章（ch09_inside_gpt")),
+    Variant("q25_ignores_causality", ans(q25_uniform_prev="1 / 8"), lose=("test_q25_uniform_prev",),
+            words=("第 25 题", "i + 1 个位置")),
+    Variant("q25_counts_position_0", ans(q25_uniform_prev="sum(1 / (i + 1) for i in range(1, 8)) / 8"),
+            lose=("test_q25_uniform_prev",), words=("位置 0 没有前一个 token",)),
+    Variant("q28_two_matrices", ans(q28_swiglu_params="2 * 4096 * 11008"), lose=("test_q28_swiglu_params",),
+            words=("第 28 题", "三个矩阵", "第 10 章（ch10_llama_block")),
+    Variant("q29_mha_cache", ans(q29_gqa_bytes="2 * 80 * 4096 * 64 * 128 * 2"), lose=("test_q29_gqa_bytes",),
+            words=("第 29 题", "只存 8 个 K/V 头")),
+    Variant("q30_repeat_order", ans(q30_repeat_kv="6 % 2"), lose=("test_q30_repeat_kv",), words=("repeat_interleave",)),
+    Variant("q31_reversed", ans(q31_cross_attention='"B"'), lose=("test_q31_cross_attention",),
+            words=("第 31 题", "方向反了", "第 11 章（ch11_encoder_decoder")),
+    Variant("q32_rows", ans(q32_padding='"B"'), lose=("test_q32_padding",), words=("真实 token 仍然会读到填充",)),
+    Variant("q33_bert_causal", ans(q33_bert_gpt_t5='"ABCD"'), lose=("test_q33_bert_gpt_t5",), words=("第 33 题",)),
 ]
 
 CORRECT = [
@@ -73,6 +91,9 @@ CORRECT = [
     Variant("ok_numbers_written_differently", ans(
         q02_dot_variance="64.0", q05_masked_zeros="10.0", q15_ffn_share="0.67", q16_12Ld2="3.02e8",
         q17_gpt2_medium="3.548e8", q18_double_context="4.0", q20_kv_bytes="2.147e9", q21_gqa="8")),
+    Variant("ok_later_chapters_written_differently", ans(
+        q24_induction='"b"', q25_uniform_prev="0.2454", q26_ablation='["D", "B", "A"]', q28_swiglu_params="1.3527e8",
+        q29_gqa_bytes="1.342e9", q30_repeat_kv="1.0", q33_bert_gpt_t5='"C, B, A"')),
     Variant("ok_numbers_as_tensors", {"q18_double_context": "import torch\nq18_double_context = torch.tensor(2048.0)**2 / 1024**2\n",
                                       "q15_ffn_share": "from fractions import Fraction\nq15_ffn_share = Fraction(2, 3)\n"}),
 ]

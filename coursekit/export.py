@@ -1,0 +1,256 @@
+"""What an instructor takes home from the gradebook: per-exercise grades and
+files a learning-management system imports.
+
+- ``grades_by_exercise.csv``: one row per student, one column per graded cell
+  (named by the exercise's heading in the chapter's language and by its grade
+  id), then per chapter the auto points, the manual points, the points still
+  awaiting grading, the maximum, the submission time and how late it was
+  against the due date set in nbgrader (``nbgrader db assignment add CHAPTER
+  --duedate=...``). A cell an instructor has not graded yet reads ``pending``.
+- ``lms_canvas.csv``: Canvas's gradebook import (Student, ID, SIS User ID,
+  SIS Login ID, Section, then one column per chapter; a "Points Possible" row
+  under the header). ``lms_moodle.csv``: Moodle's CSV grade import (an
+  identifier column and one column per chapter). Students are mapped through
+  a roster the instructor provides (``roster.csv``: ``student`` = the nbgrader
+  id, then ``name``, ``lms_id``, ``sis_user_id``, ``sis_login_id``,
+  ``section``, ``email``; only ``student`` is required). A chapter with
+  points still awaiting grading is left blank there: both systems leave a
+  blank cell unchanged, so nothing provisional is posted as final.
+"""
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+ROSTER_FIELDS = ("student", "name", "lms_id", "sis_user_id", "sis_login_id", "section", "email")
+CANVAS_HEAD = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
+PENDING = "pending"
+
+
+@dataclass(frozen=True)
+class CellScore:
+    grade_id: str
+    max_score: float
+    auto: float | None          # what the tests gave (None for a hand-graded cell)
+    manual: float | None        # what the instructor gave (None until graded)
+    pending: bool               # awaiting the instructor
+
+    @property
+    def score(self) -> float | None:
+        if self.pending:
+            return None
+        return self.manual if self.manual is not None else (self.auto or 0.0)
+
+
+@dataclass
+class ChapterScore:
+    student: str
+    chapter: str
+    cells: list[CellScore] = field(default_factory=list)
+    timestamp: str = ""
+    duedate: str = ""
+    seconds_late: float = 0.0
+
+    @property
+    def max_score(self) -> float:
+        return sum(c.max_score for c in self.cells)
+
+    @property
+    def auto_points(self) -> float:
+        return sum(c.score for c in self.cells if c.auto is not None and c.manual is None and not c.pending)
+
+    @property
+    def manual_points(self) -> float:
+        return sum(c.score for c in self.cells if c.manual is not None and not c.pending)
+
+    @property
+    def pending_points(self) -> float:
+        return sum(c.max_score for c in self.cells if c.pending)
+
+
+def exercise_titles(source_nb) -> dict[str, str]:
+    """grade id -> the heading above its cell (the exercise's name in the
+    chapter's language), for every graded cell."""
+    titles, heading = {}, ""
+    for cell in source_nb.cells:
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                if line.startswith("#"):
+                    heading = line.lstrip("#").strip()
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("grade") or meta.get("task"):
+            titles[meta["grade_id"]] = heading
+    return titles
+
+
+def read_gradebook(db_url: str, chapters: list[str]) -> list[ChapterScore]:
+    """Every submission of the given chapters, as the gradebook holds it now."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    out = []
+    with Gradebook(db_url) as gb:
+        for chapter in chapters:
+            try:
+                assignment = gb.find_assignment(chapter)
+            except MissingEntry:
+                continue
+            for sub in assignment.submissions:
+                row = ChapterScore(sub.student.id, chapter,
+                                   timestamp=sub.timestamp.isoformat(" ", "seconds") if sub.timestamp else "",
+                                   duedate=sub.duedate.isoformat(" ", "seconds") if sub.duedate else "",
+                                   seconds_late=float(sub.total_seconds_late or 0))
+                for nb in sub.notebooks:
+                    for g in nb.grades:
+                        row.cells.append(CellScore(g.name, float(g.max_score), g.auto_score, g.manual_score,
+                                                   bool(g.needs_manual_grade)))
+                row.cells.sort(key=lambda c: c.grade_id)
+                out.append(row)
+    return out
+
+
+def _fmt(x: float | None) -> str:
+    if x is None:
+        return PENDING
+    return f"{x:g}"
+
+
+def per_exercise_csv(scores: list[ChapterScore], titles: dict[str, dict[str, str]]) -> str:
+    """The per-exercise table (see the module's docstring). ``titles`` maps a
+    chapter to its grade id -> exercise heading."""
+    columns: dict[str, list[str]] = {}
+    for s in scores:
+        ids = columns.setdefault(s.chapter, [])
+        ids += [c.grade_id for c in s.cells if c.grade_id not in ids]
+    for ch, ids in columns.items():
+        order = list(titles.get(ch, {}))
+        ids.sort(key=lambda g: (order.index(g) if g in order else len(order), g))
+    head = ["student"]
+    for ch, ids in sorted(columns.items()):
+        head += [f"{ch}/{g} ({titles.get(ch, {}).get(g, g)})" for g in ids]
+        head += [f"{ch} auto", f"{ch} manual", f"{ch} awaiting grading", f"{ch} max", f"{ch} submitted",
+                 f"{ch} due", f"{ch} seconds late"]
+    by_student: dict[str, dict[str, ChapterScore]] = {}
+    for s in scores:
+        by_student.setdefault(s.student, {})[s.chapter] = s
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(head)
+    for student in sorted(by_student):
+        row = [student]
+        for ch, ids in sorted(columns.items()):
+            s = by_student[student].get(ch)
+            if s is None:
+                row += [""] * (len(ids) + 7)
+                continue
+            cells = {c.grade_id: c for c in s.cells}
+            row += [_fmt(cells[g].score) if g in cells else "" for g in ids]
+            row += [_fmt(s.auto_points), _fmt(s.manual_points), _fmt(s.pending_points), _fmt(s.max_score),
+                    s.timestamp, s.duedate, f"{s.seconds_late:g}"]
+        w.writerow(row)
+    return buf.getvalue()
+
+
+def read_roster(path: Path) -> dict[str, dict[str, str]]:
+    """student id -> roster fields. Raises ValueError naming what is wrong."""
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        reader = csv.DictReader(f)
+        if not reader.fieldnames or "student" not in reader.fieldnames:
+            raise ValueError(f"{path}: the roster needs a 'student' column (the nbgrader student id); "
+                             f"optional columns: {', '.join(ROSTER_FIELDS[1:])}")
+        unknown = set(reader.fieldnames) - set(ROSTER_FIELDS)
+        if unknown:
+            raise ValueError(f"{path}: unknown roster column(s) {sorted(unknown)}; allowed: {', '.join(ROSTER_FIELDS)}")
+        return {row["student"]: {k: (row.get(k) or "") for k in ROSTER_FIELDS} for row in reader}
+
+
+def _chapter_totals(scores: list[ChapterScore]):
+    chapters = sorted({s.chapter for s in scores})
+    maxima = {ch: max(s.max_score for s in scores if s.chapter == ch) for ch in chapters}
+    final: dict[str, dict[str, str]] = {}
+    for s in scores:
+        final.setdefault(s.student, {})[s.chapter] = "" if s.pending_points else _fmt(s.auto_points + s.manual_points)
+    return chapters, maxima, final
+
+
+def canvas_csv(scores: list[ChapterScore], roster: dict[str, dict[str, str]]) -> str:
+    """Canvas's gradebook import: identity columns, a Points Possible row, one
+    column per chapter. Students missing from the roster are left out (and
+    listed by ``unmapped``)."""
+    chapters, maxima, final = _chapter_totals(scores)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow([*CANVAS_HEAD, *chapters])
+    w.writerow(["Points Possible", "", "", "", "", *(_fmt(maxima[ch]) for ch in chapters)])
+    for student in sorted(final):
+        r = roster.get(student)
+        if r is None:
+            continue
+        w.writerow([r["name"] or student, r["lms_id"], r["sis_user_id"], r["sis_login_id"], r["section"],
+                    *(final[student].get(ch, "") for ch in chapters)])
+    return buf.getvalue()
+
+
+def moodle_csv(scores: list[ChapterScore], roster: dict[str, dict[str, str]]) -> str:
+    """Moodle's CSV grade import: an identifier (email, else the LMS id) and
+    one column per chapter, mapped to grade items at import."""
+    chapters, _, final = _chapter_totals(scores)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["Email address", "ID number", *chapters])
+    for student in sorted(final):
+        r = roster.get(student)
+        if r is None:
+            continue
+        w.writerow([r["email"], r["lms_id"] or student, *(final[student].get(ch, "") for ch in chapters)])
+    return buf.getvalue()
+
+
+def unmapped(scores: list[ChapterScore], roster: dict[str, dict[str, str]]) -> list[str]:
+    return sorted({s.student for s in scores} - set(roster))
+
+
+def titles_for(root: Path, chapters: list[str]) -> dict[str, dict[str, str]]:
+    out = {}
+    for ch in chapters:
+        path = root / "source" / ch / f"{ch}.ipynb"
+        if path.exists():
+            out[ch] = exercise_titles(nbformat.read(path, as_version=4))
+    return out
+
+
+def write_all(root: Path, db_url: str, chapters: list[str], out: Path | None = None) -> list[Path]:
+    """Write the per-exercise CSV and, when ``root/roster.csv`` exists, the
+    Canvas and Moodle files. Returns the paths written."""
+    out = out or root
+    scores = read_gradebook(db_url, chapters)
+    written = [out / "grades_by_exercise.csv"]
+    written[0].write_text(per_exercise_csv(scores, titles_for(root, chapters)), encoding="utf-8")
+    roster_path = root / "roster.csv"
+    if roster_path.exists():
+        roster = read_roster(roster_path)
+        for name, make in (("lms_canvas.csv", canvas_csv), ("lms_moodle.csv", moodle_csv)):
+            (out / name).write_text(make(scores, roster), encoding="utf-8")
+            written.append(out / name)
+    return written
+
+
+def upload_canvas(url: str, token: str, course_id: int, scores: list[ChapterScore],
+                  roster: dict[str, dict[str, str]], assignment_ids: dict[str, int]) -> int:
+    """Post the final chapter scores through Canvas's API (optional: the CSV
+    file never needs it). Returns how many grades were sent."""
+    from canvasapi import Canvas
+
+    course = Canvas(url, token).get_course(course_id)
+    _, _, final = _chapter_totals(scores)
+    sent = 0
+    for chapter, assignment_id in assignment_ids.items():
+        grades = {roster[s]["lms_id"]: {"posted_grade": final[s][chapter]}
+                  for s in final if s in roster and roster[s]["lms_id"] and final[s].get(chapter)}
+        if grades:
+            course.get_assignment(assignment_id).submissions_bulk_update(grade_data=grades)
+            sent += len(grades)
+    return sent

@@ -1,0 +1,207 @@
+"""The instructor's exports, on a synthetic gradebook: per-exercise grades with
+pending shown as pending, the Canvas and Moodle import files against their
+documented column rules, and the similarity ranking."""
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+
+import pytest
+
+from coursekit import export, similarity
+
+CH = "ch01_attention"
+CELLS = (("test_softmax", 3.0, "code"), ("test_attention", 4.0, "code"), ("derivation", 3.0, "markdown"))
+
+
+def make_gradebook(tmp_path, graded_by_hand: dict[str, float] | None = None):
+    """Three students of one chapter: alice full marks, bob half, carol late;
+    the derivation awaits the instructor unless ``graded_by_hand`` gives it."""
+    from nbgrader.api import Gradebook
+
+    url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    due = dt.datetime(2026, 12, 1, 12, 0, 0)
+    with Gradebook(url) as gb:
+        gb.add_assignment(CH, duedate=due)
+        gb.update_or_create_notebook(CH, CH)
+        for name, points, kind in CELLS:
+            gb.update_or_create_grade_cell(name, CH, CH, max_score=points, cell_type=kind)
+        auto = {"alice": (3.0, 4.0), "bob": (3.0, 0.0), "carol": (0.0, 4.0)}
+        for student, (s1, s2) in auto.items():
+            gb.add_student(student)
+            late = dt.timedelta(hours=2) if student == "carol" else -dt.timedelta(hours=1)
+            gb.add_submission(CH, student, timestamp=due + late)
+            for gid, score in (("test_softmax", s1), ("test_attention", s2)):
+                g = gb.find_grade(gid, CH, CH, student)
+                g.auto_score, g.needs_manual_grade = score, False
+            g = gb.find_grade("derivation", CH, CH, student)
+            g.auto_score = None
+            given = (graded_by_hand or {}).get(student)
+            g.needs_manual_grade = given is None
+            g.manual_score = given
+        gb.db.commit()
+    return url
+
+
+TITLES = {CH: {"test_softmax": "练习 1：softmax", "test_attention": "练习 3：注意力", "derivation": "练习 4：推导"}}
+
+
+def rows(text: str) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+def test_per_exercise_csv_shows_pending_as_pending_and_lateness(tmp_path):
+    scores = export.read_gradebook(make_gradebook(tmp_path), [CH])
+    table = {r["student"]: r for r in rows(export.per_exercise_csv(scores, TITLES))}
+    alice, bob, carol = table["alice"], table["bob"], table["carol"]
+    assert alice[f"{CH}/test_softmax (练习 1：softmax)"] == "3"
+    assert bob[f"{CH}/test_attention (练习 3：注意力)"] == "0"
+    assert alice[f"{CH}/derivation (练习 4：推导)"] == "pending"
+    assert (alice[f"{CH} auto"], alice[f"{CH} manual"], alice[f"{CH} awaiting grading"], alice[f"{CH} max"]) == \
+        ("7", "0", "3", "10")
+    assert float(carol[f"{CH} seconds late"]) == 7200 and float(alice[f"{CH} seconds late"]) == 0
+    assert alice[f"{CH} submitted"].startswith("2026-12-01 11:00") and alice[f"{CH} due"].startswith("2026-12-01 12:00")
+    # the columns come in the chapter's order, named by exercise and grade id
+    head = export.per_exercise_csv(scores, TITLES).splitlines()[0]
+    assert head.index("test_softmax") < head.index("test_attention") < head.index("derivation")
+
+
+def test_once_graded_by_hand_every_output_shows_the_final_score(tmp_path):
+    scores = export.read_gradebook(make_gradebook(tmp_path, {"alice": 2.5, "bob": 3.0, "carol": 0.0}), [CH])
+    table = {r["student"]: r for r in rows(export.per_exercise_csv(scores, TITLES))}
+    assert table["alice"][f"{CH}/derivation (练习 4：推导)"] == "2.5"
+    assert (table["alice"][f"{CH} manual"], table["alice"][f"{CH} awaiting grading"]) == ("2.5", "0")
+    roster = {s: dict.fromkeys(export.ROSTER_FIELDS, "") | {"student": s, "lms_id": f"10{i}"}
+              for i, s in enumerate(("alice", "bob", "carol"))}
+    canvas = rows(export.canvas_csv(scores, roster))
+    assert [r[CH] for r in canvas[1:]] == ["9.5", "6", "4"]
+
+
+def write_roster(tmp_path, text: str):
+    path = tmp_path / "roster.csv"
+    path.write_text(text, encoding="utf-8")
+    return export.read_roster(path)
+
+
+ROSTER = ("student,name,lms_id,sis_user_id,sis_login_id,section,email\n"
+          "alice,\"Li, Alice\",101,S1,alice01,A,alice@example.edu\n"
+          "bob,\"Wang, Bob\",102,S2,bob02,A,bob@example.edu\n")
+
+
+def test_canvas_file_follows_canvas_import_rules(tmp_path):
+    """Canvas: the identity columns Student, ID, SIS User ID, SIS Login ID,
+    Section first and in that order; a 'Points Possible' row right under the
+    header; one column per assignment; every grade numeric or blank (blank
+    leaves Canvas's grade unchanged)."""
+    scores = export.read_gradebook(make_gradebook(tmp_path, {"alice": 3.0}), [CH])
+    roster = write_roster(tmp_path, ROSTER)
+    lines = list(csv.reader(io.StringIO(export.canvas_csv(scores, roster))))
+    head, points, *students = lines
+    assert head[:5] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"] and head[5:] == [CH]
+    assert points[0] == "Points Possible" and points[1:5] == ["", "", "", ""] and float(points[5]) == 10
+    assert all(len(r) == len(head) for r in lines)
+    by_id = {r[1]: r for r in students}
+    assert by_id["101"][0] == "Li, Alice" and by_id["101"][3] == "alice01" and by_id["101"][5] == "10"
+    assert by_id["102"][5] == "", "bob's derivation awaits grading: his chapter must stay blank"
+    assert "carol" not in {r[0] for r in students} and export.unmapped(scores, roster) == ["carol"]
+
+
+def test_moodle_file_has_an_identifier_and_a_column_per_chapter(tmp_path):
+    scores = export.read_gradebook(make_gradebook(tmp_path, {"alice": 1.0, "bob": 0.0}), [CH])
+    table = rows(export.moodle_csv(scores, write_roster(tmp_path, ROSTER)))
+    assert list(table[0]) == ["Email address", "ID number", CH]
+    assert {r["Email address"]: r[CH] for r in table} == {"alice@example.edu": "8", "bob@example.edu": "3"}
+
+
+def test_roster_errors_say_what_is_wrong(tmp_path):
+    with pytest.raises(ValueError, match="needs a 'student' column"):
+        write_roster(tmp_path, "name,lms_id\nx,1\n")
+    with pytest.raises(ValueError, match=r"unknown roster column\(s\) \['phone'\]"):
+        write_roster(tmp_path, "student,phone\nx,1\n")
+
+
+# ----------------------------------------------------------------- similarity
+
+RELEASE = ("def softmax(x, dim=-1):\n    # YOUR CODE HERE\n    raise NotImplementedError()\n\n"
+           "def scaled_dot_product_attention(q, k, v, mask=None):\n    # YOUR CODE HERE\n"
+           "    raise NotImplementedError()\n")
+ALICE = '''def softmax(x, dim=-1):
+    m = x.amax(dim=dim, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    e = torch.exp(x - m)
+    total = e.sum(dim=dim, keepdim=True)
+    return e / total
+
+def scaled_dot_product_attention(q, k, v, mask=None):
+    d_k = q.shape[-1]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = softmax(scores, dim=-1)
+    return weights @ v, weights
+'''
+BOB = (ALICE.replace("total", "denominator").replace("scores", "att").replace("weights", "probs")
+       .replace("d_k", "size").replace("e = ", "ex = ").replace("e /", "ex /").replace("e.sum", "ex.sum"))
+CAROL = '''def softmax(x, dim=-1):
+    shifted = x - torch.max(x, dim, keepdim=True).values
+    shifted = torch.nan_to_num(shifted, nan=float("-inf"))
+    ex = shifted.exp()
+    return ex / ex.sum(dim, keepdim=True)
+
+def scaled_dot_product_attention(q, k, v, mask=None):
+    s = torch.einsum("...qd,...kd->...qk", q, k) * q.size(-1) ** -0.5
+    if mask is not None:
+        s = torch.where(mask, s, torch.full_like(s, -1e9))
+    p = softmax(s)
+    return torch.einsum("...qk,...kd->...qd", p, v), p
+'''
+DAVE = '''def softmax(x, dim=-1):
+    x = x.transpose(dim, -1)
+    mx = x.max(-1, keepdim=True)[0].clamp(min=-1e30)
+    y = torch.exp(x - mx)
+    y = y / y.sum(-1, keepdim=True)
+    return y.transpose(dim, -1)
+
+def scaled_dot_product_attention(q, k, v, mask=None):
+    scale = 1.0 / math.sqrt(k.shape[-1])
+    logits = torch.matmul(q, k.transpose(-1, -2)) * scale
+    if mask is not None:
+        logits = logits.masked_fill(mask.logical_not(), -float("inf"))
+    attn = softmax(logits, -1)
+    return torch.matmul(attn, v), attn
+'''
+
+
+def test_a_renamed_copy_ranks_first_and_independent_answers_do_not():
+    assert BOB != ALICE
+    ranked = similarity.rank(CH, {"alice": ALICE, "bob": BOB, "carol": CAROL, "dave": DAVE}, RELEASE)
+    top, *rest = ranked
+    assert (top.a, top.b) == ("alice", "bob") and top.score > 0.8
+    assert all(p.score < 0.3 for p in rest), [(p.a, p.b, p.score) for p in rest]
+
+
+def test_the_release_code_never_counts_as_shared():
+    stub_only = {"erin": RELEASE, "finn": RELEASE}
+    (pair,) = similarity.rank(CH, stub_only, RELEASE)
+    assert pair.score == 0 and pair.shared_tokens == 0
+
+
+def test_side_by_side_view_marks_the_shared_code_and_says_it_is_no_proof(tmp_path):
+    import nbformat
+
+    root = tmp_path
+    def notebook(code: str):
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_markdown_cell("# 练习"),
+                    nbformat.v4.new_code_cell(code, metadata={"nbgrader": {"solution": True, "grade_id": "a"}})]
+        return nb
+    (root / "release" / CH).mkdir(parents=True)
+    nbformat.write(notebook(RELEASE), root / "release" / CH / f"{CH}.ipynb")
+    for name, code in (("alice", ALICE), ("bob", BOB), ("carol", CAROL)):
+        (root / "submitted" / name / CH).mkdir(parents=True)
+        nbformat.write(notebook(code), root / "submitted" / name / CH / f"{CH}.ipynb")
+    pairs = similarity.chapter_pairs(root, CH, root / "reports" / "similar")
+    assert (pairs[0].a, pairs[0].b) == ("alice", "bob")
+    page = (root / "reports" / pairs[0].view).read_text(encoding="utf-8")
+    assert "<mark>" in page and "not proof" in page and "不是抄袭的证据" in page
