@@ -12,7 +12,7 @@ endif
 override LANG := C.UTF-8
 export LANG
 
-.PHONY: help env lab test source release dist grade bench bench-train
+.PHONY: help env lab instructor-lab test source release dist grade bench bench-train
 
 help:
 	@$(PY) course.py help
@@ -20,8 +20,11 @@ help:
 env:      ## create .venv and install everything
 	$(PY) course.py env
 
-lab:      ## start JupyterLab on the course
+lab:      ## start JupyterLab on your own workspace (workspace/, copied from release/, never overwritten)
 	$(PY) course.py lab
+
+instructor-lab:  ## JupyterLab on the whole course folder (formgrader, Create Assignment)
+	$(PY) course.py instructor-lab
 
 test:     ## the whole test suite
 	$(PY) course.py test

@@ -1,19 +1,10 @@
 #!/usr/bin/env python3
 """The course's front door, for every platform (the Makefile only calls this).
 
-    python course.py lab                 start JupyterLab on the course
-    python course.py test                run the whole test suite
-    python course.py source [--lang en]  build source/ from notebooks/
-    python course.py release             regenerate release/ from source/
-    python course.py grade [--chapter C] [--student S] [--unsandboxed]
-                                         grade submitted/: autograde, feedback, grades.csv, report
-    python course.py dist                the student packs (dist/*.zip), one per language
-    python course.py bench               the benchmarks (output in bench/results/)
-    python course.py bench-train --text PATH --seconds N
-                                         the training recipe against nanoGPT's CPU recipe
-
-Each command first creates the local environment (.venv) when it is missing or
-when requirements.txt / pyproject.toml changed, using only the standard library.
+`python course.py help` lists the commands that work in this folder: a clone
+of the course has them all, a student pack only lab and env. Each command
+first creates the local environment (.venv) when it is missing or when
+requirements.txt / pyproject.toml changed, using only the standard library.
 """
 from __future__ import annotations
 
@@ -121,20 +112,115 @@ def free_port(preferred: int) -> int:
     return preferred
 
 
-def cmd_lab(argv: list[str]) -> int:
-    ip = os.environ.get("LAB_IP", "127.0.0.1")
-    port = free_port(int(os.environ.get("LAB_PORT", "8888")))
-    token = os.environ.get("LAB_TOKEN") or secrets.token_hex(16)
+# command -> (arguments, what it does, the paths it needs here): `help` lists
+# only the commands whose paths exist, so a student pack shows lab and env.
+COMMANDS = {
+    "lab": ("", "start JupyterLab on your own workspace (workspace/, copied from release/)", ("release",)),
+    "env": ("", "only create the environment (.venv)", ()),
+    "instructor-lab": ("", "JupyterLab on the whole course folder, with the formgrader and Create Assignment",
+                       ("source", "coursekit")),
+    "test": ("", "run the whole test suite", ("tests",)),
+    "source": ("[CHAPTER...] [--lang en]", "build source/ from notebooks/", ("notebooks", "coursekit")),
+    "release": ("[CHAPTER...]", "regenerate release/ from source/", ("source", "coursekit")),
+    "grade": ("[--chapter C] [--student S] [--unsandboxed]",
+              "grade submitted/: autograde, feedback, grades.csv, report", ("coursekit",)),
+    "dist": ("", "the student packs (dist/*.zip), one per language", ("coursekit",)),
+    "bench": ("", "the benchmarks (output in bench/results/)", ("bench",)),
+    "bench-train": ("--text PATH --seconds N", "the training recipe against nanoGPT's CPU recipe", ("bench",)),
+}
+
+
+def available(cmd: str, root: Path = ROOT) -> bool:
+    return cmd in COMMANDS and all((root / need).exists() for need in COMMANDS[cmd][2])
+
+
+def help_text(root: Path = ROOT) -> str:
+    lines = ["usage: python course.py COMMAND   (make COMMAND does the same on Linux/macOS)", ""]
+    for cmd, (args, what, _) in COMMANDS.items():
+        if available(cmd, root):
+            lines.append(f"  {(cmd + ' ' + args).strip():<50} {what}")
+    lines += ["", "Each command first creates the environment (.venv) when it is missing."]
+    return "\n".join(lines)
+
+
+def workspace_module():
+    """coursekit/workspace.py in a clone of the course; lab_workspace.py in a student pack."""
+    import importlib.util
+    for path in (ROOT / "coursekit" / "workspace.py", ROOT / "lab_workspace.py"):
+        if path.exists():
+            spec = importlib.util.spec_from_file_location("course_workspace", path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+            return module
+    sys.exit("[course] the workspace code (coursekit/workspace.py) is missing from this folder.")
+
+
+def lab_args(root_dir: Path, port: int, ip: str, token: str) -> list[str]:
     args = [str(BIN / "jupyter"), "lab", "--no-browser", f"--ip={ip}", f"--port={port}",
-            f"--ServerApp.root_dir={ROOT}", f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={root_dir}", f"--IdentityProvider.token={token}",
             "--ServerApp.port_retries=0"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         args.append("--allow-root")
+    return args
+
+
+def _address(port: int, token: str, ip: str, path: str = "lab") -> str:
     host = "127.0.0.1" if ip in ("0.0.0.0", "") else ip
-    say("JupyterLab is starting. Open this address in your browser (students: the release/ folder):")
-    say(f"    http://{host}:{port}/lab/tree/release?token={token}")
+    return f"http://{host}:{port}/{path}?token={token}"
+
+
+def student_lab(workspace: Path | None = None, port: int | None = None,
+                token: str | None = None) -> tuple[list[str], dict, Path, str]:
+    """Bring the student's workspace up to date and return how to start their
+    JupyterLab: (arguments, environment, working folder, address)."""
+    ws_mod = workspace_module()
+    workspace = Path(workspace or os.environ.get("COURSE_WORKSPACE") or ROOT / "workspace").resolve()
+    release = ROOT / "release"
+    lang = ws_mod.release_language(release)
+    first = not workspace.exists()
+    changes = ws_mod.sync(release, workspace)
+    if first:
+        say(f"your workspace: {workspace} (copied from release/; yours to edit, never overwritten)")
+    for line in ws_mod.describe([] if first else changes, lang):
+        say(line)
+    ws_mod.configure(workspace, lang, ws_mod.find_exchange())
+    ip = os.environ.get("LAB_IP", "127.0.0.1")
+    port = port or free_port(int(os.environ.get("LAB_PORT", "8888")))
+    token = token or os.environ.get("LAB_TOKEN") or secrets.token_hex(16)
+    return (lab_args(workspace, port, ip, token), ws_mod.lab_environment(workspace, env()), workspace,
+            _address(port, token, ip))
+
+
+def serve(args: list[str], cwd: Path, environ: dict) -> int:
+    """Run JupyterLab until it stops; Ctrl+C goes to JupyterLab (which asks
+    to confirm), not to this wrapper."""
+    proc = subprocess.Popen(args, cwd=cwd, env=environ)
+    while True:
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            continue
+
+
+def cmd_lab(argv: list[str]) -> int:
+    args, environ, cwd, url = student_lab()
+    say("JupyterLab is starting. Open this address in your browser:")
+    say(f"    {url}")
     say("Stop it with Ctrl+C.")
-    return run(args + argv)
+    return serve(args + argv, cwd, environ)
+
+
+def cmd_instructor_lab(argv: list[str]) -> int:
+    """JupyterLab on the whole course folder with every nbgrader tool (the
+    instructor's own Jupyter configuration, not the students')."""
+    ip = os.environ.get("LAB_IP", "127.0.0.1")
+    port = free_port(int(os.environ.get("LAB_PORT", "8888")))
+    token = os.environ.get("LAB_TOKEN") or secrets.token_hex(16)
+    say("JupyterLab on the whole course folder (formgrader: Nbgrader menu; Create Assignment: right sidebar).")
+    say(f"    {_address(port, token, ip)}")
+    say("Stop it with Ctrl+C.")
+    return serve(lab_args(ROOT, port, ip, token) + argv, ROOT, env())
 
 
 def cmd_test(argv: list[str]) -> int:
@@ -148,12 +234,18 @@ def cmd_test(argv: list[str]) -> int:
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
-        print(__doc__)
+        print(help_text())
         return 0
     cmd, rest = argv[0], argv[1:]
+    if cmd in COMMANDS and not available(cmd):
+        here = ", ".join(c for c in COMMANDS if available(c))
+        say(f"`{cmd}` is not part of this folder (a student pack has no instructor tools). Commands here: {here}.")
+        return 2
     ensure_env()
     if cmd == "lab":
         return cmd_lab(rest)
+    if cmd == "instructor-lab":
+        return cmd_instructor_lab(rest)
     if cmd in ("test", "grade"):
         ensure_system_packages(cmd)
     if cmd == "test":

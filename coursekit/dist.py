@@ -1,6 +1,11 @@
 """The student packs: one zip per language with the release notebooks, the
 public helpers package, the environment files and a student README.
 
+A pack's `python course.py lab` copies release/ into the pack's own
+workspace/ folder and serves that (coursekit/workspace.py, shipped as
+lab_workspace.py), with the student's JupyterLab configuration: no instructor
+tools, Chinese menus in the zh pack.
+
 Never in a pack: source/, hidden tests, model answers, grading/, coursekit/,
 the gradebook, autograded/ or submitted/ (tests/test_dist.py checks).
 """
@@ -11,7 +16,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from . import build, release
+from . import build, release, workspace
 
 COURSE = "transformer-course"
 STUDENT_FILES = Path(__file__).parent / "student"
@@ -28,10 +33,12 @@ requires-python = ">=3.11"
 packages = ["helpers"]
 """
 STUDENT_MAKEFILE = """PY ?= python3
-.PHONY: lab env
-lab:
+.PHONY: help lab env
+help:
+\t@$(PY) course.py help
+lab:      ## JupyterLab on your own workspace (workspace/, copied from release/)
 \t$(PY) course.py lab
-env:
+env:      ## only create the environment (.venv)
 \t$(PY) course.py env
 """
 
@@ -64,6 +71,23 @@ def student_requirements() -> str:
     return "\n".join(out) + "\n"
 
 
+def assemble_pack(rel: Path, lang: str, pack: Path) -> Path:
+    """Lay out a student pack in ``pack`` from the release folder ``rel``."""
+    pack = Path(pack)
+    pack.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(rel, pack / "release", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    shutil.copytree(build.ROOT / "helpers", pack / "helpers",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for f in ("course.py", "environment.yml"):
+        shutil.copy(build.ROOT / f, pack / f)
+    workspace.copy_module(pack / "lab_workspace.py")
+    (pack / "requirements.txt").write_text(student_requirements(), encoding="utf-8")
+    (pack / "pyproject.toml").write_text(STUDENT_PYPROJECT)
+    (pack / "Makefile").write_text(STUDENT_MAKEFILE)
+    shutil.copy(STUDENT_FILES / f"README.{lang}.md", pack / "README.md")
+    return pack
+
+
 def make_pack(lang: str, out_dir: Path = build.ROOT / "dist") -> Path:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -72,18 +96,7 @@ def make_pack(lang: str, out_dir: Path = build.ROOT / "dist") -> Path:
         tmp = Path(tmp)
         work = tmp / "build"
         work.mkdir()
-        rel = _student_release(lang, work)
-        pack = tmp / name
-        pack.mkdir()
-        shutil.copytree(rel, pack / "release")
-        shutil.copytree(build.ROOT / "helpers", pack / "helpers",
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        for f in ("course.py", "environment.yml"):
-            shutil.copy(build.ROOT / f, pack / f)
-        (pack / "requirements.txt").write_text(student_requirements(), encoding="utf-8")
-        (pack / "pyproject.toml").write_text(STUDENT_PYPROJECT)
-        (pack / "Makefile").write_text(STUDENT_MAKEFILE)
-        shutil.copy(STUDENT_FILES / f"README.{lang}.md", pack / "README.md")
+        pack = assemble_pack(_student_release(lang, work), lang, tmp / name)
         zpath = out_dir / f"{name}.zip"
         with zipfile.ZipFile(zpath, "w", zipfile.ZIP_DEFLATED) as z:
             for p in sorted(pack.rglob("*")):

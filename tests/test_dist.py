@@ -11,9 +11,9 @@ import zipfile
 
 import nbformat
 import pytest
+from harness import ROOT, make_submission
 
 from coursekit import build, dist
-from harness import ROOT, make_submission
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
 LATIN_WORD = re.compile(r"[A-Za-z]{3,}")
@@ -47,6 +47,20 @@ def test_pack_holds_release_helpers_and_environment_only(packs, lang):
         assert not f.startswith(("source/", "grading/", "coursekit/", "autograded/", "submitted/", "feedback/",
                                  "tests/", "notebooks/")), f"{f} must not be in a student pack"
         assert not f.endswith((".db", ".pyc")), f"{f} must not be in a student pack"
+
+
+@pytest.mark.parametrize("lang", build.LANGS)
+def test_pack_starts_a_students_workspace_with_student_commands_only(packs, lang):
+    top = f"{dist.COURSE}-student-{lang}/"
+    with zipfile.ZipFile(packs[lang]) as z:
+        shipped = z.read(top + "lab_workspace.py")
+        makefile = z.read(top + "Makefile").decode()
+        readme = z.read(top + "README.md").decode()
+        req = z.read(top + "requirements.txt").decode()
+    assert shipped == (ROOT / "coursekit" / "workspace.py").read_bytes()   # course.py lab imports it
+    assert re.findall(r"^([a-z-]+):", makefile, re.M) == ["help", "lab", "env"], makefile
+    assert "workspace/" in readme and "python course.py lab" in readme
+    assert re.search(r"^jupyterlab-language-pack-zh-CN==", req, re.M), req
 
 
 def test_pack_environment_is_the_course_stack_without_test_tools(packs):
@@ -103,6 +117,10 @@ def test_student_starts_from_the_pack_and_visible_tests_pass(packs, tmp_path):
                             "import helpers, importlib.util as u; print(helpers.__file__, u.find_spec('grading'))"],
                            cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
     assert str(pack) in probe.stdout and "None" in probe.stdout, probe.stdout
+    locales = subprocess.run([str(pack / ".venv" / "bin" / "python"), "-c",
+                              "from jupyterlab_server.translation_utils import get_language_packs as g; "
+                              "print(sorted(g()[0]))"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert "zh_CN" in locales.stdout, locales.stdout + locales.stderr   # the zh pack's JupyterLab can speak Chinese
     work = pack / "release" / ch / "done.ipynb"
     nbformat.write(nb, work)
     # with a per-cell limit: without one, this nbconvert run never finished (killed
