@@ -1,0 +1,411 @@
+"""Hidden tests of ch09_inside_gpt: prev_token_score, induction_score, ablate_heads.
+
+The score references walk over every (layer, batch, head, position) with plain
+Python loops in float64, so they share no code path with a diagonal / gather /
+einsum solution. The ablation reference removes a head without hooks: on a
+float64 copy of the model it zeroes the head's d_head input columns of the
+output projection W_O (what the head contributes is exactly those columns
+times its output)."""
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from helpers.ch09_inside_gpt import Config, TinyGPT
+from helpers.i18n import t
+
+from .core import Bug, GradingFailure, as_f64, call, close, diagnose, failure, passed, seeded, show
+
+# ---------------------------------------------------------------- references (float64)
+
+def ref_prev_token_score(attn):
+    a = as_f64(attn)
+    L, B, H, n, _ = a.shape
+    out = torch.zeros(L, H, dtype=torch.float64)
+    for l in range(L):
+        for h in range(H):
+            out[l, h] = sum(a[l, b, h, i, i - 1].item() for b in range(B) for i in range(1, n)) / (B * (n - 1))
+    return out
+
+
+def ref_induction_score(attn, period):
+    a = as_f64(attn)
+    L, B, H, n, _ = a.shape
+    out = torch.zeros(L, H, dtype=torch.float64)
+    for l in range(L):
+        for h in range(H):
+            vals = [a[l, b, h, i, i - period + 1].item() for b in range(B) for i in range(period, n)]
+            out[l, h] = sum(vals) / len(vals)
+    return out
+
+
+# ---------------------------------------------------------------- known bugs of the scores
+
+def _diag(a, offset, first=0):
+    """a[..., i, i + offset] for the query positions i >= first that have such a key: (..., m)."""
+    a = as_f64(a)
+    n = a.shape[-1]
+    i = torch.arange(max(first, -offset, 0), min(n, n - offset))
+    return a[..., i, i + offset]
+
+
+def _mean_lh(d):
+    return d.mean(dim=(1, 3))
+
+
+def _roll_prev(a):
+    a = as_f64(a)
+    n = a.shape[-1]
+    i = torch.arange(n)
+    return a[..., i, i - 1].mean(dim=(1, 3))
+
+
+def _argmax_prev(a):
+    a = as_f64(a)
+    n = a.shape[-1]
+    hit = (a[..., 1:, :].argmax(-1) == torch.arange(n - 1)).double()
+    return hit.mean(dim=(1, 3))
+
+
+def _pb(key, zh, en, impl):
+    return Bug(key, zh, en, impl)
+
+
+P_POS0 = ("prev_counts_position_0", "把位置 0 也算进了平均：位置 0 前面没有 token，只能对位置 1…n−1 求平均（除以 n−1，不是 n）。",
+          "position 0 is counted in the average: it has no previous token, so average over positions 1…n−1 only "
+          "(divide by n−1, not n).")
+P_AXIS = ("prev_wrong_axis", "平均的轴不对：attn 是 (n_layer, B, n_head, n, n)，要对 batch（dim=1）和位置求平均，留下 (n_layer, n_head)。",
+          "averaged over the wrong axis: attn is (n_layer, B, n_head, n, n); average over the batch (dim=1) and the "
+          "positions, keeping (n_layer, n_head).")
+PREV_BUGS = [
+    _pb(*P_POS0, lambda a: _diag(a, -1).sum(-1).mean(1) / a.shape[-1]),
+    _pb(*P_POS0, _roll_prev),
+    _pb("prev_self", "取的是对角线（位置 i 看自己），应是 i → i−1，即对角线下面那一条（diagonal(-1)）。",
+        "this is the main diagonal (position i looking at itself); the previous token is i → i−1, the line just "
+        "below it (diagonal(-1)).", lambda a: _mean_lh(_diag(a, 0))),
+    _pb("prev_query_key_swapped", "query 和 key 的位置反了：attn[..., i, j] 是 query i 看 key j 的权重，前一个 token 是 attn[..., i, i-1]，"
+        "不是 attn[..., i-1, i]（那是看下一个 token，因果掩码下全是 0）。",
+        "query and key are swapped: attn[..., i, j] is query i's weight on key j, so the previous token is "
+        "attn[..., i, i-1], not attn[..., i-1, i] (the next token, all zeros under a causal mask).",
+        lambda a: _mean_lh(_diag(a, 1))),
+    _pb("prev_two_back", "看的是往前两个位置（i → i−2），应是 i → i−1。", "this is two positions back (i → i−2), not i → i−1.",
+        lambda a: _mean_lh(_diag(a, -2))),
+    _pb(*P_AXIS, lambda a: _diag(a, -1).mean(dim=(2, 3))),
+    _pb(*P_AXIS, lambda a: _diag(a, -1).mean(dim=(0, 3))),
+    _pb("prev_sum_not_mean", "求的是和而不是平均：得分应在 0 和 1 之间（一个完美的前一个 token 头得 1）。",
+        "a sum instead of a mean: the score must lie between 0 and 1 (a perfect previous-token head scores 1).",
+        lambda a: _diag(a, -1).sum(dim=(1, 3))),
+    _pb("prev_sum_not_mean", "求的是和而不是平均：得分应在 0 和 1 之间（一个完美的前一个 token 头得 1）。",
+        "a sum instead of a mean: the score must lie between 0 and 1 (a perfect previous-token head scores 1).",
+        lambda a: _diag(a, -1).sum(-1).mean(1)),
+    _pb("prev_block_mean", "对整块 attn[..., 1:, :-1] 求了平均，而不是只取它的对角线 attn[..., i, i-1]。",
+        "the whole block attn[..., 1:, :-1] is averaged instead of just its diagonal attn[..., i, i-1].",
+        lambda a: as_f64(a)[..., 1:, :-1].mean(dim=(1, 3, 4))),
+    _pb("prev_argmax_fraction", "数的是“最大权重落在 i−1 的位置占多少”，而要求的是 i → i−1 的平均权重本身。",
+        "this counts how often the largest weight falls on i−1; the score is the mean weight on i−1 itself.",
+        _argmax_prev),
+    _pb("prev_drops_last_position", "最后一个位置 n−1 没有算进去（range(1, n-1)？）：位置是 1…n−1，包括 n−1。",
+        "the last position n−1 is left out (range(1, n-1)?): the positions are 1…n−1, n−1 included.",
+        lambda a: _mean_lh(_diag(a, -1)[..., :-1])),
+]
+
+
+I_AXIS = ("induction_wrong_axis", "平均的轴不对：要对 batch（dim=1）和重复那一半的位置求平均，留下 (n_layer, n_head)。",
+          "averaged over the wrong axis: average over the batch (dim=1) and the positions of the repeat, keeping "
+          "(n_layer, n_head).")
+
+
+def _ind(offset_from_period, first=None):
+    def impl(a, period):
+        return _mean_lh(_diag(a, -period + offset_from_period, period if first is None else first(period)))
+    return impl
+
+
+IND_BUGS = [
+    Bug("induction_earlier_occurrence", "看的是前一次出现的那个 token 本身（i − period），而归纳头看的是它后面那一个"
+        "（i − period + 1）：它要搬的是“上次这个 token 后面跟着什么”。",
+        "this is the earlier occurrence itself (i − period); an induction head looks at the token right after it "
+        "(i − period + 1): it copies what followed the token last time.", _ind(0)),
+    Bug("induction_two_after", "偏了一格：看的是 i − period + 2，应是 i − period + 1（前一次出现之后紧跟的那个）。",
+        "off by one: this is i − period + 2; the successor of the earlier occurrence is i − period + 1.", _ind(2)),
+    Bug("induction_counts_first_half", "把第一半的位置也算进来了（例如直接取 diagonal(-(period-1))，包含了 i = period − 1）："
+        "只有重复那一半 i = period … n−1 才有“前一次出现”。",
+        "positions of the first half are counted too (e.g. the whole diagonal(-(period-1)), which includes "
+        "i = period − 1): only the repeat, i = period … n−1, has an earlier occurrence.",
+        _ind(1, first=lambda p: p - 1)),
+    Bug("induction_previous_token", "没有用 period：这是前一个 token 的得分（i → i−1），归纳得分看 i − period + 1。",
+        "period is not used: this is the previous-token score (i → i−1); the induction score looks at "
+        "i − period + 1.", lambda a, period: _mean_lh(_diag(a, -1, period))),
+    Bug("induction_future", "偏移的符号反了：看的是 i + period − 1（未来，因果掩码下为 0），应是 i − period + 1。",
+        "the sign of the offset is flipped: this is i + period − 1 (the future, zero under a causal mask); "
+        "use i − period + 1.", lambda a, period: _mean_lh(_diag(a, period - 1))),
+    Bug(*I_AXIS, lambda a, period: _diag(a, -period + 1, period).mean(dim=(2, 3))),
+    Bug(*I_AXIS, lambda a, period: _diag(a, -period + 1, period).mean(dim=(0, 3))),
+    Bug("induction_sum_not_mean", "求的是和而不是平均：得分应在 0 和 1 之间。",
+        "a sum instead of a mean: the score must lie between 0 and 1.",
+        lambda a, period: _diag(a, -period + 1, period).sum(dim=(1, 3))),
+    Bug("induction_block_mean", "对整块 attn[..., period:, :n-period+1] 求了平均，而不是只取每行 i 的那一个位置 i − period + 1。",
+        "the whole block attn[..., period:, :n-period+1] is averaged instead of the single key i − period + 1 of "
+        "each row i.", lambda a, period: as_f64(a)[..., period:, :a.shape[-1] - period + 1].mean(dim=(1, 3, 4))),
+    Bug("induction_only_two_copies", "只看了 i = period … 2·period − 1：序列更长（重复不止一次）时，后面的位置也都属于重复部分。",
+        "only i = period … 2·period − 1 is used: when the sequence is longer (repeated more than once) the later "
+        "positions belong to the repeat too.",
+        lambda a, period: _mean_lh(_diag(a, -period + 1, period)[..., :period])),
+]
+IND_NO_ERROR = Bug("induction_no_valueerror", "period 不在 1 … n−1 之间时没有抛出 ValueError：那样根本没有重复的那一半。",
+                   "no ValueError for a period outside 1 … n−1: then there is no repeat to score.")
+
+
+# ---------------------------------------------------------------- score checks
+
+def _attention(gen, L, B, H, n, causal=True, dtype=torch.float64, sharp=2.5):
+    s = torch.randn(L, B, H, n, n, generator=gen, dtype=torch.float64) * sharp
+    if causal:
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(s, dim=-1).to(dtype)
+
+
+SCORE_CASES = [  # (label zh, label en, L, B, H, n, causal, dtype)
+    ("因果注意力 (2, 3, 4, 8, 8)", "causal attention (2, 3, 4, 8, 8)", 2, 3, 4, 8, True, torch.float32),
+    ("B = n_head = 4 的因果注意力", "causal attention with B = n_head = 4", 3, 4, 4, 9, True, torch.float64),
+    ("n_layer = B = 3", "n_layer = B = 3", 3, 3, 2, 10, True, torch.float64),
+    ("不带掩码的注意力（每行都铺满）", "attention without a mask (every row full)", 2, 2, 3, 7, False, torch.float64),
+    ("一层一头、长序列", "one layer, one head, a long sequence", 1, 5, 1, 24, True, torch.float32),
+]
+
+
+def _check_scores(fn, what, bugs, args_of, shape_hint, cases, seed):
+    """Shared loop: run ``fn`` on every case, compare with the reference, diagnose."""
+    gen = seeded(seed)
+    n_checks = 0
+    for zh, en, L, B, H, n, causal, dtype, *extra in cases:
+        attn = _attention(gen, L, B, H, n, causal, dtype)
+        args, ref = args_of(attn, n, *extra)
+        label = t(f"{what}：{zh}", f"{what}: {en}")
+        out = call(fn, attn.clone(), *args[1:], what=label)
+        expected = ref(*args)
+        n_checks += 1
+        bug = diagnose(out, bugs, *args, expected=expected, match=lambda a, b: close(a, b, 1e-6, 1e-5))
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != (L, H):
+            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise failure(t(f"{label}：输出形状", f"{label}: output shape"), str((L, H)), str(got), bug, hint=shape_hint)
+        if not close(out, expected, atol=1e-6, rtol=1e-5):
+            raise failure(label, show(expected), show(out), bug,
+                          hint=t("先手算一个小例子：一个头一个 batch，看看你取到的是哪些元素。",
+                                 "work one small case by hand: one head, one batch; which entries do you take?"))
+    return n_checks
+
+
+SHAPE_HINT = t("结果应为 (n_layer, n_head)。注意 attn.diagonal() 默认取 dim 0 和 1：写 diagonal(offset, dim1=-2, dim2=-1)。",
+               "the result must be (n_layer, n_head). Note that attn.diagonal() uses dims 0 and 1 by default: write "
+               "diagonal(offset, dim1=-2, dim2=-1).")
+
+
+def check_prev_token_score(prev_token_score) -> None:
+    what = "prev_token_score"
+    n = _check_scores(prev_token_score, what, PREV_BUGS, lambda a, n: ((a,), ref_prev_token_score), SHAPE_HINT,
+                      SCORE_CASES + [("最短的序列 n = 2", "the shortest sequence, n = 2", 2, 3, 2, 2, True, torch.float64)],
+                      901)
+    # properties: a perfect previous-token head scores 1, a head that looks at itself scores 0
+    L, B, H, m = 2, 2, 3, 6
+    attn = torch.eye(m).expand(L, B, H, m, m).clone()
+    attn[1, :, 2] = torch.diag(torch.ones(m - 1), -1)
+    attn[1, :, 2, 0, 0] = 1.0
+    out = call(prev_token_score, attn, what=t(f"{what}：手工构造的前一个 token 头", f"{what}: a hand-made previous-token head"))
+    expected = torch.zeros(L, H, dtype=torch.float64)
+    expected[1, 2] = 1.0
+    n += 1
+    if not close(out, expected, 1e-6, 1e-5):
+        bug = diagnose(out, PREV_BUGS, attn, expected=expected)
+        raise failure(t(f"{what}：L1 H2 完美地看前一个 token，其他头只看自己", f"{what}: L1 H2 is a perfect previous-token "
+                        "head, every other head looks at itself"), show(expected), show(out), bug)
+    passed(what, n)
+
+
+def check_induction_score(induction_score) -> None:
+    what = "induction_score"
+    cases = [c + (p,) for c, p in zip(SCORE_CASES, (4, 3, 5, 2, 12))]
+    cases += [("重复不止一次：n = 3·period", "repeated more than once: n = 3·period", 2, 2, 3, 12, True, torch.float64, 4),
+              ("period = n − 1", "period = n − 1", 1, 3, 2, 6, True, torch.float64, 5),
+              ("period = 1", "period = 1", 2, 2, 2, 5, True, torch.float64, 1)]
+    n = _check_scores(induction_score, what, IND_BUGS,
+                      lambda a, n, p: ((a, p), ref_induction_score), SHAPE_HINT, cases, 902)
+    attn = _attention(seeded(903), 2, 2, 2, 6)
+    for period in (0, 6, 9):
+        label = t(f"{what}(attn, period={period})，n = 6", f"{what}(attn, period={period}), n = 6")
+        n += 1
+        try:
+            out = induction_score(attn, period)
+        except ValueError:
+            continue
+        except NotImplementedError:
+            raise GradingFailure(t(f"{label}：还没有实现。", f"{label}: not implemented yet.")) from None
+        except Exception as exc:  # noqa: BLE001
+            raise failure(label, "ValueError", f"{type(exc).__name__}: {exc}", IND_NO_ERROR) from None
+        raise failure(label, "ValueError", show(out), IND_NO_ERROR)
+    passed(what, n)
+
+
+# ---------------------------------------------------------------- ablate_heads
+
+def _model(cfg, seed, scale=1.0):
+    """A model whose heads all matter: random weights of unit gain (LayerNorms left as they are)."""
+    torch.manual_seed(seed)
+    m = TinyGPT(cfg)
+    gen = seeded(seed)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if "ln" not in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * scale / p.shape[-1] ** 0.5)
+    return m.eval()
+
+
+def _loss64(model, x, y, zero=(), edit=None):
+    """The loss in float64 on a copy of ``model`` with the heads in ``zero``
+    removed by zeroing their columns of W_O (``edit`` may change which)."""
+    m = copy.deepcopy(model).double()
+    dh = m.config.d_model // m.config.n_head
+    with torch.no_grad():
+        for layer, head in zero:
+            m.blocks[layer].attn.c_proj.weight[:, head * dh:(head + 1) * dh] = 0
+        if edit is not None:
+            edit(m)
+        return m(x, y)[1].item()
+
+
+def ref_ablate_heads(model, heads, x, y):
+    return _loss64(model, x, y, heads)
+
+
+def _hooked(change):
+    """A bug that edits each removed head's output through a hook: change(out, head) in place."""
+    def impl(model, heads, x, y):
+        m = copy.deepcopy(model).double()
+        for layer in range(m.config.n_layer):
+            mine = [h for l, h in heads if l == layer]
+
+            def hook(mod, inp, out, mine=mine):
+                out = out.clone()
+                for h in mine:
+                    change(out, h)
+                return out
+            m.blocks[layer].attn.heads.register_forward_hook(hook)
+        with torch.no_grad():
+            return m(x, y)[1].item()
+    return impl
+
+
+def _zero_position(out, h):
+    out[:, :, h] = 0
+
+
+def _zero_channel(out, h):
+    out[..., h] = 0
+
+
+def _mean_head(out, h):
+    out[:, h] = out[:, h].mean(dim=(0, 1), keepdim=True)
+
+
+def _interleaved(model, heads, x, y):
+    H = model.config.n_head
+
+    def edit(m):
+        for layer, head in heads:
+            m.blocks[layer].attn.c_proj.weight[:, head::H] = 0
+    return _loss64(model, x, y, (), edit)
+
+
+ABL_BUGS = [
+    Bug("ablate_position_axis", "把错误的轴置零了：heads 的输出是 (B, n_head, n, d_head)，头 h 是 out[:, h]；out[:, :, h] 去掉的是位置 h。",
+        "the wrong axis is zeroed: the heads' output is (B, n_head, n, d_head) and head h is out[:, h]; "
+        "out[:, :, h] removes position h.",
+        _hooked(_zero_position)),
+    Bug("ablate_head_dim_axis", "把错误的轴置零了：out[..., h] 去掉的是每个头的第 h 个通道；头 h 是 out[:, h]。",
+        "the wrong axis is zeroed: out[..., h] removes channel h of every head; head h is out[:, h].",
+        _hooked(_zero_channel)),
+    Bug("ablate_interleaved_channels", "在 W_O 的输入上按交错的通道去掉了头（h, h + n_head, …）：头 h 占连续的通道 h·d_head : (h+1)·d_head。",
+        "the head is removed from interleaved channels of W_O's input (h, h + n_head, …); head h holds the "
+        "contiguous channels h·d_head : (h+1)·d_head.", _interleaved),
+    Bug("ablate_ignores_layer", "没有看层号：头 h 在每一层都被去掉了，只应去掉给定那一层的。",
+        "the layer is ignored: head h is removed in every layer, not only in the given one.",
+        lambda m, hs, x, y: _loss64(m, x, y, [(l, h) for _, h in hs for l in range(m.config.n_layer)])),
+    Bug("ablate_layer_head_swapped", "(layer, head) 的顺序读反了：每一对是 (层, 头)。", "the pairs are read as (head, layer); each pair is (layer, head).",
+        lambda m, hs, x, y: _loss64(m, x, y, [(h, l) for l, h in hs])),
+    Bug("ablate_only_first_pair", "只去掉了列表里的第一个头（循环里提前 return / break？）。",
+        "only the first pair of the list is removed (an early return or break in the loop?).",
+        lambda m, hs, x, y: _loss64(m, x, y, hs[:1])),
+    Bug("ablate_late_binding", "每个钩子都去掉了同一个头：循环里的 lambda 在运行时才读 h，读到的都是最后一个值。"
+        "用默认参数固定它：lambda mod, inp, out, h=h: …",
+        "every hook removes the same head: a lambda in a loop reads h when it runs, so all see its last value. "
+        "Bind it with a default argument: lambda mod, inp, out, h=h: …",
+        lambda m, hs, x, y: _loss64(m, x, y, [(l, hs[-1][1]) for l, _ in hs])),
+    Bug("ablate_mean_not_zero", "用平均值代替了头的输出（均值消融）；本练习要把头的输出置零。",
+        "the head's output is replaced by its mean (mean ablation); this exercise zeroes the head's output.",
+        _hooked(_mean_head)),
+    Bug("ablate_returns_difference", "返回的是损失的变化（消融后减去原来的），要求返回消融后的损失本身。",
+        "this returns the change of the loss (ablated minus original); return the ablated loss itself.",
+        lambda m, hs, x, y: _loss64(m, x, y, hs) - _loss64(m, x, y)),
+]
+B_SWAPPED = next(b for b in ABL_BUGS if b.key == "ablate_layer_head_swapped")
+ABL_HINTS = [(lambda exc, line: isinstance(exc, IndexError) and "out of range" in str(exc), B_SWAPPED)]
+ABL_HOOKS_LEFT = Bug("ablate_hooks_left", "钩子没有移除：register_forward_hook 返回一个 handle，用完要 handle.remove()"
+                     "（放在 finally 里），否则模型以后一直缺着这些头。",
+                     "the hooks are never removed: register_forward_hook returns a handle; call handle.remove() "
+                     "(in a finally block), or the model keeps missing those heads from then on.")
+ABL_WEIGHTS = Bug("ablate_weights_changed", "改了模型的权重（例如把 W_O 的列置零）而没有恢复：练习要求通过前向钩子去掉头，模型本身保持不变。",
+                  "the model's weights were changed (e.g. W_O's columns zeroed) and not restored: remove the heads "
+                  "through forward hooks and leave the model itself unchanged.")
+
+
+def _n_hooks(model):
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+ABL_CASES = [  # (config, heads to remove)
+    (Config(n_ctx=16, n_layer=2, n_head=4, d_model=32), []),
+    (Config(n_ctx=16, n_layer=2, n_head=4, d_model=32), [(1, 2)]),
+    (Config(n_ctx=16, n_layer=2, n_head=4, d_model=32), [(0, 3), (1, 0)]),
+    (Config(n_ctx=16, n_layer=3, n_head=4, d_model=32), [(2, 1), (2, 3), (0, 1)]),
+    (Config(vocab_size=11, n_ctx=12, n_layer=3, n_head=2, d_model=24, mlp=True, pos="learned", ln=True), [(1, 1), (2, 0)]),
+    (Config(n_ctx=16, n_layer=2, n_head=3, d_model=24), [(0, 2), (0, 2)]),
+]
+
+
+def check_ablate_heads(ablate_heads) -> None:
+    what = "ablate_heads"
+    gen = seeded(904)
+    n = 0
+    for k, (cfg, heads) in enumerate(ABL_CASES):
+        model = _model(cfg, 910 + k)
+        x = torch.randint(cfg.vocab_size, (3, cfg.n_ctx - 2), generator=gen)
+        y = torch.randint(cfg.vocab_size, (3, cfg.n_ctx - 2), generator=gen)
+        before = {name: p.detach().clone() for name, p in model.state_dict().items()}
+        shape = f"n_layer={cfg.n_layer}, n_head={cfg.n_head}" + (t("，带 MLP 的 GPT", ", a GPT with MLPs") if cfg.mlp else "")
+        label = f"{what}(model [{shape}], heads={heads}, x, y)"
+        expected, base = ref_ablate_heads(model, heads, x, y), _loss64(model, x, y)
+        out = call(ablate_heads, model, list(heads), x, y, what=label, hints=ABL_HINTS)
+        n += 1
+        if isinstance(out, torch.Tensor) or not isinstance(out, float):
+            raise failure(t(f"{label}：返回值类型", f"{label}: type of the result"), "float",
+                          type(out).__name__, hint=t("返回 loss.item()。", "return loss.item()."))
+        if not close(out, expected, atol=1e-5, rtol=1e-5):
+            bug = diagnose(out, ABL_BUGS, model, heads, x, y, expected=expected,
+                           match=lambda a, b: close(a, b, 1e-5, 1e-5))
+            raise failure(label, f"{expected:.6f}", show(out), bug,
+                          hint=t("在 model.blocks[l].attn.heads 上注册前向钩子，把输出的 [:, h] 置零。",
+                                 "register a forward hook on model.blocks[l].attn.heads and zero [:, h] of its output."))
+        if _n_hooks(model):
+            raise failure(t(f"{label}：之后模型上还挂着钩子", f"{label}: hooks left on the model afterwards"), "0",
+                          str(_n_hooks(model)), ABL_HOOKS_LEFT)
+        changed = [name for name, p in model.state_dict().items() if not torch.equal(p, before[name])]
+        if changed:
+            raise failure(t(f"{label}：之后模型的参数", f"{label}: the model's parameters afterwards"),
+                          t("不变", "unchanged"), t(f"{changed[0]} 变了", f"{changed[0]} changed"), ABL_WEIGHTS)
+        with torch.no_grad():
+            again = model(x, y)[1].item()
+        if not close(again, base, 1e-5, 1e-5):
+            raise failure(t(f"{label}：之后完整模型的损失", f"{label}: the full model's loss afterwards"),
+                          f"{base:.6f}", f"{again:.6f}", ABL_HOOKS_LEFT)
+    passed(what, n)

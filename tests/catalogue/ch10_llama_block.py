@@ -1,0 +1,287 @@
+"""Known wrong answers (and correct variants) for ch10_llama_block.
+
+Each wrong answer must lose the points of the named test cells and its
+feedback must name the bug in plain words (the zh build is graded here)."""
+from harness import Variant
+
+RMS_HEAD = "def rms_norm(x, weight, eps=1e-6):\n"
+RMS_TAIL = '''
+
+class RMSNorm(nn.Module):
+    def __init__(self, d, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        return rms_norm(x, self.weight, self.eps)
+'''
+SWIGLU_INIT = '''class SwiGLU(nn.Module):
+    def __init__(self, d, d_ff):
+        super().__init__()
+        self.gate = nn.Linear(d, d_ff, bias=False)
+        self.up = nn.Linear(d, d_ff, bias=False)
+        self.down = nn.Linear(d_ff, d, bias=False)
+
+    def forward(self, x):
+'''
+REPEAT_HEAD = "def repeat_kv(x, n_rep):\n    B, n_kv, N, d_k = x.shape\n"
+
+ATT_INIT = '''from helpers.ch10_llama_block import apply_rope
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, d, n_head, n_kv_head, base=10000.0):
+        super().__init__()
+        if d % n_head or n_head % n_kv_head or (d // n_head) % 2:
+            raise ValueError(f"bad shapes: d={d}, n_head={n_head}, n_kv_head={n_kv_head}")
+        self.h, self.h_kv, self.d_k, self.base = n_head, n_kv_head, d // n_head, base
+        self.q_proj = nn.Linear(d, d, bias=False)
+        self.k_proj = nn.Linear(d, n_kv_head * self.d_k, bias=False)
+        self.v_proj = nn.Linear(d, n_kv_head * self.d_k, bias=False)
+        self.o_proj = nn.Linear(d, d, bias=False)
+
+    def forward(self, x):
+        B, N, d = x.shape
+'''
+ATT_FORWARD = '''        q = self.q_proj(x).view(B, N, self.h, self.d_k).transpose(1, 2)
+        k = self.k_proj(x).view(B, N, self.h_kv, self.d_k).transpose(1, 2)
+        v = self.v_proj(x).view(B, N, self.h_kv, self.d_k).transpose(1, 2)
+        pos = torch.arange(N)
+        q, k = apply_rope(q, pos, self.base), apply_rope(k, pos, self.base)
+        k, v = repeat_kv(k, self.h // self.h_kv), repeat_kv(v, self.h // self.h_kv)
+        s = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
+        s = s.masked_fill(torch.ones(N, N, dtype=torch.bool).triu(1), float("-inf"))
+        y = torch.softmax(s, dim=-1) @ v
+        return self.o_proj(y.transpose(1, 2).reshape(B, N, d))
+'''
+ATT_OK = ATT_INIT + ATT_FORWARD
+
+BLOCK_INIT = '''class LlamaBlock(nn.Module):
+    def __init__(self, d, n_head, n_kv_head, d_ff, eps=1e-6, base=10000.0):
+        super().__init__()
+        self.attn_norm = RMSNorm(d, eps)
+        self.attn = LlamaAttention(d, n_head, n_kv_head, base)
+        self.ffn_norm = RMSNorm(d, eps)
+        self.ffn = SwiGLU(d, d_ff)
+
+    def forward(self, x):
+'''
+
+
+def rms(body: str) -> dict:
+    return {"rms_norm": RMS_HEAD + body + RMS_TAIL}
+
+
+def swiglu(body: str) -> dict:
+    return {"swiglu": SWIGLU_INIT + body}
+
+
+def rep(body: str) -> dict:
+    return {"repeat_kv": REPEAT_HEAD + body}
+
+
+def att(code: str) -> dict:
+    return {"llama_attention": code}
+
+
+def block(body: str, init: str = BLOCK_INIT) -> dict:
+    return {"llama_block": init + body}
+
+
+BUGS = [
+    # rms_norm
+    Variant("rms_mean_subtracted", rms("    x = x - x.mean(-1, keepdim=True)\n"
+                                       "    return x / torch.sqrt((x ** 2).mean(-1, keepdim=True) + eps) * weight\n"),
+            lose=("test_rms_norm", "test_llama_block"), words=("减去了均值", "LayerNorm")),
+    Variant("rms_eps_outside", rms("    return x / (torch.sqrt((x ** 2).mean(-1, keepdim=True)) + eps) * weight\n"),
+            lose=("test_rms_norm",), words=("根号外面",)),
+    Variant("rms_no_sqrt", rms("    return x / ((x ** 2).mean(-1, keepdim=True) + eps) * weight\n"),
+            lose=("test_rms_norm",), words=("没有开根号",)),
+    Variant("rms_l2_norm", rms("    return x / torch.sqrt((x ** 2).sum(-1, keepdim=True) + eps) * weight\n"),
+            lose=("test_rms_norm",), words=("√d",)),
+    Variant("rms_uses_F_rms_norm", rms("    return F.rms_norm(x, (x.shape[-1],), weight, eps)\n"),
+            lose=("test_rms_norm",), words=("从零实现",)),
+    # SwiGLU
+    Variant("swiglu_silu_on_up", swiglu("        return self.down(self.gate(x) * F.silu(self.up(x)))\n"),
+            lose=("test_swiglu", "test_llama_block"), words=("up 分支",)),
+    Variant("swiglu_gelu", swiglu("        return self.down(F.gelu(self.gate(x)) * self.up(x))\n"),
+            lose=("test_swiglu",), words=("GELU", "SiLU")),
+    Variant("swiglu_bias_left_in", {"swiglu": SWIGLU_INIT.replace("self.gate = nn.Linear(d, d_ff, bias=False)",
+                                                                 "self.gate = nn.Linear(d, d_ff)")
+                                    + "        return self.down(F.silu(self.gate(x)) * self.up(x))\n"},
+            lose=("test_swiglu",), words=("bias",)),
+    Variant("swiglu_sigmoid", swiglu("        return self.down(torch.sigmoid(self.gate(x)) * self.up(x))\n"),
+            lose=("test_swiglu",), words=("sigmoid",)),
+    # repeat_kv
+    Variant("repeat_kv_tiled", rep("    return x.repeat(1, n_rep, 1, 1)\n"),
+            lose=("test_repeat_kv",), words=("i % n_kv_head", "i // n_rep")),
+    Variant("repeat_kv_token_axis", rep("    return x.repeat_interleave(n_rep, dim=2)\n"),
+            lose=("test_repeat_kv",), words=("dim=2",)),
+    # LlamaAttention
+    Variant("rope_on_v", att(ATT_OK.replace("q, k = apply_rope(q, pos, self.base), apply_rope(k, pos, self.base)",
+                                            "q, k, v = (apply_rope(a, pos, self.base) for a in (q, k, v))")),
+            lose=("test_llama_attention",), words=("v 上",)),
+    Variant("rope_before_head_split", att(ATT_INIT + '''        pos = torch.arange(N)
+        q = apply_rope(self.q_proj(x), pos, self.base).view(B, N, self.h, self.d_k).transpose(1, 2)
+        k = apply_rope(self.k_proj(x), pos, self.base).view(B, N, self.h_kv, self.d_k).transpose(1, 2)
+        v = self.v_proj(x).view(B, N, self.h_kv, self.d_k).transpose(1, 2)
+        k, v = repeat_kv(k, self.h // self.h_kv), repeat_kv(v, self.h // self.h_kv)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o_proj(y.transpose(1, 2).reshape(B, N, d))
+'''), lose=("test_llama_attention",), words=("拆头之前",)),
+    Variant("rope_on_token_axis_unsplit", att(ATT_OK.replace(
+        "q = self.q_proj(x).view(B, N, self.h, self.d_k).transpose(1, 2)",
+        "q = apply_rope(self.q_proj(x).view(B, N, self.h, self.d_k), torch.arange(N), self.base).transpose(1, 2)")),
+            lose=("test_llama_attention",), words=("倒数第二维",)),
+    Variant("rope_rotate_half", att(ATT_OK.replace(
+        "q, k = apply_rope(q, pos, self.base), apply_rope(k, pos, self.base)",
+        '''inv = self.base ** (-torch.arange(0, self.d_k, 2).double() / self.d_k)
+        ang = pos[:, None].double() * inv[None]
+        cos, sin = torch.cat([ang.cos()] * 2, -1).to(x.dtype), torch.cat([ang.sin()] * 2, -1).to(x.dtype)
+        half = lambda a: torch.cat([-a[..., self.d_k // 2:], a[..., :self.d_k // 2]], -1)
+        q, k = q * cos + half(q) * sin, k * cos + half(k) * sin''')),
+            lose=("test_llama_attention",), words=("rotate-half",)),
+    Variant("kv_heads_tiled_inline", att(ATT_OK.replace(
+        "k, v = repeat_kv(k, self.h // self.h_kv), repeat_kv(v, self.h // self.h_kv)",
+        "k, v = k.repeat(1, self.h // self.h_kv, 1, 1), v.repeat(1, self.h // self.h_kv, 1, 1)")),
+            lose=("test_llama_attention",), words=("i // n_rep",)),
+    Variant("attention_bias_left_in", att(ATT_OK.replace("self.q_proj = nn.Linear(d, d, bias=False)",
+                                                         "self.q_proj = nn.Linear(d, d)")),
+            lose=("test_llama_attention",), words=("bias",)),
+    Variant("rope_missing", att(ATT_OK.replace(
+        "        q, k = apply_rope(q, pos, self.base), apply_rope(k, pos, self.base)\n", "")),
+            lose=("test_llama_attention",), words=("没有用 RoPE",)),
+    Variant("assert_not_valueerror", att(ATT_OK.replace(
+        '        if d % n_head or n_head % n_kv_head or (d // n_head) % 2:\n'
+        '            raise ValueError(f"bad shapes: d={d}, n_head={n_head}, n_kv_head={n_kv_head}")\n',
+        '        assert d % n_head == 0 and n_head % n_kv_head == 0 and (d // n_head) % 2 == 0\n')),
+            lose=("test_llama_attention",), words=("assert", "ValueError")),
+    # LlamaBlock
+    Variant("post_norm", block('''        x = self.attn_norm(x + self.attn(x))
+        return self.ffn_norm(x + self.ffn(x))
+'''), lose=("test_llama_block",), words=("Post-norm",)),
+    Variant("residual_from_normalised", block('''        x = self.attn_norm(x)
+        x = x + self.attn(x)
+        x = self.ffn_norm(x)
+        return x + self.ffn(x)
+'''), lose=("test_llama_block",), words=("归一化之后的 x",)),
+    Variant("ffn_residual_missing", block('''        x = x + self.attn(self.attn_norm(x))
+        return self.ffn(self.ffn_norm(x))
+'''), lose=("test_llama_block",), words=("FFN 子层少了残差",)),
+    Variant("eps_not_passed", block('''        x = x + self.attn(self.attn_norm(x))
+        return x + self.ffn(self.ffn_norm(x))
+''', init=BLOCK_INIT.replace("RMSNorm(d, eps)", "RMSNorm(d)")), lose=("test_llama_block",), words=("eps 没有传给",)),
+    Variant("layernorm_in_block", block('''        x = x + self.attn(self.attn_norm(x))
+        return x + self.ffn(self.ffn_norm(x))
+''', init=BLOCK_INIT.replace("RMSNorm(d, eps)", "nn.LayerNorm(d, eps=eps)")), lose=("test_llama_block",),
+            words=("bias",)),
+]
+
+CORRECT = [
+    # rms_norm
+    Variant("ok_rms_rsqrt", rms("    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight\n")),
+    Variant("ok_rms_float32_inside", rms('''    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(x.dtype)
+''')),
+    Variant("ok_rms_sum_over_d", rms('''    d = x.shape[-1]
+    return weight * x / ((x * x).sum(dim=-1, keepdim=True) / d + eps) ** 0.5
+''')),
+    # SwiGLU
+    Variant("ok_swiglu_sigmoid_by_hand", swiglu('''        g = self.gate(x)
+        return self.down(g * torch.sigmoid(g) * self.up(x))
+''')),
+    Variant("ok_swiglu_nn_silu", {"swiglu": '''class SwiGLU(nn.Module):
+    def __init__(self, d, d_ff):
+        super().__init__()
+        self.gate, self.up = nn.Linear(d, d_ff, bias=False), nn.Linear(d, d_ff, bias=False)
+        self.down = nn.Linear(d_ff, d, bias=False)
+        self.act = nn.SiLU()
+
+    def forward(self, x):
+        return self.down(self.act(self.gate(x)).mul(self.up(x)))
+'''}),
+    Variant("ok_swiglu_functional", swiglu('''        g = F.linear(x, self.gate.weight)
+        u = F.linear(x, self.up.weight)
+        return F.linear(F.silu(g) * u, self.down.weight)
+''')),
+    # repeat_kv
+    Variant("ok_repeat_interleave", rep("    return torch.repeat_interleave(x, n_rep, dim=1)\n")),
+    Variant("ok_repeat_index", rep("    return x[:, torch.arange(n_kv * n_rep) // n_rep]\n")),
+    Variant("ok_repeat_stack", rep('''    if n_rep == 1:
+        return x
+    return torch.stack([x] * n_rep, dim=2).flatten(1, 2)
+''')),
+    # LlamaAttention
+    Variant("ok_attention_sdpa_gqa", att(ATT_OK.replace('''        s = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
+        s = s.masked_fill(torch.ones(N, N, dtype=torch.bool).triu(1), float("-inf"))
+        y = torch.softmax(s, dim=-1) @ v
+''', '''        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+'''))),
+    Variant("ok_attention_einsum_groups", att(ATT_INIT + '''        g = self.h // self.h_kv
+        q = self.q_proj(x).reshape(B, N, self.h_kv, g, self.d_k).permute(0, 2, 3, 1, 4)   # (B, kv, g, N, d_k)
+        k = self.k_proj(x).reshape(B, N, self.h_kv, self.d_k).transpose(1, 2)             # (B, kv, N, d_k)
+        v = self.v_proj(x).reshape(B, N, self.h_kv, self.d_k).transpose(1, 2)
+        pos = torch.arange(N)
+        q, k = apply_rope(q, pos, self.base), apply_rope(k, pos, self.base)
+        s = torch.einsum("bkgqc,bknc->bkgqn", q, k) * self.d_k ** -0.5
+        s = s.masked_fill(torch.triu(torch.ones(N, N, dtype=torch.bool), 1), -1e9)
+        y = torch.einsum("bkgqn,bknc->bqkgc", s.softmax(-1), v)
+        return self.o_proj(y.reshape(B, N, d))
+''')),
+    Variant("ok_attention_loop_heads", att(ATT_INIT + '''        pos = torch.arange(N)
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        mask = torch.tril(torch.ones(N, N, dtype=torch.bool))
+        outs = []
+        for i in range(self.h):
+            j = i // (self.h // self.h_kv)
+            qi = apply_rope(q[..., i * self.d_k:(i + 1) * self.d_k], pos, self.base)
+            kj = apply_rope(k[..., j * self.d_k:(j + 1) * self.d_k], pos, self.base)
+            s = (qi @ kj.transpose(1, 2)) / math.sqrt(self.d_k)
+            s = torch.where(mask, s, torch.tensor(float("-inf"), dtype=s.dtype))
+            outs.append(torch.softmax(s, -1) @ v[..., j * self.d_k:(j + 1) * self.d_k])
+        return self.o_proj(torch.cat(outs, dim=-1))
+''')),
+    # LlamaBlock
+    Variant("ok_block_two_steps", block('''        h = x + self.attn(self.attn_norm(x))
+        out = h + self.ffn(self.ffn_norm(h))
+        return out
+''')),
+    Variant("ok_block_list", {"llama_block": '''class LlamaBlock(nn.Module):
+    def __init__(self, d, n_head, n_kv_head, d_ff, eps=1e-6, base=10000.0):
+        super().__init__()
+        self.attn_norm, self.ffn_norm = RMSNorm(d, eps=eps), RMSNorm(d, eps=eps)
+        self.attn, self.ffn = LlamaAttention(d, n_head, n_kv_head, base=base), SwiGLU(d, d_ff)
+
+    def forward(self, x):
+        for norm, sub in ((self.attn_norm, self.attn), (self.ffn_norm, self.ffn)):
+            x = x + sub(norm(x))
+        return x
+'''}),
+    Variant("ok_block_own_norm_module", {"llama_block": '''class _Norm(nn.Module):
+    def __init__(self, d, eps):
+        super().__init__()
+        self.weight, self.eps = nn.Parameter(torch.ones(d)), eps
+
+    def forward(self, x):
+        return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+
+''' + BLOCK_INIT.replace("RMSNorm(d, eps)", "_Norm(d, eps)") + '''        x = x + self.attn(self.attn_norm(x))
+        return x + self.ffn(self.ffn_norm(x))
+'''}),
+]
+
+WIDGET = dict(cell="llama.gqa_explorer", labels=("n_kv_head", "GiB"), ipywidgets=True,
+              keep=("from helpers import ch10_llama_block as llama",))
+
+
+def check_widget(target, text):
+    """The widget's first state: LLaMA-2 70B with 8 KV heads, from the chapter's helpers."""
+    from helpers import ch10_llama_block as llama
+    from helpers.i18n import set_language
+
+    set_language("zh")
+    assert f"{llama.model_kv_gib(8):.2f} GiB" in text, text
+    assert f"{llama.gqa_attention_params(8192, 64, 8):,}" in text, text

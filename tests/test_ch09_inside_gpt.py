@@ -1,0 +1,208 @@
+"""Unit tests for helpers.ch09_inside_gpt and the references of grading.ch09_inside_gpt."""
+from __future__ import annotations
+
+import copy
+import re
+
+import matplotlib
+import nbformat
+import pytest
+import torch
+
+matplotlib.use("Agg")
+
+from harness import ROOT, _strip_markers  # noqa: E402
+
+from grading import ch09_inside_gpt as g  # noqa: E402
+from grading.core import GradingFailure  # noqa: E402
+from helpers import ch09_inside_gpt as inside  # noqa: E402
+from helpers import set_language
+
+CHAPTER = "ch09_inside_gpt"
+CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+def _solutions(replace=None) -> dict:
+    nb = nbformat.read(ROOT / "source" / CHAPTER / f"{CHAPTER}.ipynb", as_version=4)
+    ns: dict = {"torch": torch}
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type == "code" and meta.get("solution"):
+            src = (replace or {}).get(meta["grade_id"], _strip_markers(cell.source))
+            exec(compile(src, f"/tmp/ipykernel_course/{meta['grade_id']}.py", "exec", dont_inherit=True), ns)
+    return ns
+
+
+# ---------------------------------------------------------------- helpers: models and data
+
+def test_repeated_batch_is_a_block_and_its_copy():
+    x, y = inside.repeated_batch(5, 7, generator=torch.Generator().manual_seed(0))
+    assert x.shape == y.shape == (5, 13)
+    seq = torch.cat([x, y[:, -1:]], dim=1)
+    assert torch.equal(seq[:, :7], seq[:, 7:])
+    assert torch.equal(x[:, 1:], y[:, :-1])
+    assert int(x.max()) < 26
+
+
+def test_periodic_batch_repeats_with_each_sequences_own_period():
+    x, y = inside.periodic_batch(64, 32, periods=(2, 16), generator=torch.Generator().manual_seed(1))
+    assert x.shape == (64, 32)
+    seq = torch.cat([x, y[:, -1:]], dim=1)
+    periods = {inside.guess_period(row.tolist()) for row in seq}
+    assert len(periods) > 5 and max(periods) <= 16
+
+
+def test_guess_period():
+    assert inside.guess_period([1, 2, 3, 1, 2, 3]) == 3
+    assert inside.guess_period([1, 2, 3, 4]) is None
+    assert inside.guess_period(inside.encode("a cat sat a cat sat")) == 7
+
+
+def test_attention_is_causal_rows_sum_to_one_and_layout():
+    model = inside.test_model(seed=2)
+    x, _ = inside.repeated_batch(3, 5, generator=torch.Generator().manual_seed(2))
+    a = model.attention(x)
+    assert a.shape == (2, 3, 4, 9, 9)
+    assert torch.allclose(a.sum(-1), torch.ones(2, 3, 4, 9), atol=1e-5)
+    assert torch.all(a.triu(1) == 0)
+
+
+def test_heads_hook_point_holds_each_head_before_the_merge():
+    """Zeroing [:, h] at attn.heads equals zeroing W_O's columns of head h (the documented layout)."""
+    model = inside.test_model(seed=3)
+    x, y = inside.repeated_batch(2, 6, generator=torch.Generator().manual_seed(3))
+    seen = []
+    handle = model.blocks[0].attn.heads.register_forward_hook(lambda m, i, o: seen.append(o.shape))
+    model(x)
+    handle.remove()
+    assert seen == [(2, 4, 11, 16)]
+    assert g.ref_ablate_heads(model, [(0, 2)], x, y) != pytest.approx(g.ref_ablate_heads(model, [], x, y), abs=1e-3)
+    ns = _solutions()
+    assert ns["ablate_heads"](model, [(0, 2)], x, y) == pytest.approx(g.ref_ablate_heads(model, [(0, 2)], x, y), rel=1e-5)
+
+
+def test_char_gpt_state_dict_has_chapter_7_names_and_round_trips(tmp_path):
+    model = inside.TinyGPT(inside.char_config(vocab_size=10, n_ctx=8, n_layer=1, n_head=2, d_model=8))
+    names = set(model.state_dict())
+    for key in ("wte.weight", "wpe.weight", "blocks.0.ln_1.weight", "blocks.0.attn.c_attn.weight",
+                "blocks.0.attn.c_proj.weight", "blocks.0.ln_2.weight", "blocks.0.mlp.c_fc.weight",
+                "blocks.0.mlp.c_proj.weight", "ln_f.weight", "lm_head.weight"):
+        assert key in names
+    assert model.lm_head.weight is model.wte.weight
+    path = tmp_path / "ch07_model.pt"
+    inside.save_char_gpt(model, "abcdefghij", path)
+    loaded, chars, where = inside.load_char_gpt([str(tmp_path / "missing.pt"), str(path)])
+    assert chars == "abcdefghij" and where == str(path)
+    idx = torch.randint(10, (2, 8))
+    assert torch.allclose(loaded(idx)[0], model.eval()(idx)[0])
+    assert inside.load_char_gpt([str(tmp_path / "missing.pt")]) is None
+
+
+def test_toy_training_is_deterministic_and_lowers_the_loss():
+    a, b = inside.TinyGPT(inside.Config()), inside.TinyGPT(inside.Config())
+    b.load_state_dict(a.state_dict())
+    la, _ = inside.train_toy(a, steps=30, progress=False)
+    lb, _ = inside.train_toy(b, steps=30, progress=False)
+    assert la == lb
+    assert sum(la[-5:]) / 5 < la[0]
+
+
+def test_word_start_score():
+    text = "ab cde"
+    n = len(text)
+    attn = torch.zeros(1, 1, 2, n, n)
+    attn[0, 0, 0] = torch.eye(n)
+    starts = [0, 0, 2, 3, 3, 3]
+    for i, s in enumerate(starts):
+        attn[0, 0, 1, i, s] = 1.0
+    ws = inside.word_start_score(attn, text)
+    assert ws.shape == (1, 2)
+    assert ws[0, 0].item() == pytest.approx(0.0) and ws[0, 1].item() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_figures_and_static_explorer_draw(lang):
+    import matplotlib.pyplot as plt
+    set_language(lang)
+    ns = _solutions()
+    model = inside.test_model(seed=4)
+    x, y = inside.repeated_batch(4, 8, generator=torch.Generator().manual_seed(4))
+    a = model.attention(x)
+    figs = [inside.loss_position_figure(inside.loss_per_position(model, x, y), 8, 3.26),
+            inside.scores_figure({"p": ns["prev_token_score"](a), "i": ns["induction_score"](a, 8)}),
+            inside.patterns_figure(a, [("a", (0, 1)), ("b", (1, 2))], "abcdefghabcdefg"),
+            inside.ablation_figure(torch.randn(2, 4), 1.0),
+            inside.head_explorer_figure(model, "abcabc", ns["prev_token_score"], ns["induction_score"])]
+    assert len(figs[-1].axes) == 8
+    for fig in figs:
+        plt.close(fig)
+
+
+# ---------------------------------------------------------------- grading references
+
+def test_references_agree_with_vectorised_formulas():
+    gen = torch.Generator().manual_seed(0)
+    a = g._attention(gen, 2, 3, 4, 9)
+    i = torch.arange(1, 9)
+    assert torch.allclose(g.ref_prev_token_score(a), a[..., i, i - 1].mean(dim=(1, 3)))
+    i = torch.arange(3, 9)
+    assert torch.allclose(g.ref_induction_score(a, 3), a[..., i, i - 2].mean(dim=(1, 3)))
+
+
+def test_ablation_reference_equals_hooks_and_every_bug_differs():
+    cfg, heads = inside.Config(n_ctx=16, n_layer=4, n_head=4, d_model=32), [(2, 1), (0, 3)]
+    model = g._model(cfg, 5)
+    x = torch.randint(cfg.vocab_size, (3, 10))
+    y = torch.randint(cfg.vocab_size, (3, 10))
+    ns = _solutions()
+    want = g.ref_ablate_heads(model, heads, x, y)
+    assert ns["ablate_heads"](model, heads, x, y) == pytest.approx(want, rel=1e-5)
+    for bug in g.ABL_BUGS:
+        assert abs(bug.impl(model, heads, x, y) - want) > 1e-3, bug.key
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_solution_passes_every_hidden_check(lang, capsys):
+    set_language(lang)
+    ns = _solutions()
+    g.check_prev_token_score(ns["prev_token_score"])
+    g.check_induction_score(ns["induction_score"])
+    g.check_ablate_heads(ns["ablate_heads"])
+    out = capsys.readouterr().out
+    assert out.count("✓") == 3
+    assert bool(CJK.search(out)) == (lang == "zh")
+
+
+BUG_CASES = [  # (grade id, code, check, zh words, en words)
+    ("induction_score", "def induction_score(attn, period):\n    n = attn.shape[-1]\n    i = torch.arange(period, n)\n"
+     "    return attn[..., i, i - period].mean(dim=(1, 3))\n", "check_induction_score",
+     "前一次出现的那个 token 本身", "earlier occurrence itself"),
+    ("prev_token_score", "def prev_token_score(attn):\n    return attn.diagonal(-1, -2, -1).sum(-1).mean(1) / attn.shape[-1]\n",
+     "check_prev_token_score", "位置 0 也算进了平均", "position 0 is counted"),
+    ("ablate_heads", "def ablate_heads(model, heads, x, y):\n    for l, h in heads:\n"
+     "        model.blocks[l].attn.heads.register_forward_hook(lambda m, i, o, h=h: o.index_fill(1, torch.tensor([h]), 0.0))\n"
+     "    with torch.no_grad():\n        return model(x, y)[1].item()\n", "check_ablate_heads",
+     "钩子没有移除", "hooks are never removed"),
+]
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+@pytest.mark.parametrize("gid,code,check,zh,en", BUG_CASES, ids=[c[0] for c in BUG_CASES])
+def test_bugs_are_named_in_both_languages(lang, gid, code, check, zh, en):
+    set_language(lang)
+    ns = _solutions({gid: code})
+    with pytest.raises(GradingFailure) as err:
+        getattr(g, check)(ns[gid])
+    msg = str(err.value)
+    assert (zh if lang == "zh" else en) in msg
+    if lang == "en":
+        assert not CJK.search(msg)
+
+
+def test_model_is_untouched_by_the_reference():
+    model = g._model(g.ABL_CASES[1][0], 1)
+    before = copy.deepcopy(model.state_dict())
+    x = torch.randint(26, (2, 8))
+    g.ref_ablate_heads(model, [(0, 1)], x, x)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert g._n_hooks(model) == 0

@@ -1,0 +1,187 @@
+"""Fast checks of ch10_llama_block's helpers and grading references: the
+read-only RoPE keeps chapter 4's contract, the rotate-half permutation maps
+our layout onto Hugging Face's, the references agree with transformers'
+modules, and the model solution passes every hidden check in both languages
+while known bugs are named in both."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from test_grading_inprocess import run_check, solution_namespace
+from torch import nn
+
+from grading import ch10_llama_block as g
+from grading.core import GradingFailure
+from helpers import ch10_llama_block as llama
+from helpers.i18n import set_language
+
+CHAPTER = "ch10_llama_block"
+
+
+@pytest.fixture(autouse=True)
+def _zh_after():
+    yield
+    set_language("zh")
+
+
+def _pairs_by_hand(x, pos, base=10000.0):
+    d = x.shape[-1]
+    out = x.clone()
+    for m in range(x.shape[-2]):
+        for i in range(d // 2):
+            a = float(pos[m]) * base ** (-2 * i / d)
+            x0, x1 = x[..., m, 2 * i], x[..., m, 2 * i + 1]
+            out[..., m, 2 * i] = x0 * math.cos(a) - x1 * math.sin(a)
+            out[..., m, 2 * i + 1] = x0 * math.sin(a) + x1 * math.cos(a)
+    return out
+
+
+def test_apply_rope_keeps_chapter_4_contract():
+    x = torch.randn(2, 3, 5, 8, dtype=torch.float64)
+    pos = torch.tensor([0, 1, 2, 7, 100])
+    assert torch.allclose(llama.apply_rope(x, pos), _pairs_by_hand(x, pos), atol=1e-12)
+    assert torch.allclose(llama.apply_rope(x, pos, base=50.0), _pairs_by_hand(x, pos, 50.0), atol=1e-12)
+    x32 = x.float()
+    assert llama.apply_rope(x32, pos).dtype == torch.float32
+    with pytest.raises(ValueError):
+        llama.apply_rope(torch.randn(4, 3, 8), torch.arange(4))      # tokens must be on axis -2
+    with pytest.raises(ValueError):
+        llama.apply_rope(torch.randn(3, 7), torch.arange(3))         # odd width
+
+
+def test_permutation_maps_adjacent_pairs_onto_rotate_half():
+    p = llama.rotate_half_permutation(8)
+    assert p.tolist() == [0, 2, 4, 6, 1, 3, 5, 7]
+    x, pos = torch.randn(3, 6, 8, dtype=torch.float64), torch.arange(6)
+    assert torch.allclose(llama.apply_rope(x, pos)[..., p], llama.rotate_half_rope(x[..., p], pos), atol=1e-12)
+    assert not torch.allclose(llama.apply_rope(x, pos), llama.rotate_half_rope(x, pos), atol=1e-3)
+    w = torch.arange(2 * 8 * 3, dtype=torch.float64).reshape(16, 3)
+    rows = llama.permute_rows(w, 2)
+    assert torch.equal(rows[:8], w[:8][p]) and torch.equal(rows[8:], w[8:][p])
+
+
+def test_hf_rotary_object_matches_reference_rope():
+    """transformers' own rotate-half with the permuted rows equals our pairs."""
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+    cfg = llama.hf_config(16, 2, 1, 8)
+    q = torch.randn(1, 2, 5, 8, dtype=torch.float64)
+    cos, sin = LlamaRotaryEmbedding(cfg)(q, torch.arange(5)[None])
+    p = llama.rotate_half_permutation(8)
+    theirs, _ = apply_rotary_pos_emb(q[..., p], q[..., p], cos, sin)
+    assert torch.allclose(theirs, g.ref_rope_pairs(q, torch.arange(5), 10000.0)[..., p], atol=1e-6)
+
+
+def _weights(d, n_head, n_kv, d_ff, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    d_k = d // n_head
+    r = lambda *s: 0.3 * torch.randn(*s, generator=gen, dtype=torch.float64)  # noqa: E731
+    return dict(attn_norm=1 + r(d), q=r(d, d), k=r(n_kv * d_k, d), v=r(n_kv * d_k, d), o=r(d, d),
+                ffn_norm=1 + r(d), gate=r(d_ff, d), up=r(d_ff, d), down=r(d, d_ff))
+
+
+@pytest.mark.parametrize("d,n_head,n_kv,d_ff,eps", [(16, 4, 2, 40, 1e-6), (24, 6, 1, 32, 0.1), (16, 2, 2, 8, 1e-5)])
+def test_reference_block_equals_llama_decoder_layer(d, n_head, n_kv, d_ff, eps):
+    w = _weights(d, n_head, n_kv, d_ff)
+    x = torch.randn(2, 7, d, dtype=torch.float64)
+    ours = g.ref_block(x, w, n_head, n_kv, eps, 10000.0)
+    theirs = llama.hf_layer_forward(llama.hf_decoder_layer(d, n_head, n_kv, d_ff, eps, weights=w), x)
+    assert g._hf_close(ours, theirs)
+    att = llama.hf_attention_forward(llama.hf_decoder_layer(d, n_head, n_kv, d_ff, eps, weights=w), x)
+    assert g._hf_close(g.ref_attention(x, w["q"], w["k"], w["v"], w["o"], n_head, n_kv), att)
+
+
+def test_reference_pieces_against_transformers():
+    from transformers.models.llama.modeling_llama import repeat_kv
+    x = torch.randn(3, 5, 12, dtype=torch.float64)
+    norm = llama.hf_rms_norm(12, eps=1e-5)
+    assert g._hf_close(g.ref_rms_norm(x, norm.weight, 1e-5), norm(x))
+    w = _weights(12, 2, 1, 20)
+    mlp = llama.hf_mlp(12, 20, w["gate"], w["up"], w["down"])
+    assert torch.allclose(g.ref_swiglu(x, w["gate"], w["up"], w["down"]), mlp(x), atol=1e-12)
+    kv = torch.randn(2, 3, 4, 5, dtype=torch.float64)
+    assert torch.equal(g.ref_repeat_kv(kv, 4), repeat_kv(kv, 4))
+
+
+def test_every_known_bug_differs_from_the_reference():
+    x = torch.randn(2, 6, 16, dtype=torch.float64)
+    w = _weights(16, 4, 2, 24)
+    right = g.ref_attention(x, w["q"], w["k"], w["v"], w["o"], 4, 2)
+    for bug in g.ATT_BUGS:
+        assert not g.near(bug.impl(x, w["q"], w["k"], w["v"], w["o"], 4, 2), right), bug.key
+    right = g.ref_block(x, w, 4, 2, 0.1, 10000.0)
+    for bug in g.BLOCK_BUGS:
+        assert not g.near(bug.impl(x * 0.3, w, 4, 2, 0.1, 10000.0), g.ref_block(x * 0.3, w, 4, 2, 0.1, 1e4)), bug.key
+    small, weight = torch.randn(3, 8, dtype=torch.float64) * 1e-4, torch.linspace(0.5, 2.0, 8, dtype=torch.float64)
+    for bug in g.RMS_BUGS:
+        assert not g.near(bug.impl(small, weight, 1e-6), g.ref_rms_norm(small, weight)), bug.key
+
+
+def test_costs_match_chapter_6_and_measured_bytes():
+    ns = solution_namespace(CHAPTER, {})
+    block = ns["LlamaBlock"](64, 8, 8, 176)
+    assert llama.count(block) == sum(llama.llama_block_terms(64, 176).values())
+    gqa = ns["LlamaBlock"](64, 8, 2, 176)
+    assert llama.count(gqa) == 2 * 64 + llama.gqa_attention_params(64, 8, 2) + 3 * 64 * 176
+    assert sum(llama.llama_block_terms(4096, 11008).values()) == 202_383_360
+    x = torch.randn(1, 100, 64).half()
+    assert llama.measured_kv_bytes(ns["LlamaAttention"](64, 8, 2).half(), x) == 2 * 100 * 2 * 8 * 2
+    assert llama.model_kv_gib(64) == pytest.approx(10.0) and llama.model_kv_gib(8) == pytest.approx(1.25)
+
+
+def test_race_models_have_matching_sizes_and_train():
+    ns = solution_namespace(CHAPTER, {})
+    gpt, lm, d_ff = llama.race_models(lambda f: ns["LlamaBlock"](96, 4, 2, f), vocab_size=65)
+    assert abs(llama.count(gpt) - llama.count(lm)) <= 3 * 3 * 96 * 8
+    assert not any(isinstance(m, nn.Linear) and m.bias is not None for m in lm.modules())
+    idx = torch.randint(65, (2, 10))
+    for model in (gpt, lm):
+        logits, loss = model(idx, idx)
+        assert logits.shape == (2, 10, 65) and abs(loss.item() - math.log(65)) < 0.5
+    data = torch.arange(200)
+    x, y = llama.windows(data, 8, 4, torch.Generator().manual_seed(0))
+    assert torch.equal(y, x + 1)
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_solution_passes_every_hidden_check(lang, capsys):
+    set_language(lang)
+    ns = solution_namespace(CHAPTER, {})
+    for test_id in ("test_rms_norm", "test_swiglu", "test_repeat_kv", "test_llama_attention", "test_llama_block"):
+        run_check(CHAPTER, test_id, ns)
+    out = capsys.readouterr().out
+    assert out.count("✓") == 5
+    assert ("隐藏检查" in out) == (lang == "zh")
+
+
+BUGGY = {
+    "rms_norm": ("def rms_norm(x, weight, eps=1e-6):\n    return x / (x.pow(2).mean(-1, keepdim=True).sqrt() + eps) * weight\n"
+                 "\n\nclass RMSNorm(nn.Module):\n    def __init__(self, d, eps=1e-6):\n        super().__init__()\n"
+                 "        self.eps, self.weight = eps, nn.Parameter(torch.ones(d))\n\n    def forward(self, x):\n"
+                 "        return rms_norm(x, self.weight, self.eps)\n",
+                 "test_rms_norm", "根号外面", "outside the square root"),
+    "repeat_kv": ("def repeat_kv(x, n_rep):\n    return x.repeat(1, n_rep, 1, 1)\n", "test_repeat_kv",
+                  "i % n_kv_head", "wrong order"),
+}
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+@pytest.mark.parametrize("gid", sorted(BUGGY))
+def test_bugs_named_in_both_languages(gid, lang):
+    set_language(lang)
+    code, test_id, zh, en = BUGGY[gid]
+    ns = solution_namespace(CHAPTER, {gid: code})
+    with pytest.raises(GradingFailure) as err:
+        run_check(CHAPTER, test_id, ns)
+    assert (zh if lang == "zh" else en) in str(err.value)
+
+
+def test_gqa_summary_and_figures():
+    set_language("en")
+    text = llama.gqa_summary(8)
+    assert "1.25 GiB" in text and "12.5%" in text and f"{llama.gqa_attention_params(8192, 64, 8):,}" in text
+    import matplotlib
+    matplotlib.use("Agg")
+    for fig in (llama.gqa_figure(8), llama.layouts_figure(8)):
+        assert fig.axes
