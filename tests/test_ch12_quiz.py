@@ -198,3 +198,27 @@ def test_numeric_keys_are_the_chapters_formulas():
     assert gpt2_params(12, 768, 50257, 1024) == 124_439_808          # ch06: GPT-2 small
     assert gpt2_params(**GPT2_MEDIUM) == 354_823_168                   # the published GPT-2 medium count
     assert kv_cache_bytes(32, 4096, 4096, 2) == 2 * 1024 ** 3
+
+
+
+def test_later_chapters_keys_agree_with_those_chapters_references():
+    import torch
+
+    from grading.ch09_inside_gpt import ref_prev_token_score
+    from grading.ch10_llama_block import ref_repeat_kv
+    from grading.ch12_quiz import QUESTIONS, gqa_cache_bytes, repeat_kv_source, swiglu_params, uniform_prev_token_score
+    from helpers.ch10_llama_block import model_kv_gib
+
+    # q25: chapter 9's own score of a uniform causal head (shape n_layer, B, n_head, n, n)
+    allowed = torch.ones(8, 8, dtype=torch.float64).tril()
+    uniform = (allowed / allowed.sum(-1, keepdim=True)).expand(1, 1, 1, 8, 8)
+    assert abs(float(ref_prev_token_score(uniform)[0, 0]) - uniform_prev_token_score(8)) < 1e-12
+    assert abs(QUESTIONS["q25_uniform_prev"].key() - 0.2454) < 1e-4
+    # q28: LLaMA-2 7B's FFN, three bias-free matrices
+    assert swiglu_params(4096, 11008) == 3 * 4096 * 11008 == QUESTIONS["q28_swiglu_params"].key()
+    # q29: chapter 10's GQA cache for LLaMA-2 70B is 1.25 GiB
+    assert gqa_cache_bytes(80, 4096, 8, 128, 2) == 1.25 * 2 ** 30
+    assert abs(model_kv_gib(8) - 1.25) < 1e-9
+    # q30: the head order of chapter 10's repeat_kv
+    heads = torch.arange(2.0).view(1, 2, 1, 1)
+    assert int(ref_repeat_kv(heads, 4)[0, 6, 0, 0]) == repeat_kv_source(6, n_head=8, n_kv_head=2) == 1

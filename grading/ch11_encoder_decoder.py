@@ -1,0 +1,697 @@
+"""Hidden tests of ch11_encoder_decoder: padding_mask, cross_attention,
+EncoderLayer, DecoderLayer, greedy_decode.
+
+The references are written here in float64, head by head from the weights of
+the student's nn.MultiheadAttention modules; the layers are also loaded into
+torch's own nn.TransformerEncoderLayer / nn.TransformerDecoderLayer
+(norm_first=True, batch_first=True, GELU, no dropout) and compared. Known bugs
+are switches of the references.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from helpers.i18n import t
+
+from .core import (
+    ATTENTION_FAMILY,
+    Bug,
+    GradingFailure,
+    as_f64,
+    call,
+    close,
+    diagnose,
+    failure,
+    forbidden,
+    passed,
+    seeded,
+    show,
+)
+
+# ================================================================ padding_mask
+
+PAD_BUGS = [
+    Bug("padding_mask_inverted",
+        "掩码反了：True 标在了填充位置上。本课程的约定是 True = 真实 token（可以被关注），"
+        "所以位置 j 为 True 当且仅当 j < lengths[b]。",
+        "the mask is inverted: True marks the padding. The course's convention is True = a real token "
+        "(may be attended to), so position j is True exactly when j < lengths[b].",
+        lambda lengths, n: torch.arange(n) >= lengths[:, None]),
+    Bug("padding_mask_off_by_one",
+        "差一位：用了 j <= lengths[b]，把第一个填充位置也当成了真实 token。长度为 L 的序列占位置 0…L−1。",
+        "off by one: j <= lengths[b] counts the first padding position as real. A sequence of length L "
+        "occupies positions 0…L−1.",
+        lambda lengths, n: torch.arange(n) <= lengths[:, None]),
+    Bug("padding_mask_left_padded",
+        "把填充放在了左边（True 在序列末尾）：本章的批次是右填充的，真实 token 在前、<pad> 在后。",
+        "the padding is put on the left (True at the end of the row): this chapter's batches are padded on "
+        "the right, real tokens first and <pad> after them.",
+        lambda lengths, n: torch.arange(n) >= n - lengths[:, None]),
+]
+B_PAD_SHAPE_T = Bug("padding_mask_transposed",
+                    "形状转置了：结果是 (n, B)。应为 (B, n)：每个序列一行，例如 arange(n)[None, :] < lengths[:, None]。",
+                    "the result is transposed, (n, B). It must be (B, n), one row per sequence, e.g. "
+                    "arange(n)[None, :] < lengths[:, None].")
+B_PAD_SHAPE_MAX = Bug("padding_mask_uses_max_length",
+                      "宽度用了 lengths.max() 而不是参数 n：批次被填充到 n，掩码也必须有 n 列（哪怕最长的序列比 n 短）。",
+                      "the width is lengths.max() instead of the argument n: the batch is padded to n, so the mask "
+                      "needs n columns (even when the longest sequence is shorter than n).")
+
+
+def check_padding_mask(padding_mask) -> None:
+    what = "padding_mask"
+    cases = [([3, 1, 4], 4), ([2, 5], 7), ([1], 1), ([6, 6, 2, 3], 6), ([1, 2], 5), ([0, 3], 3)]
+    for lengths, n in cases:
+        lens = torch.tensor(lengths)
+        label = f"{what}(lengths={lengths}, n={n})"
+        out = call(padding_mask, lens.clone(), n, what=label)
+        expected = torch.arange(n)[None, :] < lens[:, None]
+        B = len(lengths)
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != (B, n):
+            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            bug = B_PAD_SHAPE_T if got == (n, B) else B_PAD_SHAPE_MAX if got == (B, max(lengths)) else None
+            raise failure(t(f"{label}：输出形状", f"{label}: output shape"), str((B, n)), str(got), bug)
+        if out.dtype != torch.bool:
+            raise failure(t(f"{label}：dtype", f"{label}: dtype"), "torch.bool", str(out.dtype),
+                          hint=t("比较运算（<）直接给出 bool 张量；不要再 .float() 或 .long()。",
+                                 "a comparison (<) gives a bool tensor directly; do not call .float() or .long()."))
+        if not torch.equal(out, expected):
+            bug = diagnose(out, PAD_BUGS, lens, n, expected=expected, match=lambda a, b: torch.equal(a, b))
+            raise failure(label, str(expected.int().tolist()), str(out.int().tolist()), bug,
+                          hint=t("位置 j 为 True 当且仅当 j < lengths[b]。", "position j is True exactly when j < lengths[b]."))
+    broadcast = out[:, None, None, :]
+    if tuple(broadcast.shape) != (len(cases[-1][0]), 1, 1, cases[-1][1]):
+        raise GradingFailure(t("mask[:, None, None, :] 应为 (B, 1, 1, n)。", "mask[:, None, None, :] must be (B, 1, 1, n)."))
+    passed(what, len(cases) + 1)
+
+
+# ================================================================ cross_attention
+
+def _softmax64(s):
+    m = s.amax(dim=-1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    e = torch.exp(s - m)
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+def ref_cross(x, memory, w_q, w_k, w_v, memory_mask=None, *, swap=False, scale="d_k", mask_mode="keys",
+              causal=False, softmax_dim=-1):
+    """Single-head cross-attention in float64; the keywords switch on known bugs."""
+    x, memory, w_q, w_k, w_v = (as_f64(a) for a in (x, memory, w_q, w_k, w_v))
+    if swap:
+        x, memory = memory, x
+    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+    denom = {"d_k": math.sqrt(q.shape[-1]), "d": math.sqrt(x.shape[-1]), "none": 1.0}[scale]
+    s = torch.einsum("bic,bjc->bij", q, k) / denom
+    allowed = torch.ones_like(s, dtype=torch.bool)
+    if memory_mask is not None and mask_mode != "none":
+        m = memory_mask.bool()
+        if mask_mode == "queries":
+            allowed = allowed & m[:, :, None]
+        elif mask_mode == "inverted":
+            allowed = allowed & ~m[:, None, :]
+        else:
+            allowed = allowed & m[:, None, :]
+    if causal:
+        allowed = allowed & torch.ones(s.shape[-2:], dtype=torch.bool).tril()
+    if mask_mode == "after_softmax":
+        w = torch.softmax(s, dim=softmax_dim) * allowed
+    else:
+        s = s.masked_fill(~allowed, float("-inf"))
+        w = _softmax64(s) if softmax_dim == -1 else torch.softmax(s, dim=softmax_dim)
+    return w @ v, w
+
+
+def _cross_bug(key, zh, en, **kw):
+    return Bug(key, zh, en, lambda *a: ref_cross(*a, **kw))
+
+
+CROSS_BUGS = [
+    _cross_bug("cross_queries_from_memory",
+               "query 和 key/value 的来源弄反了：query 应来自解码器的 x（q = x @ w_q），key 和 value 来自编码器的输出 "
+               "memory（k = memory @ w_k，v = memory @ w_v）。每个输出位置（目标 token）对源序列做一次检索。",
+               "queries and keys/values come from the wrong sides: the queries come from the decoder's x "
+               "(q = x @ w_q), keys and values from the encoder's output memory (k = memory @ w_k, "
+               "v = memory @ w_v). Each target position looks up the source.", swap=True),
+    _cross_bug("cross_mask_inverted",
+               "memory_mask 用反了：True 表示真实的源 token（可以被关注），要屏蔽的是 ~memory_mask 的位置。",
+               "memory_mask is used the wrong way round: True marks a real source token (may be attended to); "
+               "the positions to hide are ~memory_mask.", mask_mode="inverted"),
+    _cross_bug("cross_mask_on_queries",
+               "掩码加在了 query（行）上而不是 key（列）上：填充的源位置应该从每一行里消失，"
+               "即 scores.masked_fill(~memory_mask[:, None, :], -inf)，形状 (B, 1, n_s)。",
+               "the mask is applied to the queries (rows) instead of the keys (columns): padded source positions "
+               "must vanish from every row, i.e. scores.masked_fill(~memory_mask[:, None, :], -inf), "
+               "shape (B, 1, n_s).", mask_mode="queries"),
+    _cross_bug("cross_mask_ignored",
+               "没有使用 memory_mask：填充的源位置也分到了注意力权重。",
+               "memory_mask is ignored: padded source positions receive attention weight.", mask_mode="none"),
+    _cross_bug("cross_mask_after_softmax",
+               "掩码放在了 softmax 之后（把权重乘以 0）：剩下的权重加起来不再是 1。要在 softmax 之前把分数设成 -inf。",
+               "the mask is applied after softmax (weights multiplied by 0): the remaining weights no longer add "
+               "up to 1. Set the scores to -inf before softmax.", mask_mode="after_softmax"),
+    _cross_bug("cross_causal_mask",
+               "交叉注意力里加了因果掩码：目标位置 i 不应该只看源位置 j ≤ i——源句子是整句已知的，每个目标位置都可以看全部源 token。",
+               "a causal mask in cross-attention: target position i must not be limited to source positions "
+               "j ≤ i — the whole source is known, and every target position may look at all of it.", causal=True),
+    _cross_bug("cross_scaled_by_sqrt_d",
+               "分数除的是 √d（x 的宽度），而不是 √d_k（q、k 的宽度，即 w_q 的列数）。",
+               "the scores are divided by √d (the width of x) instead of √d_k (the width of q and k, the "
+               "number of columns of w_q).", scale="d"),
+    _cross_bug("cross_no_scaling", "分数没有除以 √d_k。", "the scores are not divided by √d_k.", scale="none"),
+    _cross_bug("cross_softmax_wrong_dim",
+               "softmax 沿错误的维度：每个 query 的一行权重（沿源位置，dim=-1）要加起来等于 1。",
+               "softmax runs over the wrong dimension: each query's row of weights (over the source positions, "
+               "dim=-1) must add up to 1.", softmax_dim=-2),
+]
+B_CROSS_MASK_SHAPE = Bug("cross_mask_on_queries",
+                         "掩码的形状对不上分数 (B, n_t, n_s)：memory_mask 是 (B, n_s)，要先变成 (B, 1, n_s)"
+                         "（memory_mask[:, None, :]），作用在 key（列）上，而不是 [:, :, None]（行）。",
+                         "the mask does not broadcast against the scores (B, n_t, n_s): memory_mask is (B, n_s) and "
+                         "must become (B, 1, n_s) (memory_mask[:, None, :]), acting on the keys (columns), not "
+                         "[:, :, None] (the rows).")
+B_CROSS_SWAP_SHAPE = Bug("cross_queries_from_memory", CROSS_BUGS[0].zh, CROSS_BUGS[0].en)
+CROSS_HINTS = [(lambda exc, line: "must match the size" in str(exc) and ("mask" in line), B_CROSS_MASK_SHAPE),
+               (lambda exc, line: "must match the size" in str(exc) or "cannot be multiplied" in str(exc),
+                B_CROSS_SWAP_SHAPE)]
+
+
+def _cross_cases(gen):
+    # (label, B, n_t, n_s, d, d_k, d_v, lengths or None)
+    rows = [("n_t = n_s = 4", 2, 4, 4, 6, 3, 5, [4, 2]),        # first: mistakes here give numbers, not errors
+            ("B=2, n_t=5, n_s=3, d=8, d_k=4, d_v=6", 2, 5, 3, 8, 4, 6, [3, 2]),
+            ("memory_mask=None", 3, 2, 6, 8, 8, 4, None),
+            ("n_t=1", 2, 1, 5, 4, 2, 3, [5, 1]),
+            ("n_t=6, n_s=6, d_k=2", 1, 6, 6, 10, 2, 7, [3])]
+    for label, B, n_t, n_s, d, d_k, d_v, lengths in rows:
+        x = torch.randn(B, n_t, d, generator=gen, dtype=torch.float64)
+        mem = torch.randn(B, n_s, d, generator=gen, dtype=torch.float64)
+        ws = [torch.randn(d, c, generator=gen, dtype=torch.float64) for c in (d_k, d_k, d_v)]
+        mask = None if lengths is None else torch.arange(n_s)[None] < torch.tensor(lengths)[:, None]
+        yield label, (x, mem, *ws, mask)
+
+
+def _check_pair(res, expected, label, args, bugs):
+    if not (isinstance(res, tuple) and len(res) == 2):
+        raise failure(label, "(out, weights)", type(res).__name__)
+    for name, got, want in (("weights", res[1], expected[1]), ("out", res[0], expected[0])):
+        if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(want.shape):
+            shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+            bug = bugs[0] if isinstance(got, torch.Tensor) and shape[-2:] == tuple(want.shape[-2:])[::-1] else None
+            raise failure(t(f"{label}：{name} 的形状", f"{label}: shape of {name}"), str(tuple(want.shape)), str(shape),
+                          bug)
+        if not close(got, want, atol=1e-9, rtol=1e-7):
+            bug = diagnose(got, [Bug(b.key, b.zh, b.en, (lambda f, i: lambda *a: f(*a)[i])(b.impl, 0 if name == "out" else 1))
+                                 for b in bugs], *args, expected=want)
+            raise failure(t(f"{label}：{name}", f"{label}: {name}"), show(want), show(got), bug)
+
+
+def check_cross_attention(cross_attention) -> None:
+    what = "cross_attention"
+    gen, n = seeded(1101), 0
+    with forbidden(ATTENTION_FAMILY, what):
+        for label, args in _cross_cases(gen):
+            full = f"{what}: {label}"
+            res = call(cross_attention, *(a.clone() if a is not None else None for a in args), what=full,
+                       hints=CROSS_HINTS)
+            _check_pair(res, ref_cross(*args), full, args, CROSS_BUGS)
+            n += 1
+        # property: a padded memory position may change freely
+        x, mem, wq, wk, wv, mask = next(iter(_cross_cases(seeded(7))))[1]
+        mem2 = mem.clone()
+        mem2[~mask] = torch.randn(int((~mask).sum()), mem.shape[-1], generator=gen, dtype=torch.float64) * 5
+        a = call(cross_attention, x, mem, wq, wk, wv, mask, what=what)[0]
+        b = call(cross_attention, x, mem2, wq, wk, wv, mask, what=what)[0]
+        n += 1
+        if not close(a, b, atol=1e-12, rtol=0):
+            raise failure(t(f"{what}：改动填充位置的 memory", f"{what}: changing padded positions of memory"),
+                          t("输出不变", "the output unchanged"), t("输出变了", "the output changed"),
+                          Bug("cross_mask_ignored", CROSS_BUGS[3].zh, CROSS_BUGS[3].en))
+        # float32 input stays float32
+        x32 = [a.float() if a is not None and a.is_floating_point() else a for a in args]
+        out = call(cross_attention, *x32, what=f"{what} (float32)")[0]
+        n += 1
+        if not isinstance(out, torch.Tensor) or out.dtype != torch.float32:
+            raise failure(f"{what} (float32)", "torch.float32", str(getattr(out, "dtype", type(out).__name__)))
+    passed(what, n)
+
+
+# ================================================================ the layers: references
+
+def _mha_params(m):
+    a = m
+    return (as_f64(a.in_proj_weight), as_f64(a.in_proj_bias) if a.in_proj_bias is not None else None,
+            as_f64(a.out_proj.weight), as_f64(a.out_proj.bias) if a.out_proj.bias is not None else None, a.num_heads)
+
+
+def ref_mha(q_in, kv_in, params, key_mask=None, causal=False, mask_mode="keys"):
+    """Multi-head attention in float64, one head at a time; key_mask (B, n_k), True = real."""
+    W, b, W_o, b_o, h = params
+    d = q_in.shape[-1]
+    d_k = d // h
+    bias = b if b is not None else torch.zeros(3 * d, dtype=torch.float64)
+    q = q_in @ W[:d].T + bias[:d]
+    k = kv_in @ W[d:2 * d].T + bias[d:2 * d]
+    v = kv_in @ W[2 * d:].T + bias[2 * d:]
+    n_q, n_k = q.shape[1], k.shape[1]
+    allowed = torch.ones(q.shape[0], n_q, n_k, dtype=torch.bool)
+    if key_mask is not None and mask_mode != "none":
+        km = key_mask.bool()
+        allowed = allowed & {"keys": km[:, None, :], "inverted": ~km[:, None, :],
+                             "queries": km[:, :, None]}[mask_mode]
+    if causal == "inverted":
+        allowed = allowed & torch.ones(n_q, n_k, dtype=torch.bool).triu(1)
+    elif causal:
+        allowed = allowed & torch.ones(n_q, n_k, dtype=torch.bool).tril()
+    heads = []
+    for i in range(h):
+        c = slice(i * d_k, (i + 1) * d_k)
+        s = (q[..., c] @ k[..., c].transpose(1, 2) / math.sqrt(d_k)).masked_fill(~allowed, float("-inf"))
+        heads.append(_softmax64(s).nan_to_num(0.0) @ v[..., c])     # like torch: a row with no key left gives 0
+    out = torch.cat(heads, dim=-1) @ W_o.T
+    return out + b_o if b_o is not None else out
+
+
+def _ln(x, norm):
+    w = as_f64(norm.weight) if norm.weight is not None else 1.0
+    b = as_f64(norm.bias) if norm.bias is not None else 0.0
+    mu = x.mean(-1, keepdim=True)
+    var = ((x - mu) ** 2).mean(-1, keepdim=True)
+    return (x - mu) / torch.sqrt(var + norm.eps) * w + b
+
+
+def _ffn(x, lin):
+    a, b = lin
+    hid = x @ as_f64(a.weight).T + as_f64(a.bias)
+    hid = 0.5 * hid * (1 + torch.erf(hid / math.sqrt(2)))
+    return hid @ as_f64(b.weight).T + as_f64(b.bias)
+
+
+def _linears(m):
+    return [x for x in m.ffn.modules() if isinstance(x, nn.Linear)]
+
+
+def ref_encoder(m, x, mask, *, mask_mode="keys", causal=False, post_ln=False):
+    x = as_f64(x)
+    att = _mha_params(m.self_attn)
+    if post_ln:
+        x = _ln(x + ref_mha(x, x, att, mask, causal, mask_mode), m.norm1)
+        return _ln(x + _ffn(x, _linears(m)), m.norm2)
+    a = _ln(x, m.norm1)
+    x = x + ref_mha(a, a, att, mask, causal, mask_mode)
+    return x + _ffn(_ln(x, m.norm2), _linears(m))
+
+
+def ref_decoder(m, y, memory, mask, *, causal=True, mem_mode="keys", swap=False, post_ln=False, cross_causal=False,
+                norm_memory=False):
+    y, memory = as_f64(y), as_f64(memory)
+    sa, ca = _mha_params(m.self_attn), _mha_params(m.cross_attn)
+    if post_ln:
+        y = _ln(y + ref_mha(y, y, sa, None, causal), m.norm1)
+        y = _ln(y + ref_mha(y, memory, ca, mask, cross_causal, mem_mode), m.norm2)
+        return _ln(y + _ffn(y, _linears(m)), m.norm3)
+    a = _ln(y, m.norm1)
+    y = y + ref_mha(a, a, sa, None, causal)
+    a = _ln(y, m.norm2)
+    mem = _ln(memory, m.norm2) if norm_memory else memory
+    y = y + (ref_mha(mem, a, ca, mask) if swap else ref_mha(a, mem, ca, mask, cross_causal, mem_mode))
+    return y + _ffn(_ln(y, m.norm3), _linears(m))
+
+
+# ================================================================ the layers: known bugs
+
+def _layer_bug(key, zh, en, ref, **kw):
+    return Bug(key, zh, en, lambda *a: ref(*a, **kw))
+
+
+_TORCH_MASK = ("注意 nn.MultiheadAttention 的约定和本课程相反：key_padding_mask 和布尔 attn_mask 里 True 表示“屏蔽”，"
+               "所以要传 ~mask。", "Note that nn.MultiheadAttention uses the opposite convention to the course: in "
+               "key_padding_mask and a boolean attn_mask, True means 'blocked', so pass ~mask.")
+ENC_BUGS = [
+    _layer_bug("encoder_padding_mask_inverted",
+               "填充掩码反了：真实 token 被屏蔽，只剩下 <pad> 可以被关注。" + _TORCH_MASK[0],
+               "the padding mask is inverted: the real tokens are hidden and only <pad> can be attended to. "
+               + _TORCH_MASK[1], ref_encoder, mask_mode="inverted"),
+    _layer_bug("encoder_mask_on_queries",
+               "填充掩码加在了 query（行）上而不是 key（列）上：应该让每个位置都看不到填充的 key，"
+               "用 key_padding_mask=~src_mask（形状 (B, n)，会广播成 (B, 1, 1, n)）。",
+               "the padding mask is applied to the queries (rows) instead of the keys (columns): no position may "
+               "look at a padded key; use key_padding_mask=~src_mask (shape (B, n), broadcast to (B, 1, 1, n)).",
+               ref_encoder, mask_mode="queries"),
+    _layer_bug("encoder_padding_mask_ignored",
+               "编码器没有用 src_mask：真实 token 也在关注 <pad>，所以换一个填充就会改变真实 token 的输出。",
+               "the encoder ignores src_mask: real tokens attend to <pad>, so changing the padding changes the "
+               "real tokens' outputs.", ref_encoder, mask_mode="none"),
+    _layer_bug("encoder_causal_mask",
+               "编码器里加了因果掩码：编码器是双向的（BERT 式），每个源 token 都可以看整句，包括它后面的 token。",
+               "a causal mask in the encoder: the encoder is bidirectional (BERT-style); every source token may "
+               "look at the whole sentence, including the tokens after it.", ref_encoder, causal=True),
+    _layer_bug("encoder_post_ln",
+               "写成了 Post-LN（先加残差再归一化）：本章用 Pre-LN，x = x + self_attn(norm1(x))，x = x + ffn(norm2(x))。",
+               "this is Post-LN (normalise after adding the residual): the chapter uses Pre-LN, "
+               "x = x + self_attn(norm1(x)), then x = x + ffn(norm2(x)).", ref_encoder, post_ln=True),
+]
+
+DEC_BUGS = [
+    _layer_bug("decoder_no_causal_mask",
+               "解码器的自注意力没有因果掩码：目标位置 i 看到了后面的目标 token（训练时就是在抄答案）。",
+               "the decoder's self-attention has no causal mask: target position i sees later target tokens "
+               "(in training it copies the answer).", ref_decoder, causal=False),
+    _layer_bug("decoder_causal_mask_inverted",
+               "因果掩码反了：把“可以关注”的下三角直接传给了 attn_mask。" + _TORCH_MASK[0]
+               + "要屏蔽的是上三角 triu(1)。",
+               "the causal mask is inverted: the lower triangle of 'may attend' went straight into attn_mask. "
+               + _TORCH_MASK[1] + " The part to block is the upper triangle, triu(1).",
+               ref_decoder, causal="inverted"),
+    _layer_bug("decoder_memory_mask_ignored",
+               "交叉注意力没有用 memory_mask：目标位置关注到了源序列里的 <pad>。",
+               "the cross-attention ignores memory_mask: target positions attend to the source's <pad>.",
+               ref_decoder, mem_mode="none"),
+    _layer_bug("decoder_memory_mask_inverted",
+               "memory_mask 用反了：真实的源 token 被屏蔽了。" + _TORCH_MASK[0],
+               "memory_mask is inverted: the real source tokens are hidden. " + _TORCH_MASK[1],
+               ref_decoder, mem_mode="inverted"),
+    _layer_bug("decoder_queries_from_memory",
+               "交叉注意力的 query 取自 memory：应该是 cross_attn(norm2(y), memory, memory)——query 来自解码器，"
+               "key 和 value 来自编码器的输出。", "the cross-attention takes its queries from memory: it must be "
+               "cross_attn(norm2(y), memory, memory) — queries from the decoder, keys and values from the "
+               "encoder's output.", ref_decoder, swap=True),
+    _layer_bug("decoder_cross_attention_causal",
+               "交叉注意力里也加了因果掩码：源句子整句已知，每个目标位置都可以看全部源 token。",
+               "the causal mask is applied in the cross-attention too: the whole source is known, and every "
+               "target position may look at all of it.", ref_decoder, cross_causal=True),
+    _layer_bug("decoder_post_ln",
+               "写成了 Post-LN：本章用 Pre-LN，每个子层都是 y = y + 子层(norm(y))。",
+               "this is Post-LN: the chapter uses Pre-LN, every sublayer is y = y + sublayer(norm(y)).",
+               ref_decoder, post_ln=True),
+    _layer_bug("decoder_memory_normalised",
+               "把 memory 也过了 norm2：只有 query 一侧（解码器的 y）要归一化；memory 是编码器的输出，原样作为 key 和 value。",
+               "memory went through norm2 as well: only the query side (the decoder's y) is normalised; memory, "
+               "the encoder's output, is used as it is for keys and values.", ref_decoder, norm_memory=True),
+]
+
+
+# ================================================================ the layers: checks
+
+def _build_layer(cls, d, h, d_ff, decoder, what):
+    m = call(cls, d, h, d_ff, what=what)
+    if not isinstance(m, nn.Module):
+        raise GradingFailure(t(f"{what}：应当是 nn.Module 的子类。", f"{what}: must be a subclass of nn.Module."))
+    attns = ("self_attn", "cross_attn") if decoder else ("self_attn",)
+    norms = ("norm1", "norm2", "norm3") if decoder else ("norm1", "norm2")
+    for name in attns:
+        a = getattr(m, name, None)
+        if not isinstance(a, nn.MultiheadAttention) or a.embed_dim != d or a.num_heads != h:
+            raise GradingFailure(t(f"{what}：需要 self.{name} = nn.MultiheadAttention(d, h, batch_first=True)。",
+                                   f"{what}: needs self.{name} = nn.MultiheadAttention(d, h, batch_first=True)."))
+        if not a.batch_first:
+            raise GradingFailure(t(f"{what}：self.{name} 要用 batch_first=True（输入是 (B, n, d)；默认是 (n, B, d)）。",
+                                   f"{what}: self.{name} needs batch_first=True (inputs are (B, n, d); the default "
+                                   "is (n, B, d))."))
+    for name in norms:
+        if not isinstance(getattr(m, name, None), nn.LayerNorm):
+            raise GradingFailure(t(f"{what}：需要 self.{name} = nn.LayerNorm(d)。", f"{what}: needs self.{name} = "
+                                   "nn.LayerNorm(d)."))
+    lin = _linears(m) if isinstance(getattr(m, "ffn", None), nn.Module) else []
+    shapes = [tuple(x.weight.shape) for x in lin]
+    if shapes != [(d_ff, d), (d, d_ff)]:
+        raise failure(t(f"{what}：self.ffn 里的线性层", f"{what}: the linear layers in self.ffn"),
+                      f"nn.Linear(d, d_ff), nn.Linear(d_ff, d) → {[(d_ff, d), (d, d_ff)]}", str(shapes))
+    return m
+
+
+def _randomise(m, gen):
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            noise = torch.randn(p.shape, generator=gen, dtype=torch.float64).to(p.dtype)
+            if "norm" in name and name.endswith("weight"):
+                p.copy_(1 + 0.3 * noise)
+            else:
+                p.copy_(noise * (0.3 if p.dim() > 1 else 0.2))
+    return m.double().eval()
+
+
+def _torch_layer(m, d, h, d_ff, decoder):
+    cls = nn.TransformerDecoderLayer if decoder else nn.TransformerEncoderLayer
+    ref = cls(d, h, d_ff, dropout=0.0, activation="gelu", batch_first=True, norm_first=True, dtype=torch.float64)
+    fc1, fc2 = _linears(m)
+    with torch.no_grad():
+        ref.self_attn.load_state_dict(m.self_attn.state_dict())
+        if decoder:
+            ref.multihead_attn.load_state_dict(m.cross_attn.state_dict())
+            ref.norm3.load_state_dict(m.norm3.state_dict())
+        ref.linear1.load_state_dict(fc1.state_dict())
+        ref.linear2.load_state_dict(fc2.state_dict())
+        ref.norm1.load_state_dict(m.norm1.state_dict())
+        ref.norm2.load_state_dict(m.norm2.state_dict())
+    return ref.eval()
+
+
+LAYER_CASES = [  # (B, n_t, n_s, d, h, d_ff, source lengths); n_t = n_s first: mistakes give numbers, not errors
+    (3, 3, 3, 12, 3, 24, [3, 1, 2]), (2, 5, 4, 8, 2, 16, [4, 2]), (1, 6, 5, 8, 1, 8, [5]),
+    (2, 4, 6, 16, 4, 32, [6, 3]), (2, 1, 2, 4, 4, 8, [1, 2])]
+
+
+def _compare(out, expected, theirs, real, label, bugs, args):
+    shape = tuple(expected.shape)
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != shape:
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise failure(t(f"{label}：输出形状", f"{label}: output shape"), str(shape), str(got))
+    if not close(out, expected, atol=1e-9, rtol=1e-7):
+        bug = diagnose(out, bugs, *args, expected=expected, match=lambda a, b: close(a, b, atol=1e-9, rtol=1e-7))
+        gap = (as_f64(out) - expected).abs().nan_to_num(float("inf")).max().item()
+        raise failure(t(f"{label}：与 float64 参考实现比较（最大误差 {gap:.3g}）",
+                        f"{label}: compared with a float64 reference (largest error {gap:.3g})"),
+                      show(expected), show(out), bug)
+    if theirs is not None and not close(as_f64(out)[real], theirs[real], atol=1e-9, rtol=1e-7):
+        raise failure(t(f"{label}：与 torch 自带的层（相同权重）比较", f"{label}: compared with torch's own layer "
+                        "(same weights)"), show(theirs[real]), show(as_f64(out)[real]))
+
+
+def check_encoder_layer(cls) -> None:
+    what, gen, n = "EncoderLayer", seeded(1102), 0
+    for B, _, n_s, d, h, d_ff, lengths in LAYER_CASES:
+        label = f"{what}(d={d}, h={h}, d_ff={d_ff}), x (B={B}, n={n_s}, d={d}), lengths={lengths}"
+        m = _randomise(_build_layer(cls, d, h, d_ff, False, label), gen)
+        x = torch.randn(B, n_s, d, generator=gen, dtype=torch.float64)
+        mask = torch.arange(n_s)[None] < torch.tensor(lengths)[:, None]
+        with torch.no_grad():
+            out = call(m, x.clone(), mask.clone(), what=label)
+            theirs = _torch_layer(m, d, h, d_ff, False)(x, src_key_padding_mask=~mask)
+        _compare(out, ref_encoder(m, x, mask), theirs, mask, label, ENC_BUGS, (m, x, mask))
+        n += 1
+        # property: whatever sits in the padding, the real tokens' outputs do not change
+        x2 = x.clone()
+        x2[~mask] = torch.randn(int((~mask).sum()), d, generator=gen, dtype=torch.float64) * 4
+        with torch.no_grad():
+            out2 = call(m, x2, mask.clone(), what=label)
+        n += 1
+        if not close(as_f64(out2)[mask], as_f64(out)[mask], atol=1e-12, rtol=0):
+            bug = diagnose(out, ENC_BUGS, m, x, mask, expected=ref_encoder(m, x, mask)) or ENC_BUGS[2]
+            raise failure(t(f"{label}：改动填充位置的输入", f"{label}: changing the inputs at padded positions"),
+                          t("真实 token 的输出不变", "real tokens' outputs unchanged"), t("它们变了", "they changed"),
+                          bug)
+    label = f"{what}(8, 2, 16)(x, src_mask=None)"
+    m = _randomise(_build_layer(cls, 8, 2, 16, False, label), gen)
+    x = torch.randn(2, 5, 8, generator=gen, dtype=torch.float64)
+    with torch.no_grad():
+        out = call(m, x, what=label)
+    _compare(out, ref_encoder(m, x, None), None, None, label, ENC_BUGS, (m, x, None))
+    passed(what, n + 1)
+
+
+DEC_HINTS = [(lambda exc, line: "must match the size" in str(exc) or "key_padded_mask" in str(exc)
+              or "key_padding_mask" in str(exc), DEC_BUGS[4])]
+
+
+def _decoder_property(m, y, mem, mask, label, gen):
+    with torch.no_grad():
+        base = call(m, y.clone(), mem.clone(), mask.clone(), what=label)
+        n_t = y.shape[1]
+        for i in range(n_t - 1):                       # later target tokens never reach earlier outputs
+            y2 = y.clone()
+            y2[:, i + 1:] += torch.randn(y2[:, i + 1:].shape, generator=gen, dtype=torch.float64) * 3
+            if not close(as_f64(call(m, y2, mem, mask, what=label))[:, :i + 1], as_f64(base)[:, :i + 1],
+                         atol=1e-12, rtol=0):
+                raise failure(t(f"{label}：改动目标位置 {i} 之后的 token", f"{label}: changing target tokens after {i}"),
+                              t(f"位置 0…{i} 的输出不变", f"outputs 0…{i} unchanged"), t("它们变了", "they changed"),
+                              DEC_BUGS[0])
+        mem2 = mem.clone()
+        mem2[~mask] += 5.0
+        if not close(call(m, y, mem2, mask, what=label), base, atol=1e-12, rtol=0):
+            raise failure(t(f"{label}：改动 memory 的填充位置", f"{label}: changing memory at padded positions"),
+                          t("输出不变", "output unchanged"), t("输出变了", "the output changed"), DEC_BUGS[2])
+        mem3 = mem.clone()
+        mem3[:, -1] += 1.0                              # the last real source token of the first sequence
+        moved = (as_f64(call(m, y, mem3, mask, what=label)) - as_f64(base))[0].abs().amax(-1)
+        if not bool((moved > 1e-9).all()):
+            raise failure(t(f"{label}：改动最后一个源 token", f"{label}: changing the last source token"),
+                          t("每个目标位置的输出都可能变", "every target position's output may change"),
+                          t(f"位置 {(moved <= 1e-9).nonzero().flatten().tolist()} 完全没变",
+                            f"positions {(moved <= 1e-9).nonzero().flatten().tolist()} did not move at all"),
+                          DEC_BUGS[5])
+
+
+def check_decoder_layer(cls) -> None:
+    what, gen, n = "DecoderLayer", seeded(1103), 0
+    for B, n_t, n_s, d, h, d_ff, lengths in LAYER_CASES:
+        label = (f"{what}(d={d}, h={h}, d_ff={d_ff}), y (B={B}, n_t={n_t}, d={d}), memory (n_s={n_s}), "
+                 f"lengths={lengths}")
+        m = _randomise(_build_layer(cls, d, h, d_ff, True, label), gen)
+        y = torch.randn(B, n_t, d, generator=gen, dtype=torch.float64)
+        mem = torch.randn(B, n_s, d, generator=gen, dtype=torch.float64)
+        mask = torch.arange(n_s)[None] < torch.tensor(lengths)[:, None]
+        with torch.no_grad():
+            out = call(m, y.clone(), mem.clone(), mask.clone(), what=label, hints=DEC_HINTS)
+            theirs = _torch_layer(m, d, h, d_ff, True)(
+                y, mem, tgt_mask=torch.ones(n_t, n_t, dtype=torch.bool).triu(1), memory_key_padding_mask=~mask)
+        _compare(out, ref_decoder(m, y, mem, mask), theirs, slice(None), label, DEC_BUGS, (m, y, mem, mask))
+        n += 1
+    label = f"{what}(8, 2, 16)"
+    m = _randomise(_build_layer(cls, 8, 2, 16, True, label), gen)
+    y, mem = (torch.randn(2, k, 8, generator=gen, dtype=torch.float64) for k in (6, 4))
+    mask = torch.tensor([[True] * 4, [True, True, False, False]])
+    _decoder_property(m, y, mem, mask, label, gen)
+    with torch.no_grad():
+        out = call(m, y, mem, what=f"{label}(y, memory, memory_mask=None)")
+    _compare(out, ref_decoder(m, y, mem, None), None, None, f"{label}(y, memory)", DEC_BUGS, (m, y, mem, None))
+    passed(what, n + 4)
+
+
+# ================================================================ greedy_decode
+
+V_MOCK = 13
+
+
+def _mock_model():
+    """A fixed 'model' with the chapter's interface. Its next token depends on
+    the last token fed in, on the position and on the real source tokens (so
+    a decoder that ignores its own outputs, reads the wrong position or skips
+    the padding mask gives other tokens); sequence b stops after a number of
+    steps set by its source. (Built inside a function: the student's code may
+    call it.)"""
+
+    class Mock:
+        def __init__(self, eos, bos):
+            self.eos, self.bos = eos, bos
+            self.tokens = [i for i in range(V_MOCK) if i not in (eos, bos)]
+
+        def encode(self, src, src_mask):
+            if not isinstance(src_mask, torch.Tensor) or src_mask.dtype != torch.bool or src_mask.shape != src.shape:
+                raise ValueError(f"encode(src, src_mask): src_mask must be a bool tensor of shape "
+                                 f"{tuple(src.shape)}, got {getattr(src_mask, 'dtype', type(src_mask).__name__)} "
+                                 f"{tuple(getattr(src_mask, 'shape', ()))}")
+            return torch.where(src_mask, src, torch.zeros_like(src)).double()[..., None]   # (B, n_s, 1)
+
+        def decode(self, tgt, memory, src_mask):
+            key = memory[..., 0].sum(1).long()                                          # (B,)
+            stop = 2 + key % 5                                                          # steps until <eos>
+            pos = torch.arange(tgt.shape[1])[None, :]
+            pick = (tgt * 3 + key[:, None] + 2 * pos) % len(self.tokens)
+            nxt = torch.tensor(self.tokens)[pick]
+            nxt = torch.where(pos == stop[:, None] - 1, torch.full_like(nxt, self.eos), nxt)
+            return torch.nn.functional.one_hot(nxt, V_MOCK).double() * 4 - 2           # (B, n_t, V)
+
+    return Mock
+
+
+def ref_greedy(model, src, lengths, max_len, bos, eos, *, feed=True, stop_eos=True, all_done=True,
+               bos_out=False, mask="real"):
+    """Greedy decoding; the keywords switch on known bugs."""
+    B, n_s = src.shape
+    real = torch.arange(n_s)[None] < lengths[:, None]
+    src_mask = {"real": real, "inverted": ~real, "all": torch.ones_like(real)}[mask]
+    memory = model.encode(src, src_mask)
+    tgt = torch.full((B, 1), bos, dtype=torch.long)
+    done = torch.zeros(B, dtype=torch.bool)
+    for _ in range(max_len):
+        logits = model.decode(tgt if feed else tgt[:, :1], memory, src_mask)
+        nxt = logits[:, -1].argmax(-1)
+        if stop_eos:
+            nxt = torch.where(done, torch.full_like(nxt, eos), nxt)
+        tgt = torch.cat([tgt, nxt[:, None]], 1)
+        done = done | (nxt == eos)
+        if stop_eos and (bool(done.all()) if all_done else bool(done.any())):
+            break
+    return tgt if bos_out else tgt[:, 1:]
+
+
+def _greedy_bug(key, zh, en, **kw):
+    return Bug(key, zh, en, lambda *a: ref_greedy(*a, **kw))
+
+
+GREEDY_BUGS = [
+    _greedy_bug("greedy_eos_never_stops",
+                "遇到 <eos> 没有停：序列输出 <eos> 之后还在继续生成别的 token。一个序列结束后，它后面的位置都应是 eos；"
+                "所有序列都结束时就退出循环。", "decoding does not stop at <eos>: after a sequence emits <eos> it goes "
+                "on producing other tokens. Once a sequence has finished, its later positions must all be eos; "
+                "leave the loop when every sequence has finished.", stop_eos=False),
+    _greedy_bug("greedy_stops_at_first_eos",
+                "第一个序列输出 <eos> 时就停下了整批：应该等批里所有序列都输出了 <eos>（用 done.all()，不是 any()）。",
+                "the whole batch stops when the first sequence emits <eos>: wait until every sequence in the batch "
+                "has emitted it (done.all(), not any()).", all_done=False),
+    _greedy_bug("greedy_no_feedback",
+                "每一步的预测都只取决于 <bos>，所以它永远在预测第一个字：要么没有把自己的输出喂回去（每一步都要把刚选出的 "
+                "token 接在 tgt 后面，再用整个 tgt 解码），要么读错了位置（下一个 token 来自最后一个位置 logits[:, -1]，"
+                "不是 logits[:, 0]）。", "every step's prediction depends on <bos> alone, so it keeps predicting the "
+                "first character: either the decoder's own outputs are not fed back (append each chosen token to "
+                "tgt and decode the whole tgt at the next step), or the wrong position is read (the next token "
+                "comes from the last position, logits[:, -1], not logits[:, 0]).", feed=False),
+    _greedy_bug("greedy_returns_bos",
+                "返回值里带上了开头的 <bos>：只返回生成的 token（tgt[:, 1:]）。",
+                "the result still starts with <bos>: return only the generated tokens (tgt[:, 1:]).", bos_out=True),
+    _greedy_bug("greedy_padding_mask_inverted",
+                "源序列的掩码反了：padding_mask(src_lengths, n) 里 True 是真实 token，应原样传给 encode 和 decode。",
+                "the source mask is inverted: in padding_mask(src_lengths, n) True marks a real token; pass it to "
+                "encode and decode as it is.", mask="inverted"),
+    _greedy_bug("greedy_ignores_src_lengths",
+                "没有用 src_lengths：掩码全是 True，编码器和交叉注意力把 <pad> 当成了真实的源 token。"
+                "用 padding_mask(src_lengths, src.shape[1])。", "src_lengths is not used: the mask is all True, so the "
+                "encoder and the cross-attention treat <pad> as real source tokens. Use "
+                "padding_mask(src_lengths, src.shape[1]).", mask="all"),
+]
+
+
+def _greedy_cases():
+    # (label, src rows (real tokens), padded width, max_len, bos, eos)
+    yield t("三个序列在不同的步结束", "three sequences ending at different steps"), [[3, 4, 5], [7], [6, 6]], 4, 8, 1, 2
+    yield t("max_len 先到：截断", "max_len comes first: cut off"), [[9, 1, 5, 5], [4]], 4, 3, 0, 12
+    yield t("一个序列", "a single sequence"), [[8, 8, 3]], 5, 10, 11, 5
+    yield t("四个序列，填充到 6", "four sequences padded to 6"), [[3], [4, 4], [9, 3, 3], [5, 6, 7, 8]], 6, 9, 2, 1
+
+
+def _greedy_ok(out, expected, max_len, eos):
+    """Equal to the reference; running on to max_len is fine when the extra columns are all eos."""
+    if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[0] != expected.shape[0]:
+        return False
+    L = expected.shape[1]
+    if out.shape[1] < L or out.shape[1] > max_len or not torch.equal(out[:, :L].long(), expected):
+        return False
+    return bool((out[:, L:] == eos).all())
+
+
+def check_greedy_decode(greedy_decode) -> None:
+    what, n, Mock = "greedy_decode", 0, _mock_model()
+    for label, rows, width, max_len, bos, eos in _greedy_cases():
+        src = torch.full((len(rows), width), 7, dtype=torch.long)          # <pad> = 7 here: it must not count
+        for b, r in enumerate(rows):
+            src[b, :len(r)] = torch.tensor(r)
+        lengths = torch.tensor([len(r) for r in rows])
+        args = (Mock(eos, bos), src, lengths, max_len, bos, eos)
+        full = f"{what}(model, src, src_lengths={lengths.tolist()}, max_len={max_len}, bos={bos}, eos={eos}) — {label}"
+        with torch.no_grad():
+            out = call(greedy_decode, args[0], src.clone(), lengths.clone(), max_len, bos, eos, what=full)
+        expected = ref_greedy(*args)
+        n += 1
+        if not _greedy_ok(out, expected, max_len, eos):
+            shown = out.tolist() if isinstance(out, torch.Tensor) else repr(out)[:200]
+            bug = diagnose(out, GREEDY_BUGS, *args, expected=expected,
+                           match=lambda a, b: isinstance(a, torch.Tensor) and a.shape == b.shape and torch.equal(a, b))
+            raise failure(full, str(expected.tolist()), str(shown), bug,
+                          hint=t("返回 (B, L) 的 LongTensor，L ≤ max_len：不含 <bos>，每个序列在它的 <eos> 之后都填 eos。",
+                                 "return a (B, L) LongTensor with L ≤ max_len: no <bos>, and every sequence filled "
+                                 "with eos after its own <eos>."))
+    passed(what, n)

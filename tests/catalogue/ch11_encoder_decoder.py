@@ -1,0 +1,227 @@
+"""Known wrong answers (and correct variants) for ch11_encoder_decoder.
+
+Most wrong answers are small edits of the model solution, read from the built
+source notebook, so they follow the chapter when it changes. Each must lose
+the points of the named test cells and its feedback must name the bug in
+plain words (the zh build is graded here)."""
+from __future__ import annotations
+
+import nbformat
+from harness import ROOT, Variant, _strip_markers
+
+_NB = nbformat.read(ROOT / "source" / "ch11_encoder_decoder" / "ch11_encoder_decoder.ipynb", as_version=4)
+_SOL = {c.metadata["nbgrader"]["grade_id"]: _strip_markers(c.source) for c in _NB.cells
+        if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code"}
+
+
+def edit(grade_id: str, *pairs: tuple[str, str]) -> dict:
+    """The model solution of ``grade_id`` with each (old, new) replaced once."""
+    src = _SOL[grade_id]
+    for old, new in pairs:
+        assert src.count(old) == 1, f"{grade_id}: {old!r} found {src.count(old)} times"
+        src = src.replace(old, new)
+    return {grade_id: src}
+
+
+PAD_RET = "torch.arange(n, device=lengths.device)[None, :] < lengths[:, None]"
+CROSS_MASK = 'scores = scores.masked_fill(~memory_mask[:, None, :], float("-inf"))'
+ENC_ATTN = "key_padding_mask=blocked, need_weights=False"
+CAUSAL = "torch.ones(n_t, n_t, dtype=torch.bool, device=y.device).triu(1)"
+CROSS_CALL = "self.cross_attn(a, memory, memory, key_padding_mask=blocked, need_weights=False)"
+
+BUGS = [
+    # padding_mask
+    Variant("pad_inverted", edit("padding_mask", (PAD_RET, PAD_RET.replace(" < ", " >= "))),
+            lose=("test_padding_mask", "test_greedy_decode"), words=("掩码反了",)),
+    Variant("pad_off_by_one", edit("padding_mask", (PAD_RET, PAD_RET.replace(" < ", " <= "))),
+            lose=("test_padding_mask",), words=("差一位",)),
+    Variant("pad_max_length", edit("padding_mask", ("torch.arange(n, ", "torch.arange(int(lengths.max()), ")),
+            lose=("test_padding_mask",), words=("lengths.max()",)),
+    Variant("pad_float", edit("padding_mask", (PAD_RET, f"({PAD_RET}).float()")),
+            lose=("test_padding_mask",), words=("torch.bool",)),
+    # cross_attention
+    Variant("cross_queries_from_memory", edit("cross_attention", ("q, k, v = x @ w_q, memory @ w_k, memory @ w_v",
+                                                                  "q, k, v = memory @ w_q, x @ w_k, x @ w_v")),
+            lose=("test_cross_attention",), words=("query 和 key/value 的来源弄反了",)),
+    Variant("cross_mask_inverted", edit("cross_attention", (CROSS_MASK, CROSS_MASK.replace("~memory_mask", "memory_mask"))),
+            lose=("test_cross_attention",), words=("memory_mask 用反了",)),
+    Variant("cross_mask_on_queries", edit("cross_attention", (CROSS_MASK, CROSS_MASK.replace("[:, None, :]", "[:, :, None]"))),
+            lose=("test_cross_attention",), words=("query（行）",)),
+    Variant("cross_mask_forgotten", edit("cross_attention", (
+        "    if memory_mask is not None:\n        " + CROSS_MASK + "\n", "")),
+            lose=("test_cross_attention",), words=("没有使用 memory_mask",)),
+    Variant("cross_mask_after_softmax", edit("cross_attention", (
+        "    if memory_mask is not None:\n        " + CROSS_MASK + "\n    weights = torch.softmax(scores, dim=-1)\n",
+        "    weights = torch.softmax(scores, dim=-1)\n    if memory_mask is not None:\n"
+        "        weights = weights * memory_mask[:, None, :]\n")),
+            lose=("test_cross_attention",), words=("softmax 之后",)),
+    Variant("cross_scale_sqrt_d", edit("cross_attention", ("math.sqrt(q.shape[-1])", "math.sqrt(x.shape[-1])")),
+            lose=("test_cross_attention",), words=("√d_k",)),
+    Variant("cross_uses_sdpa", {"cross_attention": '''def cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None):
+    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+    m = None if memory_mask is None else memory_mask[:, None, :]
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+    w = torch.softmax((q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~m, float("-inf")), -1)
+    return out, w
+'''}, lose=("test_cross_attention",), words=("scaled_dot_product_attention",)),
+    # EncoderLayer
+    Variant("enc_mask_not_inverted_for_torch", edit("encoder_layer", ("else ~src_mask", "else src_mask")),
+            lose=("test_encoder_layer",), words=("填充掩码反了", "True 表示“屏蔽”")),
+    Variant("enc_causal_mask", edit("encoder_layer", (ENC_ATTN, ENC_ATTN + ",\n                               attn_mask="
+                                                      "torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).triu(1)")),
+            lose=("test_encoder_layer",), words=("编码器里加了因果掩码",)),
+    Variant("enc_mask_forgotten", edit("encoder_layer", ("key_padding_mask=blocked, ", "")),
+            lose=("test_encoder_layer",), words=("没有用 src_mask",)),
+    Variant("enc_post_ln", edit("encoder_layer", (
+        "        a = self.norm1(x)\n        x = x + self.self_attn(a, a, a, key_padding_mask=blocked, need_weights=False)[0]\n"
+        "        return x + self.ffn(self.norm2(x))",
+        "        x = self.norm1(x + self.self_attn(x, x, x, key_padding_mask=blocked, need_weights=False)[0])\n"
+        "        return self.norm2(x + self.ffn(x))\n")),
+            lose=("test_encoder_layer",), words=("Post-LN",)),
+    # DecoderLayer
+    Variant("dec_no_causal_mask", edit("decoder_layer", ("attn_mask=future, ", "")),
+            lose=("test_decoder_layer",), words=("没有因果掩码",)),
+    Variant("dec_causal_mask_inverted", edit("decoder_layer", (CAUSAL, CAUSAL.replace("triu(1)", "tril()"))),
+            lose=("test_decoder_layer",), words=("因果掩码反了",)),
+    Variant("dec_memory_mask_forgotten", edit("decoder_layer", (CROSS_CALL, CROSS_CALL.replace("key_padding_mask=blocked, ", ""))),
+            lose=("test_decoder_layer",), words=("没有用 memory_mask",)),
+    Variant("dec_queries_from_memory", edit("decoder_layer", (CROSS_CALL, CROSS_CALL.replace("(a, memory, memory,", "(memory, a, a,"))),
+            lose=("test_decoder_layer",), words=("query 取自 memory",)),
+    Variant("dec_memory_normalised", edit("decoder_layer", (CROSS_CALL, CROSS_CALL.replace(
+        "(a, memory, memory,", "(a, self.norm2(memory), self.norm2(memory),"))),
+            lose=("test_decoder_layer",), words=("memory 也过了 norm2",)),
+    # greedy_decode
+    Variant("greedy_eos_never_stops", edit("greedy_decode", (
+        "        nxt = torch.where(done, torch.full_like(nxt, eos), nxt)\n", ""), (
+        "        if done.all():\n            break\n", "")),
+            lose=("test_greedy_decode",), words=("遇到 <eos> 没有停",)),
+    Variant("greedy_stops_at_first", edit("greedy_decode", ("if done.all():", "if done.any():")),
+            lose=("test_greedy_decode",), words=("done.all()",)),
+    Variant("greedy_no_feedback", edit("greedy_decode", ("model.decode(tgt, memory", "model.decode(tgt[:, :1], memory")),
+            lose=("test_greedy_decode",), words=("没有把自己的输出喂回去",)),
+    Variant("greedy_first_position", edit("greedy_decode", ("[:, -1].argmax(-1)", "[:, 0].argmax(-1)")),
+            lose=("test_greedy_decode",), words=("logits[:, -1]",)),
+    Variant("greedy_returns_bos", edit("greedy_decode", ("return tgt[:, 1:]", "return tgt")),
+            lose=("test_greedy_decode",), words=("<bos>",)),
+    Variant("greedy_ignores_lengths", edit("greedy_decode", (
+        "src_mask = padding_mask(src_lengths, src.shape[1])", "src_mask = torch.ones_like(src, dtype=torch.bool)")),
+            lose=("test_greedy_decode",), words=("没有用 src_lengths",)),
+]
+
+CORRECT = [
+    # padding_mask
+    Variant("ok_pad_gt", {"padding_mask": "def padding_mask(lengths, n):\n"
+                                          "    return lengths.unsqueeze(1) > torch.arange(n).unsqueeze(0)\n"}),
+    Variant("ok_pad_loop", {"padding_mask": '''def padding_mask(lengths, n):
+    mask = torch.zeros(len(lengths), n, dtype=torch.bool)
+    for b, length in enumerate(lengths.tolist()):
+        mask[b, :length] = True
+    return mask
+'''}),
+    Variant("ok_pad_expand", {"padding_mask": "def padding_mask(lengths, n):\n"
+                                              "    B = lengths.shape[0]\n"
+                                              "    return torch.arange(n).expand(B, n) < lengths.view(-1, 1)\n"}),
+    # cross_attention
+    Variant("ok_cross_einsum", {"cross_attention": '''def cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None):
+    q = torch.einsum("btd,dk->btk", x, w_q)
+    k = torch.einsum("bsd,dk->bsk", memory, w_k)
+    v = torch.einsum("bsd,dv->bsv", memory, w_v)
+    s = torch.einsum("btk,bsk->bts", q, k) * q.shape[-1] ** -0.5
+    if memory_mask is not None:
+        s = s.masked_fill(memory_mask.unsqueeze(1) == 0, -1e9)
+    w = F.softmax(s, dim=-1)
+    return torch.einsum("bts,bsv->btv", w, v), w
+'''}),
+    Variant("ok_cross_where", {"cross_attention": '''def cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None):
+    q, k, v = torch.matmul(x, w_q), torch.matmul(memory, w_k), torch.matmul(memory, w_v)
+    s = torch.bmm(q, k.transpose(1, 2)) / q.size(-1) ** 0.5
+    if memory_mask is not None:
+        s = torch.where(memory_mask[:, None], s, torch.tensor(float("-inf"), dtype=s.dtype))
+    w = s.softmax(-1)
+    return torch.bmm(w, v), w
+'''}),
+    Variant("ok_cross_manual_softmax", {"cross_attention": '''def cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None):
+    q = x @ w_q
+    k, v = memory @ w_k, memory @ w_v
+    s = q @ k.mT / math.sqrt(k.shape[-1])
+    if memory_mask is not None:
+        s = s + torch.zeros_like(s).masked_fill(~memory_mask.bool()[:, None, :], float("-inf"))
+    e = torch.exp(s - s.max(dim=-1, keepdim=True).values)
+    w = e / e.sum(dim=-1, keepdim=True)
+    return w @ v, w
+'''}),
+    # EncoderLayer
+    Variant("ok_enc_positional", edit("encoder_layer", (
+        "x = x + self.self_attn(a, a, a, key_padding_mask=blocked, need_weights=False)[0]",
+        "out, _ = self.self_attn(a, a, a, blocked)\n        x = x + out"))),
+    Variant("ok_enc_float_mask", edit("encoder_layer", (
+        "blocked = None if src_mask is None else ~src_mask",
+        "blocked = None if src_mask is None else torch.zeros(src_mask.shape, dtype=x.dtype)"
+        ".masked_fill(src_mask == 0, float('-inf'))"))),
+    Variant("ok_enc_named_ffn", edit("encoder_layer", (
+        "self.ffn = nn.Sequential(nn.Linear(d, d_ff), nn.GELU(), nn.Linear(d_ff, d))",
+        "self.ffn = nn.Sequential()\n        self.ffn.add_module('fc', nn.Linear(d, d_ff))\n"
+        "        self.ffn.add_module('act', nn.GELU())\n        self.ffn.add_module('proj', nn.Linear(d_ff, d))"), (
+        "blocked = None if src_mask is None else ~src_mask", "blocked = None if src_mask is None else src_mask.logical_not()"))),
+    # DecoderLayer
+    Variant("ok_dec_float_causal", edit("decoder_layer", (
+        CAUSAL, "torch.full((n_t, n_t), float('-inf'), dtype=y.dtype).triu(1)"))),
+    Variant("ok_dec_square_subsequent", edit("decoder_layer", (
+        CAUSAL, "nn.Transformer.generate_square_subsequent_mask(n_t, dtype=y.dtype)"))),
+    Variant("ok_dec_tril_not", edit("decoder_layer", (
+        CAUSAL, "~torch.tril(torch.ones(n_t, n_t, dtype=torch.bool))"), (
+        "attn_mask=future, need_weights=False", "attn_mask=future, is_causal=True"), (
+        "blocked = None if memory_mask is None else ~memory_mask",
+        "blocked = None if memory_mask is None else memory_mask.eq(False)"))),
+    # greedy_decode
+    Variant("ok_greedy_full_length", {"greedy_decode": '''def greedy_decode(model, src, src_lengths, max_len, bos, eos):
+    mask = padding_mask(src_lengths, src.size(1))
+    memory = model.encode(src, mask)
+    tgt = torch.full((src.size(0), 1), bos)
+    for _ in range(max_len):
+        nxt = model.decode(tgt, memory, mask).argmax(-1)[:, -1:]
+        finished = (tgt[:, 1:] == eos).any(1, keepdim=True)
+        tgt = torch.cat([tgt, nxt.masked_fill(finished, eos)], 1)
+    return tgt[:, 1:]
+'''}),
+    Variant("ok_greedy_list", {"greedy_decode": '''def greedy_decode(model, src, src_lengths, max_len, bos, eos):
+    mask = padding_mask(src_lengths, src.shape[1])
+    memory = model.encode(src, mask)
+    out = []
+    finished = torch.zeros(src.shape[0], dtype=torch.bool)
+    tgt = torch.tensor([[bos]] * src.shape[0])
+    while len(out) < max_len and not bool(finished.all()):
+        logits = model.decode(tgt, memory, mask)
+        tok = torch.argmax(logits[:, -1, :], dim=-1)
+        tok[finished] = eos
+        finished |= tok == eos
+        out.append(tok)
+        tgt = torch.cat((tgt, tok.unsqueeze(1)), dim=1)
+    return torch.stack(out, dim=1)
+'''}),
+    Variant("ok_greedy_python_loop", {"greedy_decode": '''def greedy_decode(model, src, src_lengths, max_len, bos, eos):
+    mask = padding_mask(src_lengths, src.shape[1])
+    memory = model.encode(src, mask)
+    seqs = torch.full((src.shape[0], 1), bos, dtype=torch.long)
+    for step in range(max_len):
+        last = model.decode(seqs, memory, mask)[:, -1]
+        nxt = last.max(dim=-1).indices
+        for b in range(src.shape[0]):
+            if eos in seqs[b, 1:].tolist():
+                nxt[b] = eos
+        seqs = torch.cat([seqs, nxt.view(-1, 1)], dim=1)
+        if all(eos in row[1:] for row in seqs.tolist()):
+            break
+    return seqs[:, 1:]
+'''}),
+]
+
+WIDGET = dict(cell="ed.explorer(", labels=("数字", "例子", "模型输出"),
+              keep=("model = ed.Seq2Seq(",),
+              edits={"TRAIN_STEPS = 160": "TRAIN_STEPS = 5"})
+
+
+def check_widget(target, text):
+    """The explorer starts at 1024: its line names the number, and a heatmap is drawn."""
+    assert "1024 → 模型输出" in text, text
+    assert target.locator("img").count() >= 1, "ch11: no heatmap in the widget"

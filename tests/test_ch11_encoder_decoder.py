@@ -1,0 +1,248 @@
+"""Unit tests for helpers.ch11_encoder_decoder (the task, the model wrapper,
+the heatmaps) and for grading.ch11_encoder_decoder (its references agree with
+torch; the model solution passes every hidden check in both languages; known
+bugs are named in both languages)."""
+from __future__ import annotations
+
+import math
+import re
+
+import matplotlib
+import nbformat
+import pytest
+import torch
+from torch import nn
+
+matplotlib.use("Agg")
+
+from harness import ROOT, _strip_markers  # noqa: E402
+
+from grading import ch11_encoder_decoder as g  # noqa: E402
+from helpers import ch11_encoder_decoder as ed  # noqa: E402
+from helpers import set_language
+
+CHAPTER = "ch11_encoder_decoder"
+SOURCE = ROOT / "source" / CHAPTER / f"{CHAPTER}.ipynb"
+
+
+def namespace(replace: dict[str, str] | None = None) -> dict:
+    """The chapter's answer cells (model solution, ``replace`` swapped in), run."""
+    nb = nbformat.read(SOURCE, as_version=4)
+    ns: dict = {"torch": torch, "math": math, "nn": nn, "F": torch.nn.functional}
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type == "code" and meta.get("solution"):
+            exec(compile((replace or {}).get(meta["grade_id"], _strip_markers(cell.source)), meta["grade_id"], "exec"), ns)
+    return ns
+
+
+@pytest.fixture(scope="module")
+def sol():
+    return namespace()
+
+
+# ---------------------------------------------------------------- the task
+
+@pytest.mark.parametrize("n,words", [(0, "零"), (7, "七"), (10, "十"), (15, "十五"), (20, "二十"), (101, "一百零一"),
+                                     (110, "一百一十"), (1000, "一千"), (1005, "一千零五"), (1010, "一千零一十"),
+                                     (1024, "一千零二十四"), (1050, "一千零五十"), (1500, "一千五百"),
+                                     (2030, "二千零三十"), (9999, "九千九百九十九"), (3007, "三千零七")])
+def test_to_chinese_standard_reading(n, words):
+    assert ed.to_chinese(n) == words
+
+
+def test_to_chinese_rejects_out_of_range():
+    for bad in (-1, 10000, 2.5):
+        with pytest.raises(ValueError):
+            ed.to_chinese(bad)
+
+
+def test_every_reading_fits_and_round_trips_through_the_vocabulary():
+    lengths = {len(ed.to_chinese(n)) for n in range(ed.MAX_NUMBER + 1)}
+    assert max(lengths) + 1 == ed.TGT_LEN                      # + <eos>
+    assert len(set(map(ed.to_chinese, range(ed.MAX_NUMBER + 1)))) == ed.MAX_NUMBER + 1   # no two numbers alike
+    for n in (0, 1024, 9999):
+        assert ed.decode_target(ed.encode_target(ed.to_chinese(n))) == ed.to_chinese(n)
+
+
+def test_split_is_fixed_and_disjoint():
+    train, test = ed.split_numbers()
+    assert (len(train), len(test)) == (9000, 1000)
+    assert not set(train) & set(test)
+    assert ed.split_numbers() == (train, test)
+
+
+def test_make_batch_pads_on_the_right_and_shifts_the_target():
+    b = ed.make_batch([7, 1024])
+    assert b["src"].tolist() == [[ed.SRC_TOKENS.index("7"), 0, 0, 0], [ed.SRC_TOKENS.index(c) for c in "1024"]]
+    assert b["src_lengths"].tolist() == [1, 4]
+    assert b["tgt_in"][:, 0].tolist() == [ed.BOS, ed.BOS]
+    assert torch.equal(b["tgt_in"][1, 1:7], b["tgt_out"][1, :6])          # input = <bos> + target, shifted
+    assert b["tgt_out"][1, 6] == ed.EOS and b["tgt_in"][1, 7] == ed.PAD
+    assert ed.decode_target(b["tgt_out"][1]) == "一千零二十四"
+    assert b["tgt_out"][0].tolist()[:3] == [ed.TGT_TOKENS.index("七"), ed.EOS, ed.PAD]
+
+
+def test_sampling_balances_lengths():
+    by_length = [[n for n in range(10000) if len(str(n)) == k] for k in range(1, 5)]
+    picks = ed._sample(by_length, 4000, torch.Generator().manual_seed(0))
+    counts = [sum(len(str(n)) == k for n in picks) for k in range(1, 5)]
+    assert all(800 < c < 1200 for c in counts), counts
+
+
+# ---------------------------------------------------------------- model, decoding, heatmaps
+
+def test_seq2seq_shapes_and_training_steps(sol):
+    torch.manual_seed(0)
+    model = ed.Seq2Seq(sol["EncoderLayer"], sol["DecoderLayer"], d=16, h=2, d_ff=32, n_enc=1, n_dec=1)
+    log = ed.train(model, sol["padding_mask"], steps=3, batch_size=8, progress=False)
+    assert log["steps"] == 3 and len(log["losses"]) == 3 and all(math.isfinite(x) for x in log["losses"])
+    b = ed.make_batch([5, 1234])
+    mask = sol["padding_mask"](b["src_lengths"], ed.SRC_LEN)
+    logits = model.decode(b["tgt_in"], model.encode(b["src"], mask), mask)
+    assert logits.shape == (2, ed.TGT_LEN, len(ed.TGT_TOKENS))
+    acc, misses = ed.accuracy(model, sol["greedy_decode"], sol["padding_mask"], [1, 2, 3])
+    assert 0.0 <= acc <= 1.0 and len(misses) == round((1 - acc) * 3)
+
+
+def test_cross_attention_maps_are_rows_of_weights(sol):
+    torch.manual_seed(1)
+    model = ed.Seq2Seq(sol["EncoderLayer"], sol["DecoderLayer"], d=16, h=2, d_ff=32, n_enc=1, n_dec=2).eval()
+    text, maps = ed.cross_attention_maps(model, sol["greedy_decode"], sol["padding_mask"], 305)
+    assert len(maps) == 2
+    assert maps[0].shape == (2, len(text) + 1, 3)                # heads, output characters + <eos>, digits
+    assert torch.allclose(maps[0].sum(-1), torch.ones(2, len(text) + 1), atol=1e-5)
+
+
+def test_recorded_weights_equal_a_direct_call():
+    mha = nn.MultiheadAttention(8, 2, batch_first=True).eval()
+    q, kv = torch.randn(1, 3, 8), torch.randn(1, 4, 8)
+    holder = nn.Module()
+    holder.decoder = nn.ModuleList([nn.Module()])
+    holder.decoder[0].cross_attn = mha
+    maps = ed._recorded_cross_weights(holder, lambda: mha(q, kv, kv, None, False))   # need_weights passed positionally
+    direct = mha(q, kv, kv, need_weights=True, average_attn_weights=False)[1]
+    assert len(maps) == 1 and torch.allclose(maps[0], direct)
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_figures_draw(sol, lang):
+    import matplotlib.pyplot as plt
+    set_language(lang)
+    torch.manual_seed(2)
+    model = ed.Seq2Seq(sol["EncoderLayer"], sol["DecoderLayer"], d=16, h=2, d_ff=32, n_enc=1, n_dec=1).eval()
+    assert len(ed.mask_patterns_figure().axes) == 3
+    assert len(ed.heatmap_figure(model, sol["greedy_decode"], sol["padding_mask"], 1024).axes) == 2   # + colour bar
+    assert len(ed.examples_figure(model, sol["greedy_decode"], sol["padding_mask"], (7, 1024)).axes) == 2
+    assert len(ed.loss_figure([3.0, 2.0, 1.0]).axes) == 1
+    plt.close("all")
+    set_language("zh")
+
+
+def test_explorer_prints_one_line_while_grading(sol, monkeypatch, capsys):
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    set_language("en")
+    model = ed.Seq2Seq(sol["EncoderLayer"], sol["DecoderLayer"], d=16, h=2, d_ff=32, n_enc=1, n_dec=1).eval()
+    assert ed.explorer(model, sol["greedy_decode"], sol["padding_mask"]) is None
+    assert capsys.readouterr().out.startswith("1024 → model says")
+    set_language("zh")
+
+
+def test_explorer_builds_outside_grading(sol, monkeypatch):
+    import matplotlib.pyplot as plt
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    model = ed.Seq2Seq(sol["EncoderLayer"], sol["DecoderLayer"], d=16, h=2, d_ff=32, n_enc=1, n_dec=1).eval()
+    ed.explorer(model, sol["greedy_decode"], sol["padding_mask"], start=110)
+    plt.close("all")
+
+
+def test_glyphs_fall_back_to_pinyin_without_a_chinese_font(monkeypatch):
+    from helpers import plots
+    monkeypatch.setattr(plots, "cjk_font", lambda: None)
+    assert ed.glyphs("一千零五") == ["yi", "qian", "ling", "wu"]
+    monkeypatch.setattr(plots, "cjk_font", lambda: "Noto Sans CJK SC")
+    assert ed.glyphs("一千") == ["一", "千"]
+
+
+# ---------------------------------------------------------------- grading references
+
+def test_ref_cross_matches_sdpa():
+    gen = torch.Generator().manual_seed(0)
+    x, mem = torch.randn(2, 5, 6, generator=gen, dtype=torch.float64), torch.randn(2, 3, 6, generator=gen, dtype=torch.float64)
+    wq, wk, wv = (torch.randn(6, c, generator=gen, dtype=torch.float64) for c in (4, 4, 2))
+    mask = torch.tensor([[True, True, True], [True, False, False]])
+    out, w = g.ref_cross(x, mem, wq, wk, wv, mask)
+    ref = torch.nn.functional.scaled_dot_product_attention(x @ wq, mem @ wk, mem @ wv, attn_mask=mask[:, None, :])
+    assert torch.allclose(out, ref, atol=1e-12) and torch.all(w[1, :, 1:] == 0)
+
+
+def test_ref_layers_match_torch_layers(sol):
+    gen = torch.Generator().manual_seed(3)
+    mask = torch.tensor([[True] * 4, [True, True, False, False]])
+    enc = g._randomise(sol["EncoderLayer"](8, 2, 16), gen)
+    x = torch.randn(2, 4, 8, generator=gen, dtype=torch.float64)
+    with torch.no_grad():
+        theirs = g._torch_layer(enc, 8, 2, 16, False)(x, src_key_padding_mask=~mask)
+    assert torch.allclose(g.ref_encoder(enc, x, mask)[mask], theirs[mask], atol=1e-10)
+    dec = g._randomise(sol["DecoderLayer"](8, 2, 16), gen)
+    y = torch.randn(2, 5, 8, generator=gen, dtype=torch.float64)
+    with torch.no_grad():
+        theirs = g._torch_layer(dec, 8, 2, 16, True)(y, x, tgt_mask=torch.ones(5, 5, dtype=torch.bool).triu(1),
+                                                     memory_key_padding_mask=~mask)
+    assert torch.allclose(g.ref_decoder(dec, y, x, mask), theirs, atol=1e-10)
+
+
+def test_every_bug_reference_differs_from_the_right_answer(sol):
+    gen = torch.Generator().manual_seed(4)
+    mask = torch.tensor([[True, True, True], [True, False, False], [True, True, False]])
+    enc = g._randomise(sol["EncoderLayer"](12, 3, 24), gen)
+    dec = g._randomise(sol["DecoderLayer"](12, 3, 24), gen)
+    x, y = (torch.randn(3, 3, 12, generator=gen, dtype=torch.float64) for _ in range(2))
+    for bug in g.ENC_BUGS:
+        assert not g.close(bug.impl(enc, x, mask), g.ref_encoder(enc, x, mask)), bug.key
+    for bug in g.DEC_BUGS:
+        assert not g.close(bug.impl(dec, y, x, mask), g.ref_decoder(dec, y, x, mask)), bug.key
+
+
+# ---------------------------------------------------------------- the hidden checks, in process
+
+CHECKS = [("padding_mask", g.check_padding_mask), ("cross_attention", g.check_cross_attention),
+          ("EncoderLayer", g.check_encoder_layer), ("DecoderLayer", g.check_decoder_layer),
+          ("greedy_decode", g.check_greedy_decode)]
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_solution_passes_every_hidden_check(sol, lang, capsys):
+    set_language(lang)
+    for name, check in CHECKS:
+        check(sol[name])
+    out = capsys.readouterr().out
+    assert out.count("✓") == len(CHECKS)
+    assert bool(re.search(r"[\u4e00-\u9fff]", out)) == (lang == "zh")
+    set_language("zh")
+
+
+BUG_CASES = [  # (answer cell, old, new, check, zh words, en words)
+    ("padding_mask", " < lengths", " >= lengths", "padding_mask", "掩码反了", "inverted"),
+    ("cross_attention", '~memory_mask[:, None, :]', '~memory_mask[:, :, None]', "cross_attention", "query（行）",
+     "instead of the keys"),
+    ("encoder_layer", "else ~src_mask", "else src_mask", "EncoderLayer", "True 表示“屏蔽”", "True means 'blocked'"),
+    ("decoder_layer", "attn_mask=future, ", "", "DecoderLayer", "没有因果掩码", "no causal mask"),
+    ("greedy_decode", "if done.all():", "if done.any():", "greedy_decode", "done.all()", "not any()"),
+]
+
+
+@pytest.mark.parametrize("cell,old,new,name,zh,en", BUG_CASES, ids=[c[0] for c in BUG_CASES])
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_known_bugs_are_named_in_both_languages(cell, old, new, name, zh, en, lang):
+    nb = nbformat.read(SOURCE, as_version=4)
+    src = next(_strip_markers(c.source) for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == cell)
+    assert src.count(old) == 1
+    ns = namespace({cell: src.replace(old, new)})
+    set_language(lang)
+    try:
+        with pytest.raises(AssertionError) as err:
+            dict(CHECKS)[name](ns[name])
+        assert (zh if lang == "zh" else en) in str(err.value), str(err.value)
+    finally:
+        set_language("zh")
