@@ -3,28 +3,37 @@
 The course root is the folder of this file, so the same file works in a clone,
 in a temporary grading workspace and on a JupyterHub. The gradebook is
 nbgrader's SQLite file unless COURSE_DB_URL names another SQLAlchemy URL
-(for example postgresql://user@host/course).
+(for example postgresql://user@host/course). The course id, the gradebook's
+address and the cell time limit come from grading/protocol.py, which the
+grader and the grading kernels share; a copy of the course without grading/
+(a student's) keeps nbgrader's defaults for them.
 """
 import os
 
+try:
+    from grading import protocol
+except ImportError:
+    protocol = None
+
 c = get_config()  # noqa: F821 (provided by traitlets)
 
-c.CourseDirectory.course_id = "transformer"
 c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
+if protocol is not None:
+    c.CourseDirectory.course_id = protocol.COURSE_ID
+    if os.environ.get(protocol.DB_URL_ENV):
+        c.CourseDirectory.db_url = os.environ[protocol.DB_URL_ENV]
+    # A runaway cell must not hold up a whole class.
+    c.Execute.timeout = protocol.limit(protocol.ENV_CELL_TIMEOUT, protocol.CELL_TIMEOUT_S)
 c.CourseDirectory.source_directory = "source"
 c.CourseDirectory.release_directory = "release"
 c.CourseDirectory.submitted_directory = "submitted"
 c.CourseDirectory.autograded_directory = "autograded"
 c.CourseDirectory.feedback_directory = "feedback"
-if os.environ.get("COURSE_DB_URL"):
-    c.CourseDirectory.db_url = os.environ["COURSE_DB_URL"]
 
 # Students see these stubs where the solutions were.
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
-# A runaway cell must not hold up a whole class.
-c.Execute.timeout = int(os.environ.get("COURSE_CELL_TIMEOUT", "120"))
 c.Execute.interrupt_on_timeout = True
 c.Execute.raise_on_iopub_timeout = False
 

@@ -24,8 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 
-from coursekit.nbgrader_run import env_with_bin  # noqa: E402
 from harness import grading_course, make_submission, submit  # noqa: E402
+
+from coursekit.nbgrader_run import env_with_bin  # noqa: E402
 
 
 def make_class(root: Path, chapter: str, n: int) -> list[str]:

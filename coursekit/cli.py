@@ -32,6 +32,9 @@ def cmd_dist(args) -> int:
 
 def cmd_grade(args) -> int:
     from . import grade
+    if args.check:
+        grade.check(root=args.root or build.ROOT, chapter=args.chapter, sandbox=not args.unsandboxed)
+        return 0
     jobs = grade.grade(root=args.root or build.ROOT, chapter=args.chapter, student=args.student, jobs=args.jobs,
                        sandbox=not args.unsandboxed, timeout=args.timeout)
     return 0 if all(j.ok for j in jobs) else 1
@@ -59,6 +62,8 @@ def main(argv=None) -> int:
                                   "course folder on JupyterHub")
     g.add_argument("--unsandboxed", action="store_true",
                    help="grade without bubblewrap (submissions then run with your rights)")
+    g.add_argument("--check", action="store_true",
+                   help="only the preflight: start one graded kernel per chapter, write nothing")
     g.set_defaults(fn=cmd_grade)
     args = p.parse_args(argv)
     try:

@@ -1,15 +1,20 @@
 """Grade a class: every submission in submitted/<student>/<chapter>/.
 
-One command runs small steps, each testable alone:
+A run is a ``Run`` (the context every step reads and writes) passed through
+an ordered list of small steps, each ``step(run) -> None``:
 
-    intake     fix what stock nbgrader trips over (renamed or broken notebooks), noting it
-    autograde  nbgrader autograde, one student at a time per worker, workers over the cores;
-               each kernel is forked in the sandbox from a warm process that imported torch
-               once (coursekit.zygote), with the guard booted and no network
-    seals      a test cell keeps its points only if each hidden check left a valid seal
-    feedback   nbgrader generate_feedback (hidden tests, their tracebacks and the seals removed)
-    export     grades.csv (nbgrader export)
-    report     reports/class_report.html and a summary table
+    intake     copy each submission to the run's scratch folder (submitted/ is never written)
+    repair     fix on that copy what stock nbgrader trips over, noting each repair as a Flag
+    preflight  one graded kernel per chapter on its release notebook; on failure stop, writing nothing
+    gradebook  record the chapters' cells in the gradebook (first write of the run)
+    autograde  nbgrader autograde on the copies, one student at a time per worker, workers over the
+               cores; each kernel forked in the sandbox from a warm process that imported torch once
+               (coursekit.zygote), with the guard booted and no network; a run whose notebooks mostly
+               fail for one reason of the machine stops there
+    seal check a test cell keeps its points only if each hidden check left a valid seal
+    feedback   nbgrader generate_feedback (hidden tests, tracebacks and seals removed; pending points shown)
+    export     grades.csv (nbgrader export, plus auto points and points awaiting grading)
+    report     reports/class_report.html and the summary table, in the chapter's language
 
 Reruns are safe: a student graded twice keeps one result, and manual grades
 entered in the formgrader stay.
@@ -20,25 +25,29 @@ import concurrent.futures as cf
 import contextlib
 import json
 import os
-import re
 import secrets
 import shutil
-import subprocess
-import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import nbformat
 
+from grading import protocol
+
+from . import intake as intake_mod
+from . import kernels, runner, seals
+from . import preflight as pre
 from .build import ROOT
+from .flags import Flag
+from .intake import Job, discover
 from .nbgrader_run import env_with_bin
 
 STATE = ".grading"
-CHECK_RE = re.compile(r"\b(check_\w+)\(")
-COURSE_ID = "transformer"  # nbgrader_config.py's course id: the gradebook row it already has
-MAX_OUTPUT_CHARS = 200_000
+__all__ = ["grade", "Job", "Run", "STEPS", "STATE", "class_jobs", "discover", "uid"]
 # What a gradebook says when another grader got there first: SQLite's lock, and the
 # unique-key or serialisation errors of a database server (PostgreSQL) when two graders
 # add the same student or course at once. The notebook is graded again, alone.
@@ -46,506 +55,8 @@ BUSY_SIGNS = ("database is locked", "UniqueViolation", "duplicate key value", "I
               "could not serialize access", "deadlock detected")
 
 
-@dataclass
-class Job:
-    chapter: str
-    student: str
-    flags: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    ok: bool = True
-
-
-# ------------------------------------------------------------------ discovery
-
-def discover(root: Path, chapter: str | None = None, student: str | None = None) -> list[Job]:
-    jobs = []
-    sub = root / "submitted"
-    if not sub.exists():
-        return jobs
-    for sdir in sorted(p for p in sub.iterdir() if p.is_dir()):
-        if student and sdir.name != student:
-            continue
-        for cdir in sorted(p for p in sdir.iterdir() if p.is_dir()):
-            if chapter and cdir.name != chapter:
-                continue
-            if not (root / "source" / cdir.name / f"{cdir.name}.ipynb").exists():
-                continue
-            jobs.append(Job(cdir.name, sdir.name))
-    return jobs
-
-
-# ------------------------------------------------------------------ intake
-
-def intake(root: Path, job: Job) -> None:
-    """Make the submission gradable by nbgrader, noting each repair."""
-    folder = root / "submitted" / job.student / job.chapter
-    expected = folder / f"{job.chapter}.ipynb"
-    if not expected.exists():
-        others = sorted(folder.glob("*.ipynb"))
-        if len(others) == 1:
-            shutil.copy(others[0], expected)
-            job.flags.append(f"renamed notebook ({others[0].name}); graded as {expected.name}")
-        else:
-            job.flags.append("no notebook found" if not others else f"{len(others)} notebooks, none named {expected.name}")
-            _write_release_copy(root, job.chapter, expected)
-            return
-    try:
-        nb = nbformat.read(expected, as_version=4)
-    except Exception as exc:  # noqa: BLE001 (any unreadable file)
-        expected.rename(expected.with_suffix(".ipynb.unreadable"))
-        _write_release_copy(root, job.chapter, expected)
-        job.flags.append(f"not a valid notebook ({type(exc).__name__}); scored as empty")
-        return
-    ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells]
-    dupes = sorted({i for i in ids if i and ids.count(i) > 1})
-    if dupes:  # stock nbgrader would score the whole notebook zero (nbgrader #1083)
-        job.flags.append(f"duplicated cells {', '.join(dupes)} (graded once)")
-        nb = _deduplicate(nb)
-        nbformat.write(nb, expected)
-        ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells]
-    source = nbformat.read(root / "source" / job.chapter / f"{job.chapter}.ipynb", as_version=4)
-    locked = {c.metadata["nbgrader"]["grade_id"] for c in source.cells
-              if c.metadata.get("nbgrader", {}).get("locked")}
-    missing = sorted(locked - set(ids))
-    if missing:
-        job.flags.append(f"deleted read-only cells {', '.join(missing)} (restored)")
-        _restore_cells(nb, source, missing)
-        nbformat.write(nb, expected)
-
-
-def _deduplicate(nb):
-    """Keep the first cell of each grade id: a later copy of a read-only cell
-    is dropped, a later copy of an answer cell stays as plain code. Cell ids
-    are made unique too."""
-    seen, cells = set(), []
-    for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        gid = meta.get("grade_id")
-        if gid and gid in seen:
-            if meta.get("locked") or meta.get("grade") and not meta.get("solution"):
-                continue
-            cell.metadata.pop("nbgrader", None)
-        if gid:
-            seen.add(gid)
-        cells.append(cell)
-    used = set()
-    for i, cell in enumerate(cells):
-        if getattr(cell, "id", None) in used or not getattr(cell, "id", None):
-            cell.id = f"dedup-{i}"
-        used.add(cell.id)
-    nb.cells = cells
-    return nb
-
-
-def _write_release_copy(root: Path, chapter: str, dest: Path) -> None:
-    rel = root / "release" / chapter / f"{chapter}.ipynb"
-    if rel.exists():
-        shutil.copy(rel, dest)
-
-
-def _restore_cells(nb, source, missing: list[str]) -> None:
-    """Put deleted read-only cells back, after the cell that preceded them in the source."""
-    order = [c.metadata.get("nbgrader", {}).get("grade_id") for c in source.cells]
-    for gid in missing:
-        idx = order.index(gid)
-        cell = nbformat.from_dict(source.cells[idx])
-        prev = next((order[j] for j in range(idx - 1, -1, -1) if order[j]), None)
-        pos = len(nb.cells)
-        for i, c in enumerate(nb.cells):
-            if prev and c.metadata.get("nbgrader", {}).get("grade_id") == prev:
-                pos = i + 1
-        nb.cells.insert(pos, cell)
-
-
-# ------------------------------------------------------------------ autograde
-
-def kernel_spec(state: Path) -> Path:
-    kdir = state / "kernels" / "kernels" / "python3"
-    kdir.mkdir(parents=True, exist_ok=True)
-    spec = {"argv": [sys.executable, "-m", "coursekit.sandbox", "{connection_file}"],
-            "display_name": "Python 3 (graded)", "language": "python", "interrupt_mode": "message"}
-    text = json.dumps(spec, indent=1)
-    path = kdir / "kernel.json"
-    # every notebook's start reads this file: replace it whole, never truncate it under a reader
-    if not path.exists() or path.read_text() != text:
-        _write_atomically(path, lambda tmp: tmp.write_text(text))
-    return state / "kernels"
-
-
-def _uid(job: Job) -> int:
-    """An unprivileged uid of this notebook's own (not in /etc/passwd)."""
-    import zlib
-    return 200_000 + zlib.crc32(f"{job.chapter}/{job.student}".encode()) % 100_000
-
-
-# nbgrader itself takes ~2 s to import; a fork server imports it once and forks a
-# fresh process for each nbgrader command (a private state for each notebook,
-# and a process group that can be killed as a whole).
-_NB_PRELOAD = ["nbgrader.apps.nbgraderapp", "nbgrader.apps.autogradeapp", "nbgrader.apps.generatefeedbackapp",
-               "nbgrader.apps.generateassignmentapp", "nbgrader.apps.exportapp", "nbgrader.converters",
-               "nbgrader.api", "nbgrader.preprocessors", "nbconvert", "nbclient", "jupyter_client",
-               "coursekit.feedback"]
-_CTX = None
-
-
-def _context():
-    global _CTX
-    if _CTX is None:
-        import multiprocessing as mp
-        _CTX = mp.get_context("forkserver")
-        _CTX.set_forkserver_preload(_NB_PRELOAD)
-    return _CTX
-
-
-def _nbgrader_main(args: list[str], root: str, env: dict, log_path: str) -> None:
-    """A forked nbgrader command: its own session, output to ``log_path``."""
-    os.setsid()
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    os.chdir(root)
-    os.environ.clear()
-    os.environ.update(env)
-    sys.argv = ["nbgrader", *args]
-    code = 0
-    try:
-        from nbgrader.apps.nbgraderapp import NbGraderApp
-        NbGraderApp.launch_instance(argv=args)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException:  # noqa: BLE001
-        import traceback
-        traceback.print_exc()
-        code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-def _without_db(env: dict) -> dict:
-    """An environment for code that runs student code: no gradebook address (it may hold a password)."""
-    return {k: v for k, v in env.items() if k != "COURSE_DB_URL"}
-
-
-def run_nbgrader(args: list[str], root: Path, env: dict, log: Path, timeout: float | None = None) -> int | None:
-    """Run one nbgrader command in a process forked from the warm fork server;
-    returns its exit code, or None when it ran past ``timeout`` (then its whole
-    process group, kernel launcher included, is killed)."""
-    import signal
-    proc = _context().Process(target=_nbgrader_main, args=(args, str(root), env, str(log)), daemon=False)
-    proc.start()
-    proc.join(timeout)
-    if proc.is_alive():
-        for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), lambda: os.kill(proc.pid, signal.SIGKILL)):
-            try:
-                kill()
-            except OSError:
-                pass
-        proc.join()
-        return None
-    return proc.exitcode
-
-
-def autograde_one(root: Path, state: Path, job: Job, sandbox: bool, timeout: int, cell_timeout: int,
-                  extra_env: dict | None = None) -> Job:
-    keys = state / "keys"
-    key = secrets.token_bytes(32)
-    key_file = keys / f"{job.chapter}__{job.student}.key"
-    key_file.write_bytes(key)
-    os.chmod(key_file, 0o600)
-    warm = bool((extra_env or {}).get("COURSE_ZYGOTE"))
-    if warm:  # the kernel's sockets are files here (IPC), in the folder the zygote sees; it has no network
-        # a short path: a Unix socket's path may not exceed 107 bytes
-        runtime = Path(extra_env["COURSE_ZYGOTE"]).parent.parent / "spool" / f"rt{_uid(job)}"
-        runtime.mkdir(parents=True, exist_ok=True)
-        os.chmod(runtime, 0o700)
-        if os.geteuid() == 0:
-            os.chown(runtime, _uid(job), _uid(job))
-    else:
-        runtime = state / "runtime" / f"{job.chapter}__{job.student}"
-        runtime.mkdir(parents=True, exist_ok=True)
-    env = env_with_bin({
-        "COURSE_ROOT": str(root), "COURSE_SANDBOX": "1" if sandbox else "0", "COURSE_SEAL_FILE": str(key_file),
-        "JUPYTER_PATH": str(kernel_spec(state)), "JUPYTER_RUNTIME_DIR": str(runtime),
-        "COURSE_CELL_TIMEOUT": str(cell_timeout), "PYTHONDONTWRITEBYTECODE": "1",
-        "COURSE_SANDBOX_UID": str(_uid(job)), **(extra_env or {}),
-    })
-    log = state / "logs" / f"{job.chapter}__{job.student}.log"
-    start = time.monotonic()
-    args = ["autograde", job.chapter, f"--student={job.student}", "--force", "--log-level=WARN"]
-    if warm:
-        args += ["--KernelManager.transport=ipc", f"--KernelManager.ip={runtime / 'kernel'}"]
-    rc = run_nbgrader(args, root, env, log, timeout)
-    if rc is None:
-        job.flags.append(f"notebook time limit ({timeout} s) reached")
-    job.seconds = time.monotonic() - start
-    text = log.read_text(errors="replace")
-    if rc not in (0, None):
-        job.ok = False
-        if any(sign in text for sign in BUSY_SIGNS):
-            job.flags.append("retry: gradebook busy")
-        else:
-            job.flags.append("autograde failed (see .grading/logs)")
-    shutil.rmtree(runtime, ignore_errors=True)
-    return job
-
-
-def fallback(root: Path, state: Path, job: Job, sandbox: bool, timeout: int, cell_timeout: int,
-             extra_env: dict | None = None) -> None:
-    log = state / "logs" / f"{job.chapter}__{job.student}.log"
-    text = log.read_text(errors="replace") if log.exists() else ""
-    if log.exists():  # the failed attempt's log stays for the instructor
-        shutil.copy(log, log.with_suffix(".failed.log"))
-    reason = ("kernel died" if ("Kernel died" in text or "DeadKernel" in text) else
-              "notebook time limit reached" if any("time limit" in f for f in job.flags) else "autograde failed")
-    job.flags = [f for f in job.flags if not f.startswith("autograde failed")]
-    nb = root / "submitted" / job.student / job.chapter / f"{job.chapter}.ipynb"
-    if nb.exists():
-        nb.replace(nb.with_suffix(".ipynb.failed"))
-    _write_release_copy(root, job.chapter, nb)
-    job.flags.append(f"{reason}; scored as empty (original kept as {nb.name}.failed)")
-    job.ok = True
-    autograde_one(root, state, job, sandbox, timeout, cell_timeout, extra_env)
-
-
-class Zygote:
-    """The warm kernel factory of one grading run (coursekit.zygote), in the
-    sandbox when grading is sandboxed. ``socket`` is None when it could not
-    start; kernels then start one by one, as without it."""
-
-    def __init__(self, root: Path, state: Path, sandbox: bool):
-        from .sandbox import zygote_command
-        self.socket = None
-        self.proc = None
-        # the run's socket and kernel folders: a short path of this run's own (a Unix
-        # socket's path may not exceed 107 bytes; another grader may share the course folder)
-        self.base = Path(tempfile.mkdtemp(prefix="course-grade-", dir="/tmp" if os.path.isdir("/tmp") else None))
-        os.chmod(self.base, 0o711)
-        zdir, spool = self.base / "zygote", self.base / "spool"
-        for d, mode in ((zdir, 0o700), (spool, 0o711)):
-            d.mkdir()
-            os.chmod(d, mode)
-        sock = zdir / "sock"
-        # this run's own log (another grader's would truncate a shared one under wait()),
-        # copied to logs/zygote.log when the factory closes
-        self.log = state / "logs" / f"zygote-{os.getpid()}.log"
-        self.latest = state / "logs" / "zygote.log"
-        out = open(self.log, "w")
-        self.proc = subprocess.Popen(zygote_command(str(root), str(self.base), sandbox), cwd=zdir,
-                                     env=_without_db(env_with_bin({"COURSE_ROOT": str(root),
-                                                                   "PYTHONDONTWRITEBYTECODE": "1"})),
-                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        out.close()
-        self.sock = sock
-
-    def wait(self, say=print, limit: float = 120) -> None:
-        deadline = time.monotonic() + limit
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            if self.sock.exists() and "zygote: ready" in self.log.read_text(errors="replace"):
-                self.socket = str(self.sock)
-                return
-            time.sleep(0.05)
-        say(f"grade: note: the warm kernel factory did not start (see {self.log}); kernels start one by one")
-        self.close()
-
-    def close(self) -> None:
-        import signal
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(timeout=10)
-            except (OSError, subprocess.TimeoutExpired):
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except OSError:
-                    pass
-                self.proc.wait()
-        if self.log.exists():
-            self.log.replace(self.latest)
-        self.proc = None
-        shutil.rmtree(self.base, ignore_errors=True)
-
-
-# ------------------------------------------------------------------ after autograde
-
-def expected_checks(source_nb) -> dict[str, list[str]]:
-    """grade id -> names of the hidden checks its test cell calls."""
-    out = {}
-    for cell in source_nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if cell.cell_type == "code" and meta.get("grade") and "### BEGIN HIDDEN TESTS" in cell.source:
-            hidden = cell.source.split("### BEGIN HIDDEN TESTS", 1)[1].split("### END HIDDEN TESTS", 1)[0]
-            names = CHECK_RE.findall(hidden)
-            if names:
-                out[meta["grade_id"]] = names
-    return out
-
-
-def _outputs_text(cell) -> str:
-    parts = []
-    for o in cell.get("outputs", []):
-        if o.get("output_type") == "stream":
-            parts.append(o.get("text", ""))
-        elif o.get("output_type") == "error":
-            parts.append(f"{o.get('ename')}: {o.get('evalue')}\n" + "\n".join(o.get("traceback", [])))
-        else:
-            parts.append(str(o.get("data", {}).get("text/plain", "")))
-    return "".join(parts)
-
-
-def check_seals(root: Path, state: Path, job: Job, gb) -> None:
-    """Zero any auto-graded cell whose checks left no valid seal; note why."""
-    from grading.guard import expected_seal
-
-    path = root / "autograded" / job.student / job.chapter / f"{job.chapter}.ipynb"
-    key_file = state / "keys" / f"{job.chapter}__{job.student}.key"
-    if not path.exists():
-        job.flags.append("not graded")
-        return
-    key = key_file.read_bytes() if key_file.exists() else None
-    nb = nbformat.read(path, as_version=4)
-    source = nbformat.read(root / "source" / job.chapter / f"{job.chapter}.ipynb", as_version=4)
-    checks = expected_checks(source)
-    texts = {c.metadata.get("nbgrader", {}).get("grade_id"): _outputs_text(c) for c in nb.cells}
-    all_text = "\n".join(texts.values())
-    for marker, reason in (("Timeout", "cell time limit reached"), ("MemoryError", "memory limit reached"),
-                           ("DeadKernelError", "kernel died"), ("Kernel died", "kernel died"),
-                           ("检测到篡改", "tampering detected"), ("tampering detected", "tampering detected"),
-                           ("评分模块里的函数", "called the grading module"),
-                           ("function of the grading module", "called the grading module")):
-        if marker in all_text and reason not in job.flags:
-            job.flags.append(reason)
-    sub = gb.find_submission_notebook(job.chapter, job.chapter, job.student)
-    changed = False
-    for grade in sub.grades:
-        names = checks.get(grade.name)
-        if not names or not grade.auto_score:
-            continue
-        text = texts.get(grade.name, "")
-        if key is None or not all(expected_seal(key, n) in text for n in names):
-            grade.auto_score = 0.0
-            changed = True
-            job.flags.append(f"{grade.name}: passed without its checks' seal (checks bypassed); score set to 0")
-    if changed:
-        gb.db.commit()
-    # huge outputs: cut them in the autograded copy (what feedback is made from)
-    cut = False
-    for cell in nb.cells:
-        for o in cell.get("outputs", []):
-            if o.get("output_type") == "stream" and len(o.get("text", "")) > MAX_OUTPUT_CHARS:
-                o["text"] = o["text"][:MAX_OUTPUT_CHARS] + "\n… [output cut by the grader]\n"
-                cut = True
-    if cut:
-        os.chmod(path, 0o644)
-        nbformat.write(nb, path)
-        job.flags.append("huge output (cut)")
-
-
-# ------------------------------------------------------------------ the command
-
-def ensure_assignments(root: Path, chapters: list[str], state: Path) -> None:
-    """Record each chapter's source cells in the gradebook (needed to restore
-    read-only cells and to know the points), without touching release/.
-
-    Graders running at once in the same course folder (``make grade CHAPTER=...``
-    twice) take turns here: creating a new gradebook or its course row is not
-    safe to do twice at the same time. Each run has its own scratch folder."""
-    with _one_at_a_time(state):
-        scratch = Path(tempfile.mkdtemp(prefix="release-scratch-", dir=state))
-        try:
-            for ch in chapters:
-                log = state / "logs" / f"generate_assignment__{ch}.log"
-                rc = run_nbgrader(["generate_assignment", ch, "--force", "--log-level=ERROR",
-                                   f"--CourseDirectory.release_directory={scratch}"], root, env_with_bin(), log)
-                if rc != 0:
-                    raise SystemExit(f"grade: nbgrader generate_assignment {ch} failed:\n"
-                                     f"{log.read_text(errors='replace')}")
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _one_at_a_time(state: Path):
-    """Hold the course folder's grading lock (graders in the same folder take turns)."""
-    import fcntl
-
-    with open(state / "gradebook.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
-def _write_atomically(path: Path, write) -> None:
-    """Write ``path`` through a temporary file in its folder, then rename it into
-    place, so that a concurrent grader never leaves a half-written or mixed file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def grade(root: Path = ROOT, chapter: str | None = None, student: str | None = None, jobs: int | None = None,
-          sandbox: bool = True, timeout: int = 600, cell_timeout: int = 120, report: bool = True,
-          quiet: bool = False, warm: bool = True) -> list[Job]:
-    from .sandbox import sandbox_available
-
-    root = Path(root).resolve()
-    say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
-    if sandbox:
-        ok, why = sandbox_available()
-        if not ok:
-            raise SystemExit(f"grade: refusing to grade without a sandbox: {why}.\n"
-                             "Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) or, if you accept "
-                             "that submissions run with your rights, pass --unsandboxed.")
-    else:
-        say("grade: WARNING: grading unsandboxed — submissions run with your rights and can read source/.")
-    todo = discover(root, chapter, student)
-    if not todo:
-        say("grade: nothing to grade under submitted/")
-        return []
-    state = root / STATE
-    for sub in ("keys", "logs", "runtime"):
-        (state / sub).mkdir(parents=True, exist_ok=True)
-    os.chmod(state / "keys", 0o700)
-    t0 = time.monotonic()
-    clock = Clock()
-    chapters = sorted({j.chapter for j in todo})
-    zygote = Zygote(root, state, sandbox) if warm else None   # imports torch while the gradebook is set up
-    with clock("setup (gradebook, intake)"):
-        ensure_assignments(root, chapters, state)
-        for job in todo:
-            intake(root, job)
-    workers = jobs or max(1, os.cpu_count() or 1)
-    if zygote:
-        with clock("kernel factory start (waiting)"):
-            zygote.wait(say)
-    extra = {"COURSE_KERNEL_THREADS": str(max(1, (os.cpu_count() or 1) // workers))}
-    if zygote and zygote.socket:
-        extra["COURSE_ZYGOTE"] = zygote.socket
-    say(f"grade: {len(todo)} notebooks ({len(chapters)} chapters), {workers} workers, "
-        f"sandbox {'on' if sandbox else 'OFF'}, kernels {'warm (forked)' if 'COURSE_ZYGOTE' in extra else 'cold'}")
-    try:
-        with clock("autograde"):
-            _autograde_all(root, state, todo, workers, sandbox, timeout, cell_timeout, extra, say, t0)
-    finally:
-        if zygote:
-            zygote.close()
-    _after_autograde(root, state, todo, chapters, report, say, clock)
-    clock.times["total"] = time.monotonic() - t0
-    _write_atomically(state / "timings.json",
-                      lambda tmp: tmp.write_text(json.dumps({k: round(v, 2) for k, v in clock.times.items()}, indent=1)))
-    say("grade: where the time went: " + ", ".join(f"{k} {v:.1f} s" for k, v in clock.times.items()))
-    return todo
-
-
 class Clock:
-    """Wall time per phase of a grading run (printed, and kept in .grading/timings.json)."""
+    """Wall time per step of a grading run (printed, and kept in .grading/timings.json)."""
 
     def __init__(self):
         self.times: dict[str, float] = {}
@@ -559,68 +70,359 @@ class Clock:
             self.times[name] = self.times.get(name, 0.0) + time.monotonic() - t
 
 
-def _autograde_all(root, state, todo, workers, sandbox, timeout, cell_timeout, extra, say, t0) -> None:
+@dataclass
+class Run:
+    """Everything a grading run's steps share."""
+    root: Path
+    jobs: list[Job]
+    sandbox: bool = True
+    warm: bool = True
+    workers: int = 1
+    timeout: int = protocol.NOTEBOOK_TIMEOUT_S
+    cell_timeout: int = protocol.CELL_TIMEOUT_S
+    report: bool = True
+    say: Callable[..., None] = print
+    clock: Clock = field(default_factory=Clock)
+    t0: float = field(default_factory=time.monotonic)
+    scratch: Path | None = None      # the copies of the submissions nbgrader grades
+    base: Path | None = None         # the run's short folder (sockets, kernels' folders)
+    zygote: kernels.Zygote | None = None
+    zygote_socket: str | None = None
+    langs: dict[str, str] = field(default_factory=dict)   # chapter -> its language
+
+    @property
+    def state(self) -> Path:
+        return self.root / STATE
+
+    @property
+    def chapters(self) -> list[str]:
+        return sorted({j.chapter for j in self.jobs})
+
+    def lang(self, chapter: str) -> str:
+        return self.langs.get(chapter, "zh")
+
+    def log(self, job: Job, suffix: str = ".log") -> Path:
+        return self.state / "logs" / f"{job.chapter}__{job.student}{suffix}"
+
+    def key_file(self, job: Job) -> Path:
+        return self.state / "keys" / f"{job.chapter}__{job.student}.key"
+
+    def graded_path(self, job: Job) -> Path:
+        return self.root / "autograded" / job.student / job.chapter / f"{job.chapter}.ipynb"
+
+    def kernel_env(self, job: Job, runtime: Path) -> dict:
+        """The environment nbgrader and the kernel's launcher get for ``job``."""
+        threads = max(1, (os.cpu_count() or 1) // max(1, self.workers))
+        env = {protocol.ENV_ROOT: str(self.root), protocol.ENV_SANDBOX: "1" if self.sandbox else "0",
+               protocol.ENV_SEAL_FILE: str(self.key_file(job)), "JUPYTER_PATH": str(kernels.kernel_spec(self.state)),
+               "JUPYTER_RUNTIME_DIR": str(runtime), protocol.ENV_CELL_TIMEOUT: str(self.cell_timeout),
+               "PYTHONDONTWRITEBYTECODE": "1", protocol.ENV_SANDBOX_UID: str(uid(job)),
+               protocol.ENV_KERNEL_THREADS: str(threads)}
+        if self.zygote_socket:
+            env[protocol.ENV_ZYGOTE] = self.zygote_socket
+        return env_with_bin(env)
+
+    def new_key(self, job: Job) -> None:
+        path = self.key_file(job)
+        path.write_bytes(secrets.token_bytes(32))
+        os.chmod(path, 0o600)
+
+
+def uid(job: Job) -> int:
+    """The unprivileged uid this notebook's kernel runs as."""
+    return kernels.uid_for(job.chapter, job.student)
+
+
+# ------------------------------------------------------------------ the steps
+
+def step_intake(run: Run) -> None:
+    """Copy every submission to the run's scratch folder; note each chapter's language."""
+    for job in run.jobs:
+        intake_mod.copy_submission(run.root, run.scratch, job)
+    for ch in run.chapters:
+        meta = seals.read(run.root / "source" / ch / f"{ch}.ipynb").metadata
+        run.langs[ch] = meta.get("course", {}).get("lang", "zh")
+
+
+def step_repair(run: Run) -> None:
+    for job in run.jobs:
+        intake_mod.repair(run.root, run.scratch / job.student / job.chapter, job)
+
+
+def step_preflight(run: Run) -> None:
+    """One graded kernel per chapter, exactly as a notebook will get it; stop on failure."""
+    if run.zygote is not None:
+        with run.clock("kernel factory start (waiting)"):
+            run.zygote_socket = run.zygote.wait(run.say)
+    for ch in run.chapters:
+        job = Job(ch, "_preflight")
+        run.new_key(job)
+        runtime = kernels.socket_folder(run.base, uid(job))
+        workdir = pre.workdir_for(run.base, run.root, ch)
+        if os.geteuid() == 0:
+            os.chown(workdir, uid(job), uid(job))
+        env = runner.without_grader_secrets(run.kernel_env(job, runtime))
+        why = pre.run_probe(run.state / "kernels" / "kernels", env, workdir, pre.probe_code(run.root, ch),
+                            run.log(job), str(runtime / "kernel"))
+        run.key_file(job).unlink(missing_ok=True)
+        if why is not None and run.zygote is not None and run.zygote.log.exists():
+            why += run.zygote.log.read_text(errors="replace")[-3000:]   # a forked kernel's last words
+        if why is not None:
+            kind = pre.classify(why)
+            raise pre.GradingStopped(pre.message(kind if kind in pre.INFRASTRUCTURE else "kernel_start",
+                                                 f"the preflight kernel of {ch}", why))
+
+
+def step_gradebook(run: Run) -> None:
+    """Record each chapter's source cells in the gradebook (needed to restore
+    read-only cells and to know the points), without touching release/.
+
+    Graders running at once in the same course folder take turns here:
+    creating a new gradebook or its course row is not safe to do twice at once."""
+    with runner.one_at_a_time(run.state):
+        scratch = Path(tempfile.mkdtemp(prefix="release-scratch-", dir=run.state))
+        try:
+            for ch in run.chapters:
+                log = run.state / "logs" / f"generate_assignment__{ch}.log"
+                rc = runner.run_nbgrader(["generate_assignment", ch, "--force", "--log-level=ERROR",
+                                          f"--CourseDirectory.release_directory={scratch}"], run.root,
+                                         env_with_bin(), log)
+                if rc != 0:
+                    raise SystemExit(f"grade: nbgrader generate_assignment {ch} failed:\n"
+                                     f"{log.read_text(errors='replace')}")
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def autograde_one(run: Run, job: Job) -> Job:
+    """nbgrader autograde of one scratch copy; the failure's kind goes to ``job.failure``."""
+    run.new_key(job)
+    runtime = kernels.socket_folder(run.base, uid(job))
+    log = run.log(job)
+    start = time.monotonic()
+    # IPC sockets for every kernel, warm or cold: a kernel has no network at all
+    args = ["autograde", job.chapter, f"--student={job.student}", "--force", "--log-level=WARN",
+            f"--CourseDirectory.submitted_directory={run.scratch}",
+            "--KernelManager.transport=ipc", f"--KernelManager.ip={runtime / 'kernel'}"]
+    rc = runner.run_nbgrader(args, run.root, run.kernel_env(job, runtime), log, run.timeout)
+    job.seconds = time.monotonic() - start
+    job.ok, job.failure = True, None
+    if rc is None:
+        job.flag("notebook_time_limit", run.timeout)
+        job.failure = "notebook_time_limit"
+    elif rc != 0:
+        text = log.read_text(errors="replace")
+        job.ok = False
+        job.failure = "gradebook_busy" if any(s in text for s in BUSY_SIGNS) else pre.classify(text)
+    shutil.rmtree(runtime, ignore_errors=True)
+    return job
+
+
+def step_autograde(run: Run) -> None:
     done = 0
-    retry: list[Job] = []
-    with cf.ThreadPoolExecutor(workers) as pool:
-        futures = {pool.submit(autograde_one, root, state, j, sandbox, timeout, cell_timeout, extra): j
-                   for j in todo}
-        for fut in cf.as_completed(futures):
+    with cf.ThreadPoolExecutor(run.workers) as pool:
+        for fut in cf.as_completed([pool.submit(autograde_one, run, j) for j in run.jobs]):
             job = fut.result()
             done += 1
-            if not job.ok and "retry: gradebook busy" in job.flags:
-                retry.append(job)
-            elapsed = time.monotonic() - t0
-            eta = elapsed / done * (len(todo) - done)
-            say(f"  [{done}/{len(todo)}] {job.student}/{job.chapter}  {job.seconds:.1f} s"
-                f"  (elapsed {elapsed:.0f} s, about {eta:.0f} s left)")
-    for job in retry:  # once more, alone
-        job.flags.remove("retry: gradebook busy")
-        job.ok = True
-        autograde_one(root, state, job, sandbox, timeout, cell_timeout, extra)
-    for job in todo:  # a notebook nbgrader could not finish is scored as empty, and says why
-        if not (root / "autograded" / job.student / job.chapter / f"{job.chapter}.ipynb").exists():
-            fallback(root, state, job, sandbox, timeout, cell_timeout, extra)
+            elapsed = time.monotonic() - run.t0
+            run.say(f"  [{done}/{len(run.jobs)}] {job.student}/{job.chapter}  {job.seconds:.1f} s"
+                    f"  (elapsed {elapsed:.0f} s, about {elapsed / done * (len(run.jobs) - done):.0f} s left)")
+    for job in [j for j in run.jobs if j.failure == "gradebook_busy"]:  # once more, alone
+        autograde_one(run, job)
+    failed = [j for j in run.jobs if j.failure]
+    pre.stop_if_infrastructure(run.jobs, {f"{j.chapter}__{j.student}": run.log(j).read_text(errors="replace")
+                                          for j in failed if run.log(j).exists()})
+    missing = [j for j in run.jobs if not run.graded_path(j).exists()]
+    for job in missing:  # a notebook nbgrader could not finish is scored as empty, and says why
+        score_as_empty(run, job)
 
 
-def _after_autograde(root, state, todo, chapters, report, say, clock) -> None:
+def score_as_empty(run: Run, job: Job) -> None:
+    """Grade the empty release in place of the scratch copy; the submitted file stays as it is."""
+    log = run.log(job)
+    if log.exists():  # the failed attempt's log stays for the instructor
+        shutil.copy(log, run.log(job, ".failed.log"))
+    kind = job.failure if job.failure in ("kernel_died", "notebook_time_limit") else "autograde_failed"
+    if kind == "autograde_failed" and log.exists() and pre.classify(log.read_text(errors="replace")) == "kernel_died":
+        kind = "kernel_died"
+    job.flag("scored_empty", kind)
+    intake_mod.write_release_copy(run.root, job.chapter, run.scratch / job.student / job.chapter / f"{job.chapter}.ipynb")
+    autograde_one(run, job)
+    if not run.graded_path(job).exists():
+        job.flag("not_graded")
+
+
+def step_seal_check(run: Run) -> None:
     from nbgrader.api import Gradebook
 
-    from . import report as report_mod
-
-    with clock("seal check"), Gradebook(_db_url(root), COURSE_ID) as gb:
-        for job in todo:
+    with Gradebook(protocol.gradebook_url(run.root), protocol.COURSE_ID) as gb:
+        for job in run.jobs:
             try:
-                check_seals(root, state, job, gb)
+                check_seals(run, job, gb)
             except Exception as exc:  # noqa: BLE001  (fail closed: no verified seal, no points)
                 gb.db.rollback()
                 _zero_auto_scores(gb, job)
-                job.flags.append(f"seals could not be checked ({type(exc).__name__}: {exc}); auto scores set to 0")
-    with clock("feedback"):
-        for ch in chapters:
-            run_nbgrader(["generate_feedback", ch, "--force", "--log-level=ERROR"], root, env_with_bin(),
-                         state / "logs" / f"generate_feedback__{ch}.log")
-    for job in todo:  # only this run's keys: another grader may be running on other chapters
-        (state / "keys" / f"{job.chapter}__{job.student}.key").unlink(missing_ok=True)
-    # The class-wide outputs, one grader at a time: whichever grader writes them last
-    # has seen every result committed before, so they end up complete.
-    log = state / "logs" / "export.log"
+                job.flag("seals_unchecked", f"{type(exc).__name__}: {exc}")
+
+
+def check_seals(run: Run, job: Job, gb) -> None:
+    """Zero any auto-graded cell whose checks left no valid seal; flag what the outputs show."""
+    path = run.graded_path(job)
+    if not path.exists():
+        job.flag("not_graded")
+        return
+    key = run.key_file(job).read_bytes() if run.key_file(job).exists() else None
+    nb = seals.read(path)
+    texts = seals.cell_texts(nb)
+    for kind in seals.flags_from_outputs("\n".join(texts.values())):
+        job.flag(kind)
+    checks = seals.expected_checks(seals.read(run.root / "source" / job.chapter / f"{job.chapter}.ipynb"))
+    sub = gb.find_submission_notebook(job.chapter, job.chapter, job.student)
+    bad = seals.unsealed(sub.grades, checks, texts, key)
+    for grade in bad:
+        grade.auto_score = 0.0
+        job.flag("seal_missing", grade.name)
+    if bad:
+        gb.db.commit()
+    if seals.cut_huge_outputs(nb):  # in the autograded copy (what feedback is made from)
+        os.chmod(path, 0o644)
+        nbformat.write(nb, path)
+        job.flag("huge_output")
+
+
+def step_feedback(run: Run) -> None:
+    from . import report as report_mod
+    for ch in run.chapters:
+        runner.run_nbgrader(["generate_feedback", ch, "--force", "--log-level=ERROR"], run.root, env_with_bin(),
+                            run.state / "logs" / f"generate_feedback__{ch}.log")
+    report_mod.mark_pending_feedback(run.root, run.chapters, run.lang)
+    for job in run.jobs:  # only this run's keys: another grader may be running on other chapters
+        run.key_file(job).unlink(missing_ok=True)
+
+
+def step_export(run: Run) -> None:
+    """grades.csv and the saved flags. The class-wide outputs are written one
+    grader at a time: whichever writes them last has seen every result."""
+    from . import report as report_mod
+    log = run.state / "logs" / "export.log"
 
     def export(tmp: Path) -> None:
-        if run_nbgrader(["export", "--to", str(tmp), "--log-level=ERROR"], root, env_with_bin(), log):
+        if runner.run_nbgrader(["export", "--to", str(tmp), "--log-level=ERROR"], run.root, env_with_bin(), log):
             raise SystemExit(f"grade: nbgrader export failed:\n{log.read_text(errors='replace')}")
+        tmp.write_text(report_mod.csv_with_pending(run.root, tmp.read_text()))
 
-    with _one_at_a_time(state):
-        save_flags(state, todo)
-        with clock("export"):
-            _write_atomically(root / "grades.csv", export)
-        with clock("report"):
-            if report:
-                path = report_mod.write_report(root, class_jobs(root, state))
-                say(f"grade: class report {path.relative_to(root)}")
-    with clock("report"):
-        say(report_mod.summary_table(root, todo))
-    say(f"grade: done in {sum(clock.times.values()):.0f} s; grades.csv, feedback/, autograded/ updated")
+    with runner.one_at_a_time(run.state):
+        save_flags(run.state, run.jobs)
+        runner.write_atomically(run.root / "grades.csv", export)
+
+
+def step_report(run: Run) -> None:
+    from . import report as report_mod
+    if run.report:
+        with runner.one_at_a_time(run.state):
+            path = report_mod.write_report(run.root, class_jobs(run.root, run.state), langs=run.langs)
+        run.say(f"grade: class report {path.relative_to(run.root)}")
+    run.say(report_mod.summary_table(run.root, run.jobs, langs=run.langs))
+
+
+STEPS: list[tuple[str, Callable[[Run], None]]] = [
+    ("intake", step_intake), ("repair", step_repair), ("preflight", step_preflight),
+    ("gradebook", step_gradebook), ("autograde", step_autograde), ("seal check", step_seal_check),
+    ("feedback", step_feedback), ("export", step_export), ("report", step_report)]
+
+
+def run_steps(run: Run, steps=STEPS) -> None:
+    for name, step in steps:
+        with run.clock(name):
+            step(run)
+
+
+# ------------------------------------------------------------------ the command
+
+def grade(root: Path = ROOT, chapter: str | None = None, student: str | None = None, jobs: int | None = None,
+          sandbox: bool = True, timeout: int = protocol.NOTEBOOK_TIMEOUT_S,
+          cell_timeout: int = protocol.CELL_TIMEOUT_S, report: bool = True, quiet: bool = False,
+          warm: bool = True) -> list[Job]:
+    """Grade submitted/ (all of it, or one chapter or student); returns the jobs with their flags.
+    Raises SystemExit (GradingStopped) when the machine, not the students, is at fault."""
+    root = Path(root).resolve()
+    say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
+    _refuse_without_sandbox(sandbox, say)
+    todo = discover(root, chapter, student)
+    if not todo:
+        say("grade: nothing to grade under submitted/")
+        return []
+    run = Run(root, todo, sandbox=sandbox, warm=warm, workers=jobs or max(1, os.cpu_count() or 1),
+              timeout=timeout, cell_timeout=cell_timeout, report=report, say=say)
+    _prepare(run)
+    try:
+        say(f"grade: {len(todo)} notebooks ({len(run.chapters)} chapters), {run.workers} workers, "
+            f"sandbox {'on' if sandbox else 'OFF'}, kernels {'warm (forked)' if warm else 'cold'}")
+        run_steps(run)
+    finally:
+        _clean_up(run)
+    run.clock.times["total"] = time.monotonic() - run.t0
+    times = {k: round(v, 2) for k, v in run.clock.times.items()}
+    runner.write_atomically(run.state / "timings.json", lambda tmp: tmp.write_text(json.dumps(times, indent=1)))
+    say("grade: where the time went: " + ", ".join(f"{k} {v:.1f} s" for k, v in run.clock.times.items()))
+    say(f"grade: done in {run.clock.times['total']:.0f} s; grades.csv, feedback/, autograded/ updated")
+    return todo
+
+
+def check(root: Path = ROOT, chapter: str | None = None, sandbox: bool = True, warm: bool = True,
+          quiet: bool = False) -> list[str]:
+    """Only the steps before the gradebook (intake, repair, preflight): whether
+    this machine can grade the chapters submitted/ holds. Writes nothing but
+    .grading/ logs; raises GradingStopped with the cause and the fix."""
+    root = Path(root).resolve()
+    say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
+    _refuse_without_sandbox(sandbox, say)
+    run = Run(root, discover(root, chapter), sandbox=sandbox, warm=warm, say=say)
+    if not run.jobs:
+        return []
+    _prepare(run)
+    try:
+        run_steps(run, STEPS[:3])
+    finally:
+        _clean_up(run)
+    say(f"grade: preflight passed for {', '.join(run.chapters)}")
+    return run.chapters
+
+
+def _refuse_without_sandbox(sandbox: bool, say) -> None:
+    from .sandbox import sandbox_available
+    if not sandbox:
+        say("grade: WARNING: grading unsandboxed — submissions run with your rights and can read source/.")
+        return
+    ok, why = sandbox_available()
+    if not ok:
+        raise SystemExit(f"grade: refusing to grade without a sandbox: {why}.\n"
+                         "Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) or, if you accept "
+                         "that submissions run with your rights, pass --unsandboxed.")
+
+
+def _prepare(run: Run) -> None:
+    """The run's folders; the kernel factory and nbgrader's fork server start
+    now, while intake and repair copy the submissions."""
+    for sub in ("keys", "logs", "scratch"):
+        (run.state / sub).mkdir(parents=True, exist_ok=True)
+    os.chmod(run.state / "keys", 0o700)
+    run.scratch = Path(tempfile.mkdtemp(prefix="run-", dir=run.state / "scratch")) / "submitted"
+    run.scratch.mkdir()
+    run.base = kernels.short_base()
+    kernels.kernel_spec(run.state)
+    if run.warm:
+        run.zygote = kernels.Zygote(run.root, run.state, run.base, run.sandbox)
+    threading.Thread(target=runner.warm_up, daemon=True).start()
+
+
+def _clean_up(run: Run) -> None:
+    if run.zygote is not None:
+        run.zygote.close()
+    for job in run.jobs:
+        run.key_file(job).unlink(missing_ok=True)
+    shutil.rmtree(run.scratch.parent, ignore_errors=True)
+    shutil.rmtree(run.base, ignore_errors=True)
 
 
 def save_flags(state: Path, jobs: list[Job]) -> None:
@@ -629,8 +431,9 @@ def save_flags(state: Path, jobs: list[Job]) -> None:
     folder = state / "flags"
     folder.mkdir(exist_ok=True)
     for job in jobs:
-        _write_atomically(folder / f"{job.chapter}__{job.student}.json",
-                          lambda tmp, job=job: tmp.write_text(json.dumps(job.flags, ensure_ascii=False)))
+        data = json.dumps([f.to_json() for f in job.flags], ensure_ascii=False)
+        runner.write_atomically(folder / f"{job.chapter}__{job.student}.json",
+                                lambda tmp, data=data: tmp.write_text(data))
 
 
 def class_jobs(root: Path, state: Path) -> list[Job]:
@@ -641,7 +444,7 @@ def class_jobs(root: Path, state: Path) -> list[Job]:
         saved = state / "flags" / f"{job.chapter}__{job.student}.json"
         if saved.exists():
             try:
-                job.flags = json.loads(saved.read_text())
+                job.flags = [Flag.from_json(v) for v in json.loads(saved.read_text())]
             except ValueError:
                 pass
     return jobs
@@ -652,11 +455,7 @@ def _zero_auto_scores(gb, job: Job) -> None:
         sub = gb.find_submission_notebook(job.chapter, job.chapter, job.student)
     except Exception:  # noqa: BLE001 (never graded: nothing to take away)
         return
-    for grade in sub.grades:
-        if grade.auto_score:
-            grade.auto_score = 0.0
+    for g in sub.grades:
+        if g.auto_score:
+            g.auto_score = 0.0
     gb.db.commit()
-
-
-def _db_url(root: Path) -> str:
-    return os.environ.get("COURSE_DB_URL") or f"sqlite:///{root / 'gradebook.db'}"

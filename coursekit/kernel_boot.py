@@ -13,7 +13,8 @@ import sys
 
 
 def _read_key() -> bytes | None:
-    fd = os.environ.pop("COURSE_SEAL_FD", None)
+    from grading import protocol
+    fd = os.environ.pop(protocol.ENV_SEAL_FD, None)
     if fd is None:
         return None
     fd = int(fd)
@@ -30,11 +31,11 @@ def _read_key() -> bytes | None:
 def start(argv: list[str], key: bytes | None) -> None:
     """Initialise the kernel, boot the guard with ``key``, then serve (the cold
     kernel here and each warm kernel the zygote forks both start this way)."""
-    import torch  # noqa: F401  (imported before the snapshot: the checks rely on it)
     import numpy  # noqa: F401
-    import helpers.checks  # noqa: F401
+    import torch  # noqa: F401  (imported before the snapshot: the checks rely on it)
     from ipykernel.kernelapp import IPKernelApp
 
+    import helpers.checks  # noqa: F401
     from grading import guard
 
     app = IPKernelApp.instance()

@@ -3,7 +3,10 @@
 Reads the gradebook and the autograded notebooks; writes
 reports/class_report.html (plots embedded) with the score distribution per
 chapter, the pass rate per exercise, the most frequent diagnosed bugs per
-exercise, and the submissions the grader flagged.
+exercise (read from the checks' ``[bug:KEY]`` tokens), the points awaiting
+grading, and the submissions the grader flagged (in the chapter's language).
+Also the summary table ``make grade`` prints, and the pending-points notes
+added to grades.csv and the feedback pages.
 """
 from __future__ import annotations
 
@@ -12,51 +15,57 @@ import collections
 import html
 import io
 import os
-import re
 from pathlib import Path
 
 import nbformat
 
-COURSE_ID = "transformer"  # nbgrader_config.py's course id: the gradebook row it already has
-BUG_RE = re.compile(r"(?:诊断：|Diagnosis: )\[([A-Za-z0-9_]+)\]")
+from grading import protocol
+
+from . import pending
+from .flags import render_all
 
 
-def _db_url(root: Path) -> str:
-    return os.environ.get("COURSE_DB_URL") or f"sqlite:///{root / 'gradebook.db'}"
+def _gradebook(root: Path):
+    from nbgrader.api import Gradebook
+    return Gradebook(protocol.gradebook_url(root), protocol.COURSE_ID)
 
 
 def collect(root: Path, jobs) -> dict:
-    """Scores and diagnoses per chapter, student and exercise."""
-    from nbgrader.api import Gradebook
+    """Scores and diagnoses per chapter, student and exercise.
 
+    scores[chapter][student] = (score, max_score, points awaiting grading)
+    cells[(chapter, grade id)][student] = (score, max_score, awaiting grading?)"""
     data = {"scores": collections.defaultdict(dict), "cells": collections.defaultdict(dict),
             "bugs": collections.defaultdict(collections.Counter), "flags": {}}
-    with Gradebook(_db_url(root), COURSE_ID) as gb:
+    with _gradebook(root) as gb:
         for job in jobs:
             data["flags"][(job.student, job.chapter)] = list(job.flags)
             try:
                 sub = gb.find_submission_notebook(job.chapter, job.chapter, job.student)
             except Exception:  # noqa: BLE001 (never graded)
-                data["scores"][job.chapter][job.student] = (0.0, None)
+                data["scores"][job.chapter][job.student] = (0.0, None, 0.0)
                 continue
-            data["scores"][job.chapter][job.student] = (sub.score, sub.max_score)
+            st = pending.standing(sub)
+            data["scores"][job.chapter][job.student] = (sub.score, sub.max_score, st.pending_points)
             for g in sub.grades:
                 data["cells"][(job.chapter, g.name)][job.student] = (g.score or 0.0, g.max_score,
-                                                                    g.auto_score is None and g.manual_score is None)
+                                                                    pending.is_pending(g))
     for job in jobs:
         path = root / "autograded" / job.student / job.chapter / f"{job.chapter}.ipynb"
-        if not path.exists():
-            continue
-        nb = nbformat.read(path, as_version=4)
-        for cell in nb.cells:
-            gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-            if not gid:
-                continue
-            for o in cell.get("outputs", []):
-                text = o.get("text", "") + o.get("evalue", "") + "\n".join(o.get("traceback", []))
-                for key in set(BUG_RE.findall(text)):
-                    data["bugs"][(job.chapter, gid)][key] += 1
+        if path.exists():
+            _count_bugs(nbformat.read(path, as_version=4), job.chapter, data["bugs"])
     return data
+
+
+def _count_bugs(nb, chapter: str, bugs) -> None:
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if not gid:
+            continue
+        for o in cell.get("outputs", []):
+            text = o.get("text", "") + o.get("evalue", "") + "\n".join(o.get("traceback", []))
+            for key in set(protocol.bugs_in(text)):
+                bugs[(chapter, gid)][key] += 1
 
 
 def _png(fig) -> str:
@@ -65,52 +74,77 @@ def _png(fig) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def write_report(root: Path, jobs) -> Path:
+def _rates(data, chapter: str) -> tuple[list[str], list[float], list[int]]:
+    """Exercises, full-marks rate among graded submissions, and how many await grading."""
+    cells = sorted(g for (c, g) in data["cells"] if c == chapter)
+    rates, waiting = [], []
+    for g in cells:
+        vals = list(data["cells"][(chapter, g)].values())
+        graded = [(s, m) for s, m, p in vals if not p]
+        rates.append(100 * sum(1 for s, m in graded if m and s >= m) / max(1, len(graded)))
+        waiting.append(len(vals) - len(graded))
+    return cells, rates, waiting
+
+
+def _chapter_plots(data, chapter: str) -> str:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    pct = [100 * s / m for s, m, _ in data["scores"][chapter].values() if m]
+    cells, rates, waiting = _rates(data, chapter)
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.2))
+    a1.hist(pct, bins=[0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100.01], color="#4c72b0")
+    a1.set_xlabel("score so far (% of points)")
+    a1.set_ylabel("students")
+    a1.set_title("score distribution")
+    labels = [g + (f" ({n} awaiting grading)" if n else "") for g, n in zip(cells, waiting)]
+    a2.barh(labels, rates, color="#55a868")
+    a2.set_xlim(0, 100)
+    a2.set_xlabel("full marks (% of graded students)")
+    a2.set_title("pass rate per exercise")
+    fig.tight_layout()
+    img = f"<img src='data:image/png;base64,{_png(fig)}'/>"
+    plt.close(fig)
+    return img
+
+
+def _chapter_tables(data, chapter: str) -> list[str]:
+    parts = []
+    cells, _, waiting = _rates(data, chapter)
+    rows = []
+    for g in cells:
+        top = data["bugs"].get((chapter, g), collections.Counter()).most_common(3)
+        if top:
+            rows.append(f"<tr><td>{html.escape(g)}</td><td>" +
+                        "<br>".join(f"{html.escape(k)} × {n}" for k, n in top) + "</td></tr>")
+    if rows:
+        parts.append("<h3>Most frequent diagnosed bugs (re-teach these)</h3>"
+                     "<table><tr><th>exercise</th><th>bug × students</th></tr>" + "".join(rows) + "</table>")
+    pend = [(g, n) for g, n in zip(cells, waiting) if n]
+    if pend:
+        parts.append("<h3>Awaiting grading (formgrader)</h3><table><tr><th>exercise</th><th>submissions</th></tr>"
+                     + "".join(f"<tr><td>{html.escape(g)}</td><td>{n}</td></tr>" for g, n in pend) + "</table>")
+    return parts
+
+
+def write_report(root: Path, jobs, langs: dict | None = None) -> Path:
     data = collect(root, jobs)
+    langs = langs or {}
     parts = ["<html><head><meta charset='utf-8'><title>Class report</title>",
              "<style>body{font-family:sans-serif;max-width:1000px;margin:auto}table{border-collapse:collapse}"
              "td,th{border:1px solid #ccc;padding:4px 8px}th{background:#f4f4f4}.flag{color:#b00}</style>",
              "</head><body><h1>Class report</h1>",
              f"<p>{len({j.student for j in jobs})} students, {len(jobs)} notebooks graded.</p>"]
     for chapter in sorted(data["scores"]):
-        scores = data["scores"][chapter]
-        pct = [100 * s / m for s, m in scores.values() if m]
         parts.append(f"<h2>{html.escape(chapter)}</h2>")
-        fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.2))
-        a1.hist(pct, bins=[0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100.01], color="#4c72b0")
-        a1.set_xlabel("score (% of points)")
-        a1.set_ylabel("students")
-        a1.set_title("score distribution")
-        cells = sorted((g for (c, g) in data["cells"] if c == chapter))
-        rates = []
-        for g in cells:
-            vals = data["cells"][(chapter, g)].values()
-            rates.append(100 * sum(1 for s, m, _ in vals if m and s >= m) / max(1, len(vals)))
-        a2.barh(cells, rates, color="#55a868")
-        a2.set_xlim(0, 100)
-        a2.set_xlabel("full marks (% of students)")
-        a2.set_title("pass rate per exercise")
-        fig.tight_layout()
-        parts.append(f"<img src='data:image/png;base64,{_png(fig)}'/>")
-        plt.close(fig)
-        rows = []
-        for g in cells:
-            top = data["bugs"].get((chapter, g), collections.Counter()).most_common(3)
-            if top:
-                rows.append(f"<tr><td>{html.escape(g)}</td><td>" +
-                            "<br>".join(f"{html.escape(k)} × {n}" for k, n in top) + "</td></tr>")
-        if rows:
-            parts.append("<h3>Most frequent diagnosed bugs (re-teach these)</h3>"
-                         "<table><tr><th>exercise</th><th>bug × students</th></tr>" + "".join(rows) + "</table>")
+        parts.append(_chapter_plots(data, chapter))
+        parts += _chapter_tables(data, chapter)
     flagged = [(s, c, f) for (s, c), f in sorted(data["flags"].items()) if f]
     if flagged:
         parts.append("<h2>Flagged submissions</h2><table><tr><th>student</th><th>chapter</th><th>why</th></tr>")
         parts += [f"<tr><td>{html.escape(s)}</td><td>{html.escape(c)}</td><td class='flag'>"
-                  f"{html.escape('; '.join(f))}</td></tr>" for s, c, f in flagged]
+                  f"{html.escape(render_all(f, langs.get(c, 'zh')))}</td></tr>" for s, c, f in flagged]
         parts.append("</table>")
     parts.append("</body></html>")
     out = root / "reports" / "class_report.html"
@@ -121,11 +155,44 @@ def write_report(root: Path, jobs) -> Path:
     return out
 
 
-def summary_table(root: Path, jobs) -> str:
-    data = collect(root, jobs)
-    lines = [f"{'student':<24} {'chapter':<20} {'score':>12}  flags", "-" * 80]
-    for job in sorted(jobs, key=lambda j: (j.chapter, j.student)):
-        s, m = data["scores"][job.chapter].get(job.student, (0.0, None))
-        score = f"{s:g}/{m:g}" if m else "—"
-        lines.append(f"{job.student:<24} {job.chapter:<20} {score:>12}  {'; '.join(job.flags)}")
+def summary_table(root: Path, jobs, langs: dict | None = None) -> str:
+    """One line per notebook: its score (points awaiting grading apart) and its flags."""
+    langs = langs or {}
+    with _gradebook(root) as gb:
+        lines = [f"{'student':<24} {'chapter':<20} {'score':>12}  flags", "-" * 80]
+        for job in sorted(jobs, key=lambda j: (j.chapter, j.student)):
+            lang = langs.get(job.chapter, "zh")
+            try:
+                score = pending.standing(gb.find_submission_notebook(job.chapter, job.chapter, job.student))
+                shown = score.render(lang)
+            except Exception:  # noqa: BLE001 (never graded)
+                shown = "—"
+            lines.append(f"{job.student:<24} {job.chapter:<20} {shown:>12}  {render_all(job.flags, lang)}")
     return "\n".join(lines)
+
+
+def csv_with_pending(root: Path, text: str) -> str:
+    """nbgrader's grades.csv, plus auto points, points awaiting grading and a status."""
+    with _gradebook(root) as gb:
+        cache: dict = {}
+
+        def lookup(assignment: str, student: str):
+            if assignment not in cache:
+                cache[assignment] = pending.standings(gb, assignment)
+            return cache[assignment].get(student)
+
+        return pending.annotate_csv(text, lookup)
+
+
+def mark_pending_feedback(root: Path, chapters, lang_of) -> None:
+    """Show each feedback page's ungraded manual cells as awaiting grading."""
+    with _gradebook(root) as gb:
+        for ch in chapters:
+            for student, st in pending.standings(gb, ch).items():
+                path = root / "feedback" / student / ch / f"{ch}.html"
+                if st.final or not path.exists():
+                    continue
+                text = path.read_text(encoding="utf-8")
+                new = pending.annotate_feedback(text, st, lang_of(ch))
+                if new != text:
+                    path.write_text(new, encoding="utf-8")

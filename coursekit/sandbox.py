@@ -2,7 +2,8 @@
 kernel as an unprivileged user.
 
 Kernel spec argv: ``python -m coursekit.sandbox {connection_file}``. Settings
-come from the environment the grading pipeline sets:
+come from the environment the grading pipeline sets (the names and the
+defaults live in grading.protocol, which both sides import):
 
 COURSE_ROOT         the course folder, hidden in the sandbox except for the
                     code the kernel needs (helpers/, grading/, coursekit/, .venv/)
@@ -25,8 +26,9 @@ Two ways to start it:
   at all) to fork the kernel; the kernel talks to the grader over IPC socket
   files, works in a copy of the notebook's folder, and this process stays
   alive as long as the kernel does;
-* cold (fallback): bubblewrap around a new Python process, as below; the
-  kernel then shares the machine's network (its sockets are TCP on loopback).
+* cold (fallback): bubblewrap around a new Python process, as below. The
+  pipeline gives it IPC sockets too, and then it has no network either
+  (``--unshare-net``); only a kernel started over TCP keeps loopback.
 """
 from __future__ import annotations
 
@@ -34,6 +36,8 @@ import os
 import resource
 import shutil
 import sys
+
+from grading import protocol
 
 NOBODY = 65534  # the default sandbox user; the pipeline gives each notebook its own uid instead
 
@@ -57,7 +61,40 @@ def sandbox_available() -> tuple[bool, str]:
 def _limits(mem_mb: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (mem_mb * 2**20, mem_mb * 2**20))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (512 * 2**20, 512 * 2**20))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (protocol.FSIZE_BYTES, protocol.FSIZE_BYTES))
+
+
+def _inside(path: str, folders) -> bool:
+    return any(path == h or path.startswith(h + os.sep) for h in folders)
+
+
+def closed_folders(*paths: str) -> list[str]:
+    """The folders above ``paths`` that other users cannot enter (no x bit for others)."""
+    out = []
+    for path in paths:
+        p = os.path.dirname(path)
+        while p not in ("/", ""):
+            try:
+                if not os.stat(p).st_mode & 0o001 and p not in out:
+                    out.append(p)
+            except OSError:
+                pass
+            p = os.path.dirname(p)
+    return sorted(out, key=len)
+
+
+def environment_links(hidden) -> list[tuple[str, str]]:
+    """(target, link) for the environment's paths as Python was started
+    (``sys.prefix``, ``sys.executable``'s folder) that pass through a symlink
+    inside a hidden folder: a ``.venv`` that links to an environment
+    elsewhere, a course folder reached through a link. The sandbox recreates
+    the link, so that the kernel starts under the same path."""
+    links = []
+    for path in dict.fromkeys([sys.prefix, os.path.dirname(sys.executable)]):
+        real = os.path.realpath(path)
+        if real != path and _inside(path, hidden) and not _inside(path, [t for _, t in links]):
+            links.append((real, path))
+    return links
 
 
 def bwrap_args(root: str, cwd: str, conn: str | None, writable: tuple[str, ...] = ()) -> list[str]:
@@ -72,22 +109,30 @@ def bwrap_args(root: str, cwd: str, conn: str | None, writable: tuple[str, ...] 
     hidden = [root] + ([code_root] if code_root != root else [])
     if home not in ("/", "") and not any(h.startswith(home + os.sep) or h == home for h in hidden):
         hidden.append(home)
-    for h in hidden:
-        args += ["--tmpfs", h]
     # what the kernel needs back from the hidden folders
     keep = [os.path.join(code_root, d) for d in ("helpers", "grading", "coursekit")]
     venv = os.path.realpath(sys.prefix)
     base = os.path.realpath(sys.base_prefix)
+    # a folder on the way to the environment that the kernel's uid could not enter (/root, a mktemp -d
+    # folder: 0700) is hidden too, and the environment bound back below it, through open folders
+    needed = [venv, base, *keep, cwd, *writable, *([conn] if conn else [])]
+    hidden += [f for f in closed_folders(*needed) if not _inside(f, hidden)]
+    hidden.sort(key=len)   # a folder before the folders inside it
+    for h in hidden:
+        args += ["--tmpfs", h]
     for path in [venv, base, *keep]:
-        if any(path == h or path.startswith(h + os.sep) for h in hidden) and os.path.exists(path):
+        if _inside(path, hidden) and os.path.exists(path):
             args += ["--ro-bind", path, path]
+    links = environment_links(hidden)
+    for target, link in links:
+        args += ["--symlink", target, link]
     for path in (cwd, *writable):
         args += ["--bind", path, path]
     if conn:
         args += ["--ro-bind", conn, conn]   # the connection file alone, not its folder
     # folders bwrap creates on the way to a bound path are private (0700): open them up for the kernel's user
     parents = set()
-    for path in [cwd, *writable, *([conn] if conn else []), venv, base, *keep]:
+    for path in [cwd, *writable, *([conn] if conn else []), venv, base, *keep, *(link for _, link in links)]:
         p = os.path.dirname(path)
         while p not in ("/", ""):
             parents.add(p)
@@ -123,7 +168,7 @@ def zygote_command(root: str, base: str, sandbox: bool = True) -> list[str]:
     return args + ["--"] + cmd
 
 
-def _copy_workdir(src: str, dst: str, uid: int, limit: int = 256 * 2**20) -> None:
+def _copy_workdir(src: str, dst: str, uid: int, limit: int = protocol.WORKDIR_BYTES) -> None:
     """The kernel's working folder: a copy of the notebook's folder (plain files
     and folders only, up to ``limit`` bytes), owned by the kernel's uid."""
     total = 0
@@ -141,7 +186,7 @@ def _copy_workdir(src: str, dst: str, uid: int, limit: int = 256 * 2**20) -> Non
             shutil.copyfile(path, os.path.join(target, name))
         dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
     if os.geteuid() == 0:
-        for dirpath, dirnames, filenames in os.walk(dst):
+        for dirpath, _dirs, filenames in os.walk(dst):
             os.chown(dirpath, uid, uid)
             for name in filenames:
                 os.chown(os.path.join(dirpath, name), uid, uid)
@@ -155,7 +200,7 @@ def via_zygote(sock_path: str, conn: str, cwd: str, key: bytes | None, extra: li
     import socket
     import tempfile
     spool = os.path.join(os.path.dirname(os.path.dirname(sock_path)), "spool")
-    uid = int(os.environ.get("COURSE_SANDBOX_UID", NOBODY))
+    uid = protocol.limit(protocol.ENV_SANDBOX_UID, NOBODY)
     workdir = tempfile.mkdtemp(prefix="k", dir=spool)
     try:
         _copy_workdir(cwd, workdir, uid)
@@ -164,14 +209,13 @@ def via_zygote(sock_path: str, conn: str, cwd: str, key: bytes | None, extra: li
         with open(conn) as f:
             info = json.load(f)
         req = {"workdir": workdir, "conn": info, "key": key.hex() if key else None, "uid": uid,
-               "mem_mb": int(os.environ.get("COURSE_MEM_MB", "6144")),
-               "nproc": int(os.environ.get("COURSE_NPROC", "256")),
-               "threads": int(os.environ.get("COURSE_KERNEL_THREADS", "0")),
+               "mem_mb": protocol.limit(protocol.ENV_MEM_MB, protocol.MEM_MB),
+               "nproc": protocol.limit(protocol.ENV_NPROC, protocol.NPROC),
+               "threads": protocol.limit(protocol.ENV_KERNEL_THREADS, 0),
                "argv": [a for a in extra if a.startswith("--")],  # kernel options, e.g. nbgrader's history setting
                # the environment nbgrader gives its kernel (NBGRADER_EXECUTION=autograde among it), as a cold
                # kernel would get it; the grader's own settings stay out
-               "env": {k: v for k, v in os.environ.items()
-                       if k not in ("COURSE_SEAL_FILE", "COURSE_ZYGOTE", "JPY_PARENT_PID", "COURSE_DB_URL")}}
+               "env": {k: v for k, v in os.environ.items() if k not in protocol.GRADER_ONLY_ENV}}
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             s.connect(sock_path)
@@ -192,22 +236,34 @@ def via_zygote(sock_path: str, conn: str, cwd: str, key: bytes | None, extra: li
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def _ipc_folder(conn: str) -> str | None:
+    """The folder of the kernel's IPC socket files, when the connection file asks for IPC."""
+    import json
+    try:
+        with open(conn) as f:
+            info = json.load(f)
+        if info.get("transport") == "ipc":  # the kernel's socket files go next to its ip prefix
+            return os.path.dirname(os.path.abspath(info["ip"]))
+    except (OSError, ValueError, KeyError):
+        pass
+    return None
+
+
 def main(argv: list[str]) -> None:
     conn = os.path.abspath(argv[0])   # {connection_file}; the client may append kernel options after it
     extra = argv[1:]
     cwd = os.getcwd()
-    root = os.environ.get("COURSE_ROOT", cwd)
-    use_sandbox = os.environ.get("COURSE_SANDBOX", "1") == "1"
-    env = dict(os.environ)
-    env.pop("COURSE_SEAL_FILE", None)
-    env.pop("COURSE_DB_URL", None)   # the gradebook's address (and password) is the grader's, not the kernel's
-    env.pop("JPY_PARENT_PID", None)  # in its own pid namespace the kernel would take its parent for dead
+    root = os.environ.get(protocol.ENV_ROOT, cwd)
+    use_sandbox = os.environ.get(protocol.ENV_SANDBOX, "1") == "1"
+    # the seal key's file, the gradebook's address (and password) are the grader's, not the kernel's;
+    # in its own pid namespace the kernel would take its parent (JPY_PARENT_PID) for dead
+    env = {k: v for k, v in os.environ.items() if k not in protocol.GRADER_ONLY_ENV}
 
-    key_file = os.environ.get("COURSE_SEAL_FILE")
+    key_file = os.environ.get(protocol.ENV_SEAL_FILE)
     if key_file and os.path.exists(key_file):
         with open(key_file, "rb") as f:
             key = f.read()
-        zsock = os.environ.get("COURSE_ZYGOTE")
+        zsock = os.environ.get(protocol.ENV_ZYGOTE)
         if zsock and os.path.exists(zsock):
             code = via_zygote(zsock, conn, cwd, key, extra)
             if code is not None:
@@ -216,15 +272,15 @@ def main(argv: list[str]) -> None:
         os.write(w, key)
         os.close(w)
         os.set_inheritable(r, True)
-        env["COURSE_SEAL_FD"] = str(r)
+        env[protocol.ENV_SEAL_FD] = str(r)
 
-    _limits(int(os.environ.get("COURSE_MEM_MB", "6144")))
+    _limits(protocol.limit(protocol.ENV_MEM_MB, protocol.MEM_MB))
     kernel = [sys.executable, "-m", "coursekit.kernel_boot", "-f", conn, *extra]
     if not use_sandbox:
         os.execve(kernel[0], kernel, env)
 
-    nproc = int(os.environ.get("COURSE_NPROC", "256"))
-    uid = int(os.environ.get("COURSE_SANDBOX_UID", NOBODY))
+    nproc = protocol.limit(protocol.ENV_NPROC, protocol.NPROC)
+    uid = protocol.limit(protocol.ENV_SANDBOX_UID, NOBODY)
     os.chmod(conn, 0o644)
     try:
         os.chown(cwd, uid, uid)
@@ -233,16 +289,10 @@ def main(argv: list[str]) -> None:
     drop = [shutil.which("setpriv") or "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
             "--inh-caps=-all", "--bounding-set=-all"]
     limit = [shutil.which("prlimit") or "prlimit", f"--nproc={nproc}", "--"]
-    writable = ()
-    try:
-        import json
-        with open(conn) as f:
-            info = json.load(f)
-        if info.get("transport") == "ipc":  # the kernel's socket files go next to its ip prefix
-            writable = (os.path.dirname(os.path.abspath(info["ip"])),)
-    except (OSError, ValueError, KeyError):
-        pass
-    cmd = bwrap_args(root, cwd, conn, writable=writable) + ["--"] + limit + drop + ["--"] + kernel
+    ipc = _ipc_folder(conn)
+    # a kernel on IPC sockets needs no network at all: it gets none (a TCP kernel keeps loopback)
+    net = ["--unshare-net"] if ipc else []
+    cmd = bwrap_args(root, cwd, conn, writable=(ipc,) if ipc else ()) + net + ["--"] + limit + drop + ["--"] + kernel
     os.execve(cmd[0], cmd, env)
 
 

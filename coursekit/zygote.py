@@ -39,9 +39,12 @@ import socket
 import sys
 import time
 
+from grading import protocol
+
 PRELOAD = ("torch", "numpy", "matplotlib", "matplotlib.pyplot", "matplotlib_inline.backend_inline",
            "IPython", "ipykernel.kernelapp", "ipykernel.ipkernel", "ipywidgets", "tqdm", "tqdm.auto",
-           "helpers", "helpers.checks", "helpers.ch12_quiz", "grading", "grading.core", "grading.guard")
+           "helpers", "helpers.checks", "helpers.ch12_quiz", "grading", "grading.protocol", "grading.core",
+           "grading.guard", "grading.cases")
 
 
 def preload() -> None:
@@ -98,11 +101,11 @@ def _become_kernel(req: dict, sock: socket.socket, listener: socket.socket) -> N
         if os.geteuid() == 0:
             for p in (conn_path, tmp):
                 os.chown(p, uid, uid)
-        mem = int(req.get("mem_mb", 6144)) * 2**20
+        mem = int(req.get("mem_mb", protocol.MEM_MB)) * 2**20
         resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (512 * 2**20, 512 * 2**20))
-        nproc = int(req.get("nproc", 256))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (protocol.FSIZE_BYTES, protocol.FSIZE_BYTES))
+        nproc = int(req.get("nproc", protocol.NPROC))
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
         _no_new_privs()
         if os.geteuid() == 0:
@@ -110,7 +113,7 @@ def _become_kernel(req: dict, sock: socket.socket, listener: socket.socket) -> N
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)  # all capabilities go with uid 0
         os.chdir(workdir)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("COURSE_ZYGOTE")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith(protocol.ENV_ZYGOTE)}
         env.update({str(k): str(v) for k, v in (req.get("env") or {}).items()})
         env.update({"HOME": workdir, "TMPDIR": tmp, "MPLCONFIGDIR": os.path.join(tmp, "mpl"),
                     "IPYTHONDIR": os.path.join(tmp, "ipython"), "PWD": workdir,

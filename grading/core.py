@@ -7,7 +7,6 @@ This package is grading-only: it is never part of the student pack.
 from __future__ import annotations
 
 import contextlib
-import math
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ import torch
 
 from helpers.i18n import t
 
-from . import guard
+from . import guard, protocol
 
 
 class GradingFailure(AssertionError):
@@ -41,7 +40,8 @@ class Bug:
     impl: Callable[..., Any] | None = field(default=None, compare=False)
 
     def describe(self) -> str:
-        return f"[{self.key}] " + t(self.zh, self.en)
+        """The explanation, led by the bug's token (the class report counts those)."""
+        return f"{protocol.bug_token(self.key)} " + t(self.zh, self.en)
 
 
 # ----------------------------------------------------------------- comparing
@@ -83,10 +83,6 @@ def show(x, n: int = 6) -> str:
 
 # ---------------------------------------------------------------- calling
 
-def not_done(exc: BaseException) -> bool:
-    return isinstance(exc, NotImplementedError)
-
-
 def _student_line(exc: BaseException) -> str | None:
     """The last line of the traceback that is the student's own code."""
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
@@ -127,14 +123,16 @@ def call(fn: Callable, *args, what: str, hints=(), **kwargs):
     if borrowed:
         raise GradingFailure(t(f"{what}：你的代码调用了评分模块里的函数（{borrowed[0]}）。答案必须是你自己的实现。",
                                f"{what}: your code calls a function of the grading module ({borrowed[0]}). "
-                               "The answer must be your own implementation."))
+                               "The answer must be your own implementation.")
+                             + " " + protocol.verdict_token(protocol.GRADING_MODULE))
     if error is None:
         return result
     if isinstance(error, ForbiddenCall):
-        raise GradingFailure(f"{what}: {error}") from None
+        raise GradingFailure(f"{what}: {error} " + protocol.verdict_token(protocol.FORBIDDEN)) from None
     if isinstance(error, NotImplementedError):
         raise GradingFailure(t(f"{what}：还没有实现（仍然是 raise NotImplementedError()）。",
-                               f"{what}: not implemented yet (still raise NotImplementedError()).")) from None
+                               f"{what}: not implemented yet (still raise NotImplementedError()).")
+                             + " " + protocol.verdict_token(protocol.NOT_IMPLEMENTED)) from None
     if not isinstance(error, Exception):  # KeyboardInterrupt, SystemExit: let them through
         raise error
     line = _student_line(error)
@@ -159,7 +157,8 @@ def ensure_untampered(what: str) -> None:
         shown = ", ".join(touched[:4]) + (" …" if len(touched) > 4 else "")
         raise GradingFailure(t(f"{what}：检测到篡改——之前运行的代码替换了评分依赖的函数（{shown}）。这一项不得分。",
                                f"{what}: tampering detected — code run earlier replaced functions the checks rely on "
-                               f"({shown}). No points for this check."))
+                               f"({shown}). No points for this check.")
+                             + " " + protocol.verdict_token(protocol.TAMPERING))
 
 
 def diagnose(student_out, bugs: list[Bug], *args, expected=None, match=close, **kwargs) -> Bug | None:
@@ -206,8 +205,7 @@ def passed(what: str, n_checks: int) -> None:
     token = guard.seal(caller.co_name, caller)
     done = (t(f"✓ {what}：隐藏检查通过", f"✓ {what}: hidden check passed") if n_checks == 1 else
             t(f"✓ {what}：{n_checks} 项隐藏检查全部通过", f"✓ {what}: all {n_checks} hidden checks passed"))
-    print(done
-          + (f" {token}" if token else ""))
+    print(done + (f" {token}" if token else ""))
 
 
 # ------------------------------------------------------------- forbidding
@@ -261,7 +259,3 @@ def forbidden(names, exercise: str):
 
 def seeded(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
-
-
-def sqrt(x: float) -> float:
-    return math.sqrt(x)

@@ -42,6 +42,20 @@ def is_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
 
 
+def closed_folders(*paths) -> list[str]:
+    """The folders on the way to ``paths`` (themselves included when they are
+    folders) that other users cannot enter (no execute bit for others: a
+    ``mktemp -d`` folder or /root, 0700). A server spawned as another user
+    cannot start a program below such a folder."""
+    closed = []
+    for path in paths:
+        p = Path(os.path.realpath(path))
+        for folder in [p, *p.parents] if p.is_dir() else list(p.parents):
+            if not os.stat(folder).st_mode & 0o001 and str(folder) not in closed:
+                closed.append(str(folder))
+    return sorted(closed)
+
+
 def shared_tmpdir(prefix: str) -> Path:
     """A temporary folder other local users can walk through (pytest's own
     tmp folders are private to root, 0700)."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib
 
 import pytest
-
 from harness import SOLUTION, UNTOUCHED, auto_graded_ids, catalogued_chapters, grade_class, hidden_test_lines
 
 CHAPTERS = catalogued_chapters()

@@ -22,7 +22,6 @@ loopback, each wait is bounded, and the hub, the servers, the accounts and
 the folders are removed at the end."""
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
@@ -34,18 +33,24 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from harness import ROOT, make_submission
+from services import Unavailable, add_user, chp_command, closed_folders, free_port, is_root, remove_user, shared_tmpdir
 
 from coursekit.sandbox import sandbox_available
-from harness import ROOT, make_submission
-from services import Unavailable, add_user, chp_command, free_port, is_root, remove_user, shared_tmpdir
+from grading import protocol
 
 CH = "ch01_attention"
-COURSE = "transformer"
+COURSE = protocol.COURSE_ID
 BUG = "sm_no_max"           # tests/catalogue/ch01_attention.py: softmax without subtracting the row max
 BIN = Path(sys.executable).parent
 SANDBOX, WHY = sandbox_available()
+# each person's server runs the course's environment and reads the course's code as that person
+CLOSED = closed_folders(ROOT, BIN / "jupyterhub-singleuser", os.path.realpath(sys.prefix))
 pytestmark = [
     pytest.mark.skipif(not is_root(), reason="needs root: creates system users and runs the hub's local spawner"),
+    pytest.mark.skipif(bool(CLOSED), reason=f"other users cannot enter {', '.join(CLOSED)} (mode 0700?), so the "
+                       "students' servers could not start the course's environment (the hub would answer HTTP "
+                       "500): chmod o+x those folders, or put the checkout where everyone can enter"),
     pytest.mark.skipif(not SANDBOX, reason=f"no sandbox here: {WHY}"),
     pytest.mark.skipif(shutil.which("useradd") is None, reason="no useradd here"),
     pytest.mark.xdist_group("hub"),

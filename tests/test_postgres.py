@@ -23,10 +23,11 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
-from coursekit.sandbox import sandbox_available
 from harness import ROOT, make_submission
 from services import SECRET, Unavailable, postgres_server
+
+from coursekit.sandbox import sandbox_available
+from grading import protocol
 
 CHAPTERS = ("ch01_attention", "ch02_causal_mask")
 STUDENTS = ("alice", "bob")   # the full solution; a catalogued bug in each chapter
@@ -103,7 +104,7 @@ def all_grades(url: str) -> dict:
     """(student, chapter, grade id) -> (auto, manual, score, max) for every grade in the gradebook."""
     from nbgrader.api import Gradebook
     out = {}
-    with Gradebook(url, "transformer") as gb:
+    with Gradebook(url, protocol.COURSE_ID) as gb:
         for ch in CHAPTERS:
             for student in STUDENTS:
                 for g in gb.find_submission_notebook(ch, ch, student).grades:
@@ -210,8 +211,8 @@ def test_manual_grade_survives_a_rerun_on_both(graded):
     from nbgrader.api import Gradebook
     ch = CHAPTERS[0]
     before = {}
-    for name, (root, url) in graded.items():
-        with Gradebook(url, "transformer") as gb:
+    for name, (_root, url) in graded.items():
+        with Gradebook(url, protocol.COURSE_ID) as gb:
             g = gb.find_grade("derivation", ch, ch, "alice")
             g.manual_score = g.max_score / 2
             gb.db.commit()

@@ -7,10 +7,10 @@ started one by one."""
 from __future__ import annotations
 
 import pytest
+from harness import auto_scores, graded_cell_text, grading_course, make_submission, submit
 
 from coursekit import grade as pipeline
 from coursekit.sandbox import sandbox_available
-from harness import auto_scores, graded_cell_text, grading_course, make_submission, submit
 
 CH = "ch01_attention"
 SANDBOX, WHY = sandbox_available()
@@ -108,22 +108,35 @@ def test_nothing_a_student_leaves_behind_reaches_the_next_kernel(sequential):
 
 def test_each_kernel_has_its_own_uid_and_none_of_its_processes_survive(sequential):
     import re
+
     from coursekit.zygote import _pids_of
     root, jobs = sequential
     left = int(re.search(r"left uid (\d+)", _text(root, "a_leaver", "softmax")).group(1))
     seen = int(re.search(r"CLEAN uid (\d+)", _text(root, "b_snooper", "softmax")).group(1))
-    assert left == pipeline._uid(jobs["a_leaver"]) and seen == pipeline._uid(jobs["b_snooper"]) and left != seen
+    assert left == pipeline.uid(jobs["a_leaver"]) and seen == pipeline.uid(jobs["b_snooper"]) and left != seen
     assert _pids_of(left) == [], "the leaver's detached process outlived its kernel"
 
 
-def test_warm_and_cold_kernels_give_the_same_scores(tmp_path_factory):
+def test_warm_and_cold_kernels_give_the_same_scores_and_neither_has_a_network(tmp_path_factory):
+    """The cold kernel (the fallback when the warm factory cannot start) talks
+    over IPC sockets too, and has no network either."""
+    import socket
+
     from catalogue.ch01_attention import BUGS
     scores = {}
-    for mode in ("warm", "cold"):
-        root, rel, src = _course(tmp_path_factory, mode)
-        submit(root, "right", CH, make_submission(rel, src, None))
-        submit(root, "buggy", CH, make_submission(rel, src, BUGS[0].replace))
-        pipeline.grade(root, sandbox=True, warm=(mode == "warm"), quiet=True, report=False)
-        scores[mode] = {s: _scores(root, s) for s in ("right", "buggy")}
+    listener = socket.create_server(("127.0.0.1", 0))   # a service on the grader's machine
+    snooper = SNOOPER.replace("PORT", str(listener.getsockname()[1]))
+    try:
+        for mode in ("warm", "cold"):
+            root, rel, src = _course(tmp_path_factory, mode)
+            submit(root, "right", CH, make_submission(rel, src, None))
+            submit(root, "buggy", CH, make_submission(rel, src, BUGS[0].replace))
+            submit(root, "snooper", CH, make_submission(rel, src, {"softmax": snooper}))
+            pipeline.grade(root, sandbox=True, warm=(mode == "warm"), quiet=True, report=False)
+            scores[mode] = {s: _scores(root, s) for s in ("right", "buggy")}
+            text = _text(root, "snooper", "softmax")
+            assert "CLEAN" in text and "network" not in text, f"{mode}: {text}"
+    finally:
+        listener.close()
     assert scores["warm"] == scores["cold"]
     assert sum(scores["warm"]["right"].values()) > sum(scores["warm"]["buggy"].values())

@@ -1,0 +1,111 @@
+"""Grading kernels: the kernel spec nbgrader starts, each notebook's own uid
+and socket folder, and the warm kernel factory of a run (coursekit.zygote)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from pathlib import Path
+
+from grading import protocol
+
+from .nbgrader_run import env_with_bin
+from .runner import without_grader_secrets, write_atomically
+
+
+def kernel_spec(state: Path) -> Path:
+    """The folder to put on JUPYTER_PATH: its python3 kernel is the sandbox's launcher."""
+    kdir = state / "kernels" / "kernels" / "python3"
+    kdir.mkdir(parents=True, exist_ok=True)
+    spec = {"argv": [sys.executable, "-m", "coursekit.sandbox", "{connection_file}"],
+            "display_name": "Python 3 (graded)", "language": "python", "interrupt_mode": "message"}
+    text = json.dumps(spec, indent=1)
+    path = kdir / "kernel.json"
+    # every notebook's start reads this file: replace it whole, never truncate it under a reader
+    if not path.exists() or path.read_text() != text:
+        write_atomically(path, lambda tmp: tmp.write_text(text))
+    return state / "kernels"
+
+
+def uid_for(chapter: str, student: str) -> int:
+    """An unprivileged uid of this notebook's own (not in /etc/passwd)."""
+    return 200_000 + zlib.crc32(f"{chapter}/{student}".encode()) % 100_000
+
+
+def socket_folder(base: Path, uid: int) -> Path:
+    """A kernel's folder for its IPC socket files (a short path: a Unix
+    socket's path may not exceed 107 bytes), owned by its uid."""
+    runtime = base / "spool" / f"rt{uid}"
+    runtime.mkdir(parents=True, exist_ok=True)
+    os.chmod(runtime, 0o700)
+    if os.geteuid() == 0:
+        os.chown(runtime, uid, uid)
+    return runtime
+
+
+def short_base() -> Path:
+    """A run's own folder for sockets, under /tmp (short paths; another grader may share the course folder)."""
+    base = Path(tempfile.mkdtemp(prefix="course-grade-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    os.chmod(base, 0o711)
+    spool = base / "spool"
+    spool.mkdir()
+    os.chmod(spool, 0o711)
+    return base
+
+
+class Zygote:
+    """The warm kernel factory of one grading run (coursekit.zygote), in the
+    sandbox when grading is sandboxed. ``socket`` is None when it could not
+    start; kernels then start one by one, as without it."""
+
+    def __init__(self, root: Path, state: Path, base: Path, sandbox: bool):
+        from .sandbox import zygote_command
+        self.socket = None
+        self.base = base
+        zdir = base / "zygote"
+        zdir.mkdir()
+        os.chmod(zdir, 0o700)
+        self.sock = zdir / "sock"
+        # this run's own log (another grader's would truncate a shared one under wait()),
+        # copied to logs/zygote.log when the factory closes
+        self.log = state / "logs" / f"zygote-{os.getpid()}.log"
+        self.latest = state / "logs" / "zygote.log"
+        env = without_grader_secrets(env_with_bin({protocol.ENV_ROOT: str(root), "PYTHONDONTWRITEBYTECODE": "1"}))
+        with open(self.log, "w") as out:
+            self.proc = subprocess.Popen(zygote_command(str(root), str(base), sandbox), cwd=zdir, env=env,
+                                         stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait(self, say=print, limit: float = 120) -> str | None:
+        """The factory's socket once it is ready, or None (then kernels start cold)."""
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline and self.proc is not None and self.proc.poll() is None:
+            if self.sock.exists() and "zygote: ready" in self.log.read_text(errors="replace"):
+                self.socket = str(self.sock)
+                return self.socket
+            time.sleep(0.05)
+        if self.proc is not None:
+            say(f"grade: note: the warm kernel factory did not start (see {self.latest}); kernels start one by one")
+        self.close()
+        return None
+
+    def close(self) -> None:
+        import signal
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                self.proc.wait()
+        if self.log.exists():
+            self.log.replace(self.latest)
+        self.proc = None
+        shutil.rmtree(self.base / "zygote", ignore_errors=True)

@@ -1,0 +1,117 @@
+"""Run nbgrader commands for the grading pipeline, and write files safely.
+
+nbgrader itself takes ~2 s to import; a fork server imports it once and forks
+a fresh process for each nbgrader command (a private state for each notebook,
+and a process group that can be killed as a whole).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+from grading import protocol
+
+_NB_PRELOAD = ["nbgrader.apps.nbgraderapp", "nbgrader.apps.autogradeapp", "nbgrader.apps.generatefeedbackapp",
+               "nbgrader.apps.generateassignmentapp", "nbgrader.apps.exportapp", "nbgrader.converters",
+               "nbgrader.api", "nbgrader.preprocessors", "nbconvert", "nbclient", "jupyter_client",
+               "coursekit.feedback"]
+_CTX = None
+
+
+def _context():
+    global _CTX
+    if _CTX is None:
+        import multiprocessing as mp
+        _CTX = mp.get_context("forkserver")
+        _CTX.set_forkserver_preload(_NB_PRELOAD)
+    return _CTX
+
+
+def warm_up() -> None:
+    """Start the fork server now (it imports nbgrader), so that the first
+    command does not wait for it."""
+    proc = _context().Process(target=_noop)
+    proc.start()
+    proc.join()
+
+
+def _noop() -> None:
+    pass
+
+
+def _nbgrader_main(args: list[str], root: str, env: dict, log_path: str) -> None:
+    """A forked nbgrader command: its own session, output to ``log_path``."""
+    os.setsid()
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.chdir(root)
+    os.environ.clear()
+    os.environ.update(env)
+    sys.argv = ["nbgrader", *args]
+    code = 0
+    try:
+        from nbgrader.apps.nbgraderapp import NbGraderApp
+        NbGraderApp.launch_instance(argv=args)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # noqa: BLE001
+        import traceback
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def without_grader_secrets(env: dict) -> dict:
+    """An environment for code that runs student code: no gradebook address (it may hold a password)."""
+    return {k: v for k, v in env.items() if k != protocol.DB_URL_ENV}
+
+
+def run_nbgrader(args: list[str], root: Path, env: dict, log: Path, timeout: float | None = None) -> int | None:
+    """Run one nbgrader command in a process forked from the warm fork server;
+    returns its exit code, or None when it ran past ``timeout`` (then its whole
+    process group, kernel launcher included, is killed)."""
+    proc = _context().Process(target=_nbgrader_main, args=(args, str(root), env, str(log)), daemon=False)
+    proc.start()
+    proc.join(timeout)
+    if proc.is_alive():
+        for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), lambda: os.kill(proc.pid, signal.SIGKILL)):
+            try:
+                kill()
+            except OSError:
+                pass
+        proc.join()
+        return None
+    return proc.exitcode
+
+
+@contextlib.contextmanager
+def one_at_a_time(state: Path):
+    """Hold the course folder's grading lock (graders in the same folder take turns)."""
+    import fcntl
+
+    with open(state / "gradebook.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def write_atomically(path: Path, write) -> None:
+    """Write ``path`` through a temporary file in its folder, then rename it into
+    place, so that a concurrent grader never leaves a half-written or mixed file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

@@ -1,0 +1,385 @@
+"""The grading pipeline's steps one by one, without bubblewrap or a kernel:
+typed flags and their rendering, intake on a scratch copy, the seal check
+and the verdict tokens, pending points, preflight's verdicts, the stop rule
+for infrastructure failures, and the sandbox's view of an environment
+reached through a symlink."""
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import nbformat
+import pytest
+from harness import ROOT, grading_course, make_submission
+
+from coursekit import grade as pipeline
+from coursekit import intake, pending, preflight, seals
+from coursekit.flags import Flag, render_all
+from grading import protocol
+
+CH = "ch01_attention"
+
+
+def _tree(path: Path) -> dict[str, str]:
+    return {str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+# ------------------------------------------------------------------ flags
+
+def test_flags_are_typed_and_rendered_in_either_language():
+    f = Flag("renamed", "my_homework.ipynb")
+    assert f.render("en") == "renamed notebook (my_homework.ipynb); graded under its release name"
+    assert "my_homework.ipynb" in f.render("zh") and "改了名" in f.render("zh")
+    assert str(Flag("scored_empty", "kernel_died")).startswith("kernel died; scored as empty")
+    assert Flag("scored_empty", "kernel_died").render("zh").startswith("内核崩溃")
+    assert render_all([Flag("tampering"), Flag("huge_output")], "en") == "tampering detected; huge output (cut)"
+    with pytest.raises(ValueError):
+        Flag("retry: gradebook busy")
+
+
+def test_saved_flags_round_trip_and_old_sentences_become_notes():
+    flags = [Flag("duplicated_cells", "test_softmax"), Flag("seal_missing", "test_attention")]
+    assert [Flag.from_json(json.loads(json.dumps(f.to_json()))) for f in flags] == flags
+    old = Flag.from_json("tampering detected")
+    assert old.kind == "note" and old.render("zh") == "tampering detected"
+
+
+# ------------------------------------------------------------------ intake and repair
+
+@pytest.fixture
+def course(tmp_path):
+    rel, src = grading_course(tmp_path, CH)
+    return tmp_path, rel, src
+
+
+def _submit(root: Path, student: str, nb=None, name: str = f"{CH}.ipynb", text: str | None = None) -> Path:
+    d = root / "submitted" / student / CH
+    d.mkdir(parents=True, exist_ok=True)
+    if text is not None:
+        (d / name).write_text(text)
+    else:
+        nbformat.write(nb, d / name)
+    return d
+
+
+def _grade_ids(nb):
+    return [c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells]
+
+
+def test_repairs_happen_on_the_scratch_copy_and_submitted_stays_byte_identical(course, tmp_path_factory):
+    root, rel, src = course
+    full = make_submission(rel, src, None)
+    dup = nbformat.from_dict(json.loads(json.dumps(full)))
+    i = _grade_ids(dup).index("test_softmax")
+    dup.cells.insert(i + 1, nbformat.from_dict(json.loads(json.dumps(dup.cells[i]))))
+    deleted = nbformat.from_dict(json.loads(json.dumps(full)))
+    deleted.cells = [c for c in deleted.cells if c.metadata.get("nbgrader", {}).get("grade_id") != "test_softmax"]
+    _submit(root, "dup", dup)
+    _submit(root, "deleted", deleted)
+    _submit(root, "renamed", full, name="my_homework.ipynb")
+    _submit(root, "broken", text='{"cells": [ not json')
+    _submit(root, "empty", text="notes", name="notes.txt")
+    before = _tree(root / "submitted")
+    scratch = tmp_path_factory.mktemp("scratch")
+    jobs = {j.student: j for j in intake.discover(root)}
+    for job in jobs.values():
+        intake.repair(root, intake.copy_submission(root, scratch, job), job)
+    assert _tree(root / "submitted") == before
+    kinds = {s: [f.kind for f in j.flags] for s, j in jobs.items()}
+    assert kinds == {"dup": ["duplicated_cells"], "deleted": ["restored_cells"], "renamed": ["renamed"],
+                     "broken": ["unreadable"], "empty": ["no_notebook"]}
+    fixed = {s: nbformat.read(scratch / s / CH / f"{CH}.ipynb", as_version=4) for s in jobs}
+    assert _grade_ids(fixed["dup"]).count("test_softmax") == 1
+    assert "test_softmax" in _grade_ids(fixed["deleted"])
+    release = nbformat.read(root / "release" / CH / f"{CH}.ipynb", as_version=4)
+    assert fixed["broken"] == release and fixed["empty"] == release
+    assert str(jobs["broken"].flags[0]) == "not a valid notebook (NotJSONError); scored as empty"
+
+
+def test_discover_skips_chapters_without_a_source(course):
+    root, rel, src = course
+    _submit(root, "alice", make_submission(rel, src, None))
+    (root / "submitted" / "alice" / "ch99_nothing").mkdir()
+    assert [(j.student, j.chapter) for j in intake.discover(root)] == [("alice", CH)]
+
+
+# ------------------------------------------------------------------ seals and verdict tokens
+
+def _grade(name, auto, max_score=3.0, manual=None):
+    return SimpleNamespace(name=name, auto_score=auto, manual_score=manual, max_score=max_score,
+                           score=(manual if manual is not None else auto))
+
+
+def test_a_cell_keeps_its_points_only_with_every_seal_of_its_checks():
+    key = b"k" * 32
+    checks = {"test_a": ["check_a"], "test_b": ["check_b", "check_c"], "test_c": ["check_d"]}
+    texts = {"test_a": "✓ ok " + protocol.seal_token(key, "check_a"),
+             "test_b": "✓ ok " + protocol.seal_token(key, "check_b") + " ✓ fake seal ⟦seal:check_c:" + "0" * 32 + "⟧",
+             "test_c": "✓ ok " + protocol.seal_token(b"x" * 32, "check_d")}
+    grades = [_grade("test_a", 3.0), _grade("test_b", 2.0), _grade("test_c", 1.0), _grade("test_d", 0.0)]
+    assert [g.name for g in seals.unsealed(grades, checks, texts, key)] == ["test_b", "test_c"]
+    assert [g.name for g in seals.unsealed(grades, checks, texts, None)] == ["test_a", "test_b", "test_c"]
+
+
+def test_verdicts_are_read_from_tokens_never_from_sentences():
+    from grading.core import Bug
+    from helpers import set_language
+    assert seals.flags_from_outputs("softmax：检测到篡改——之前运行的代码替换了评分依赖的函数。") == []
+    text = "x: tampering " + protocol.verdict_token(protocol.TAMPERING) + "\n" + \
+        "y: " + protocol.verdict_token(protocol.GRADING_MODULE) + "\nKernel died"
+    assert set(seals.flags_from_outputs(text)) == {"kernel_died", "tampering", "grading_module"}
+    bug = Bug("sm_no_max", "没有减去最大值", "no max subtracted")
+    for lang in ("zh", "en"):
+        set_language(lang)
+        assert protocol.bugs_in("诊断：" + bug.describe() + " " + bug.describe()) == ["sm_no_max", "sm_no_max"]
+    with pytest.raises(ValueError):
+        protocol.verdict_token("a sentence")
+
+
+def test_the_checks_print_a_token_with_each_verdict():
+    from grading import core
+    from helpers import set_language
+
+    def not_done():
+        raise NotImplementedError()
+
+    def borrow():
+        return core.close(1.0, 1.0)
+
+    for lang in ("zh", "en"):
+        set_language(lang)
+        for fn, verdict in ((not_done, protocol.NOT_IMPLEMENTED), (borrow, protocol.GRADING_MODULE)):
+            with pytest.raises(core.GradingFailure) as err:
+                core.call(fn, what="x")
+            assert protocol.verdicts_in(str(err.value)) == {verdict}, str(err.value)
+        with pytest.raises(core.GradingFailure) as err:
+            with core.forbidden({"softmax"}, "softmax"):
+                core.call(lambda: __import__("torch").softmax(__import__("torch").ones(2), 0), what="x")
+        assert protocol.verdicts_in(str(err.value)) == {protocol.FORBIDDEN}
+
+
+def test_huge_outputs_are_cut():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output("stream", text="x" * 300_000)]),
+                nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output("stream", text="short")])]
+    assert seals.cut_huge_outputs(nb)
+    assert len(nb.cells[0].outputs[0].text) == protocol.MAX_OUTPUT_CHARS and nb.cells[1].outputs[0].text == "short"
+    assert not seals.cut_huge_outputs(nb)
+
+
+# ------------------------------------------------------------------ pending points
+
+def test_pending_points_are_apart_from_auto_points_until_graded():
+    sub = SimpleNamespace(grades=[_grade("test_softmax", 3.0), _grade("test_attention", 0.0, 4.0),
+                                  _grade("derivation", None)])
+    st = pending.standing(sub)
+    assert (st.score, st.max_score, st.auto, st.auto_max, st.pending) == (3.0, 10.0, 3.0, 7.0, {"derivation": 3.0})
+    assert st.render("en") == "3/7 (auto 3/7), awaiting grading 3 points"
+    assert "待批改 3 分" in st.render("zh")
+    sub.grades[2].manual_score = sub.grades[2].score = 2.5
+    st = pending.standing(sub)
+    assert st.final and st.render("en") == "5.5/10"
+
+
+def test_grades_csv_says_what_awaits_grading():
+    text = "assignment,student_id,score,max_score\nch01_attention,ann,9.0,12.0\nch01_attention,bob,11.0,12.0\n"
+    waiting = pending.Standing(score=9, max_score=12, auto=9, auto_max=9, pending={"derivation": 3.0})
+    done = pending.Standing(score=11, max_score=12, auto=9, auto_max=9)
+    out = pending.annotate_csv(text, lambda a, s: {"ann": waiting, "bob": done}[s]).splitlines()
+    assert out[0] == "assignment,student_id,score,max_score,auto_score,awaiting_grading,status"
+    assert out[1].endswith(",9,3,awaiting grading") and out[2].endswith(",9,0,final")
+
+
+def test_feedback_page_shows_pending_cells_as_awaiting_grading():
+    page = ('<h4>ch01 (Score: 9.0 / 12.0)</h4><ol><li><a href="#test_softmax">Test cell</a> (Score: 3.0 / 3.0)</li>'
+            '<li><a href="#derivation">Written response</a> (Score: 0.0 / 3.0)</li></ol>'
+            '<a name="derivation"></a><div class="panel-heading"><span class="nbgrader-label">Student\'s answer</span>'
+            '<span class="pull-right">\n      Score: 0.0 / 3.0 <a href="#top">(Top)</a></span></div>'
+            '<a name="test_softmax"></a><div class="panel-heading"><span class="pull-right">Score: 3.0 / 3.0 </span>')
+    st = pending.Standing(score=9, max_score=12, auto=9, auto_max=9, pending={"derivation": 3.0})
+    out = pending.annotate_feedback(page, st, "en")
+    assert "Score: 0.0 / 3.0" not in out and out.count("awaiting grading (3 points)") == 2
+    assert "(Score: 9 / 9; awaiting grading: 3 points)</h4>" in out
+    assert out.count("Score: 3.0 / 3.0") == 2
+    assert "待批改 (3 分)" in pending.annotate_feedback(page, st, "zh")
+
+
+# ------------------------------------------------------------------ preflight and the stop rule
+
+def test_failures_are_classified_from_nbgrader_logs():
+    assert preflight.classify("setpriv: failed to execute /c/.venv/bin/python: No such file") == "kernel_start"
+    assert preflight.classify("RuntimeError: Kernel died before replying to kernel_info") == "kernel_start"
+    assert preflight.classify("nbclient.exceptions.DeadKernelError: Kernel died") == "kernel_died"
+    assert preflight.classify("sqlalchemy.exc.OperationalError: could not connect to server") == "gradebook"
+    assert preflight.classify("ModuleNotFoundError: No module named 'torch'") == "course_import"
+    assert preflight.classify("something else") == "autograde_failed"
+
+
+def _jobs(*failures):
+    jobs = [intake.Job(CH, f"s{i}") for i in range(len(failures))]
+    for job, f in zip(jobs, failures):
+        job.failure = f
+    return jobs
+
+
+def test_a_run_stops_when_most_notebooks_fail_for_one_machine_reason():
+    logs = {f"{CH}__s0": "setpriv: failed to execute /x/.venv/bin/python: No such file or directory"}
+    with pytest.raises(preflight.GradingStopped) as err:
+        preflight.stop_if_infrastructure(_jobs("kernel_start", "kernel_start", None), logs)
+    msg = str(err.value)
+    assert "2 of 3 notebooks" in msg and "setpriv: failed to execute" in msg and "fix:" in msg
+    assert "Nothing was written" in msg
+    # students' own failures, or a minority of machine failures, are scored as usual
+    preflight.stop_if_infrastructure(_jobs("kernel_died", "kernel_died", "kernel_died"), {})
+    preflight.stop_if_infrastructure(_jobs("kernel_start", None, None), {})
+
+
+def test_step_autograde_stops_before_scoring_anyone_as_empty(monkeypatch, course):
+    root, rel, src = course
+    run = pipeline.Run(root, _jobs(None, None, None), say=lambda *a: None)
+    run.scratch = root / "scratch"
+    (root / ".grading" / "logs").mkdir(parents=True)
+
+    def broken_kernel(run, job):
+        run.log(job).write_text("RuntimeError: Kernel died before replying to kernel_info")
+        job.failure, job.ok = "kernel_start", False
+        return job
+
+    emptied = []
+    monkeypatch.setattr(pipeline, "autograde_one", broken_kernel)
+    monkeypatch.setattr(pipeline, "score_as_empty", lambda run, job: emptied.append(job))
+    with pytest.raises(SystemExit, match="stopped before scoring anyone"):
+        pipeline.step_autograde(run)
+    assert emptied == []
+
+
+def test_one_notebook_whose_kernel_cannot_start_is_scored_as_empty_the_others_graded(monkeypatch, course):
+    root, rel, src = course
+    run = pipeline.Run(root, _jobs(None, None, None), say=lambda *a: None)
+    (root / ".grading" / "logs").mkdir(parents=True)
+
+    def one_broken(run, job):
+        if job.student == "s0":
+            run.log(job).write_text("RuntimeError: Kernel died before replying to kernel_info")
+            job.failure, job.ok = "kernel_start", False
+        else:
+            run.graded_path(job).parent.mkdir(parents=True, exist_ok=True)
+            run.graded_path(job).write_text("{}")
+        return job
+
+    emptied = []
+    monkeypatch.setattr(pipeline, "autograde_one", one_broken)
+    monkeypatch.setattr(pipeline, "score_as_empty", lambda run, job: emptied.append(job.student))
+    pipeline.step_autograde(run)
+    assert emptied == ["s0"]
+
+
+def test_probe_runs_the_release_notebooks_first_cell_and_imports_the_checks(course):
+    root, _, _ = course
+    code = preflight.probe_code(root, CH)
+    assert "from helpers import ch01_attention" in code and f"import grading.{CH}" in code
+    assert code.rstrip().endswith("print('preflight: ok')")
+
+
+# ------------------------------------------------------------------ the pipeline as a list of steps
+
+def test_the_steps_run_in_their_documented_order():
+    names = [n for n, _ in pipeline.STEPS]
+    assert names == ["intake", "repair", "preflight", "gradebook", "autograde", "seal check", "feedback", "export",
+                     "report"]
+    assert names.index("preflight") < names.index("gradebook"), "the gradebook is touched only after preflight"
+    seen = []
+    run = pipeline.Run(Path("/nonexistent"), [], say=lambda *a: None)
+    pipeline.run_steps(run, [(n, lambda r, n=n: seen.append((n, r is run))) for n in names])
+    assert seen == [(n, True) for n in names] and set(run.clock.times) == set(names)
+
+
+def test_no_function_of_the_pipeline_is_longer_than_80_lines():
+    files = ["grade.py", "intake.py", "runner.py", "kernels.py", "seals.py", "preflight.py", "pending.py",
+             "flags.py", "report.py", "sandbox.py", "zygote.py", "kernel_boot.py", "cli.py", "nbgrader_run.py"]
+    long = []
+    for name in files:
+        for node in ast.walk(ast.parse((ROOT / "coursekit" / name).read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80:
+                long.append(f"{name}:{node.name}")
+    for node in ast.walk(ast.parse((ROOT / "grading" / "guard.py").read_text(encoding="utf-8"))):
+        if isinstance(node, ast.FunctionDef) and node.end_lineno - node.lineno >= 80:
+            long.append(f"guard.py:{node.name}")
+    assert long == []
+
+
+# ------------------------------------------------------------------ the sandbox and the environment
+
+def _mounts(args):
+    out = {}
+    for i, a in enumerate(args):
+        if a in ("--ro-bind", "--bind", "--symlink"):
+            out[args[i + 2]] = (a, args[i + 1])
+    return out
+
+
+def test_an_environment_reached_through_a_symlink_is_linked_inside_the_sandbox(monkeypatch, tmp_path):
+    from coursekit import sandbox
+    course_root = tmp_path / "course"
+    (course_root / "work").mkdir(parents=True)
+    os.symlink(os.path.realpath(sys.prefix), course_root / ".venv")
+    monkeypatch.setattr(sys, "prefix", str(course_root / ".venv"))
+    monkeypatch.setattr(sys, "executable", str(course_root / ".venv" / "bin" / "python"))
+    args = sandbox.bwrap_args(str(course_root), str(course_root / "work"), None)
+    mounts = _mounts(args)
+    assert mounts[str(course_root / ".venv")] == ("--symlink", os.path.realpath(str(course_root / ".venv")))
+    hidden = [args[i + 1] for i, a in enumerate(args) if a == "--tmpfs"]
+    assert str(course_root) in hidden
+
+
+def test_an_environment_under_home_is_bound_back(monkeypatch, tmp_path):
+    from coursekit import sandbox
+    home = tmp_path / "home"
+    env = home / "miniconda3" / "envs" / "course"
+    (env / "bin").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    for name in ("prefix", "base_prefix"):
+        monkeypatch.setattr(sys, name, str(env))
+    monkeypatch.setattr(sys, "executable", str(env / "bin" / "python"))
+    args = sandbox.bwrap_args(str(tmp_path / "course"), str(tmp_path), None)
+    assert str(home) in [args[i + 1] for i, a in enumerate(args) if a == "--tmpfs"]
+    assert _mounts(args)[str(env)] == ("--ro-bind", str(env))
+
+
+def test_the_hub_tests_up_front_check_finds_folders_others_cannot_enter(tmp_path):
+    from services import closed_folders
+    private = tmp_path / "private"
+    (private / "course" / ".venv" / "bin").mkdir(parents=True)
+    os.chmod(private, 0o700)
+    try:
+        assert str(private) in closed_folders(private / "course" / ".venv" / "bin" / "python")
+        os.chmod(private, 0o755)
+        assert str(private) not in closed_folders(private / "course" / ".venv" / "bin" / "python")
+    finally:
+        os.chmod(private, 0o755)
+
+
+def test_an_environment_below_a_folder_others_cannot_enter_is_bound_back_through_open_folders(monkeypatch, tmp_path):
+    """A kernel runs as its own unprivileged uid: a Python under /root (0700) while
+    $HOME is elsewhere would be unreadable to it. The closed folder is hidden and the
+    environment bound back below it, with the folders on the way opened (0755)."""
+    from coursekit import sandbox
+    private = tmp_path / "private"
+    base = private / "pyenv" / "3.11"
+    (base / "bin").mkdir(parents=True)
+    os.chmod(private, 0o700)
+    monkeypatch.setattr(sys, "base_prefix", str(base))
+    args = sandbox.bwrap_args(str(tmp_path / "course"), str(tmp_path), None)
+    assert str(private) in [args[i + 1] for i, a in enumerate(args) if a == "--tmpfs"]
+    assert _mounts(args)[str(base)] == ("--ro-bind", str(base))
+    opened = [args[i + 2] for i, a in enumerate(args) if a == "--chmod" and args[i + 1] == "0755"]
+    assert str(private / "pyenv") in opened
+    os.chmod(private, 0o755)
+    args = sandbox.bwrap_args(str(tmp_path / "course"), str(tmp_path), None)
+    assert str(private) not in [args[i + 1] for i, a in enumerate(args) if a == "--tmpfs"]
