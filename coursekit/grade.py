@@ -303,6 +303,7 @@ def step_feedback(run: Run) -> None:
 def step_export(run: Run) -> None:
     """grades.csv and the saved flags. The class-wide outputs are written one
     grader at a time: whichever writes them last has seen every result."""
+    from . import export as export_mod
     from . import report as report_mod
     log = run.state / "logs" / "export.log"
 
@@ -314,6 +315,9 @@ def step_export(run: Run) -> None:
     with runner.one_at_a_time(run.state):
         save_flags(run.state, run.jobs)
         runner.write_atomically(run.root / "grades.csv", export)
+        chapters = sorted({j.chapter for j in class_jobs(run.root, run.state)})
+        for path in export_mod.write_all(run.root, protocol.gradebook_url(run.root), chapters):
+            run.say(f"grade: {path.relative_to(run.root)}")
 
 
 def step_report(run: Run) -> None:

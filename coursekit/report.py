@@ -128,6 +128,76 @@ def _chapter_tables(data, chapter: str) -> list[str]:
     return parts
 
 
+def _difficulty_table(data, chapter: str, titles: dict[str, str]) -> str:
+    """Per exercise: the share of graded students with full marks and the mean score."""
+    rows = []
+    for g in sorted(g for (c, g) in data["cells"] if c == chapter):
+        vals = [(sc, m) for sc, m, p in data["cells"][(chapter, g)].values() if not p]
+        if not vals:
+            continue
+        full = 100 * sum(1 for sc, m in vals if m and sc >= m) / len(vals)
+        mean = sum(sc for sc, _ in vals) / len(vals)
+        rows.append(f"<tr><td>{html.escape(titles.get(g, g))}</td><td>{html.escape(g)}</td><td>{full:.0f}%</td>"
+                    f"<td>{mean:.2f} / {vals[0][1]:g}</td></tr>")
+    if not rows:
+        return ""
+    return ("<h3>Exercises: how hard they were</h3><table><tr><th>exercise</th><th>grade id</th>"
+            "<th>full marks</th><th>mean score</th></tr>" + "".join(rows) + "</table>")
+
+
+def _student_table(data, langs: dict) -> str:
+    """One row per student: each chapter's score so far, the points awaiting
+    grading, the flags, and a link to the feedback page."""
+    chapters = sorted(data["scores"])
+    students = sorted({s for ch in chapters for s in data["scores"][ch]})
+    head = "".join(f"<th>{html.escape(ch)}</th>" for ch in chapters)
+    rows = []
+    for student in students:
+        cells = []
+        for ch in chapters:
+            score = data["scores"][ch].get(student)
+            if score is None:
+                cells.append("<td></td>")
+                continue
+            got, top, waiting = score
+            text = f"{got or 0:g} / {top:g}" if top else "–"
+            if waiting:
+                text += f" <small>(+{waiting:g} awaiting grading)</small>"
+            flags = data["flags"].get((student, ch)) or []
+            if flags:
+                text += f"<br><span class='flag'>{html.escape(render_all(flags, langs.get(ch, 'zh')))}</span>"
+            link = f"../feedback/{student}/{ch}/{ch}.html"
+            cells.append(f"<td>{text}<br><a href='{html.escape(link)}'>feedback</a></td>")
+        rows.append(f"<tr><th>{html.escape(student)}</th>{''.join(cells)}</tr>")
+    return ("<h2>Students</h2><table><tr><th>student</th>" + head + "</tr>" + "".join(rows) + "</table>")
+
+
+def _similarity_section(root: Path, chapters, top: int = 5) -> str:
+    """The most similar pairs of answers per chapter (copydetect), with links
+    to a side-by-side view. Similarity is a reason to look, never proof."""
+    from . import similarity
+
+    parts = []
+    for ch in chapters:
+        try:
+            pairs = [p for p in similarity.chapter_pairs(root, ch, root / "reports" / "similar", top=top)
+                     if p.score > 0]
+        except Exception as exc:  # noqa: BLE001 (the report still gets written)
+            parts.append(f"<p>{html.escape(ch)}: similarity not computed ({html.escape(str(exc))})</p>")
+            continue
+        if pairs:
+            parts.append(f"<h3>{html.escape(ch)}</h3><table><tr><th>students</th><th>shared</th><th>view</th></tr>"
+                         + "".join(f"<tr><td>{html.escape(p.a)} ~ {html.escape(p.b)}</td><td>{p.score:.0%} "
+                                   f"({p.shared_tokens} tokens)</td><td><a href='{html.escape(p.view)}'>side by side"
+                                   "</a></td></tr>" for p in pairs) + "</table>")
+    if not parts:
+        return ""
+    return ("<h2>Similar answers</h2><p><b>Similarity is a reason to look, not proof</b>: short answers to the same "
+            "exercise often look alike, and students may have worked from the same lecture code. Only what the "
+            "students wrote is compared (the release's code is left out); names are ignored, so renaming does not "
+            "hide a copy.</p>" + "".join(parts))
+
+
 def write_report(root: Path, jobs, langs: dict | None = None) -> Path:
     data = collect(root, jobs)
     langs = langs or {}
@@ -136,9 +206,13 @@ def write_report(root: Path, jobs, langs: dict | None = None) -> Path:
              "td,th{border:1px solid #ccc;padding:4px 8px}th{background:#f4f4f4}.flag{color:#b00}</style>",
              "</head><body><h1>Class report</h1>",
              f"<p>{len({j.student for j in jobs})} students, {len(jobs)} notebooks graded.</p>"]
+    from .export import titles_for
+    titles = titles_for(root, sorted(data["scores"]))
+    parts.append(_student_table(data, langs))
     for chapter in sorted(data["scores"]):
         parts.append(f"<h2>{html.escape(chapter)}</h2>")
         parts.append(_chapter_plots(data, chapter))
+        parts.append(_difficulty_table(data, chapter, titles.get(chapter, {})))
         parts += _chapter_tables(data, chapter)
     flagged = [(s, c, f) for (s, c), f in sorted(data["flags"].items()) if f]
     if flagged:
@@ -146,6 +220,7 @@ def write_report(root: Path, jobs, langs: dict | None = None) -> Path:
         parts += [f"<tr><td>{html.escape(s)}</td><td>{html.escape(c)}</td><td class='flag'>"
                   f"{html.escape(render_all(f, langs.get(c, 'zh')))}</td></tr>" for s, c, f in flagged]
         parts.append("</table>")
+    parts.append(_similarity_section(root, sorted(data["scores"])))
     parts.append("</body></html>")
     out = root / "reports" / "class_report.html"
     out.parent.mkdir(exist_ok=True)

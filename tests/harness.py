@@ -10,6 +10,7 @@ autograded notebooks.
 """
 from __future__ import annotations
 
+import csv
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ class Result:
     scores: dict[str, tuple[float, float]] = field(default_factory=dict)  # grade id -> (score, max)
     feedback: dict[str, str] = field(default_factory=dict)               # grade id -> text of outputs
     feedback_html: str = ""                                              # what nbgrader hands back
+    exported: dict[str, str] = field(default_factory=dict)               # the row of grades_by_exercise.csv
 
     def total(self) -> tuple[float, float]:
         return (sum(s for s, _ in self.scores.values()), sum(m for _, m in self.scores.values()))
@@ -178,9 +180,11 @@ def grade_class(chapter: str, variants: list[Variant], workdir: Path) -> dict[st
     pipeline.grade(workdir, chapter=chapter, sandbox=sandbox_available()[0], quiet=True, report=False)
 
     results: dict[str, Result] = {}
+    with open(workdir / "grades_by_exercise.csv", newline="", encoding="utf-8") as f:
+        exported = {row["student"]: row for row in csv.DictReader(f)}
     with Gradebook(f"sqlite:///{workdir / 'gradebook.db'}") as gb:
         for name in subs:
-            res = Result()
+            res = Result(exported=exported.get(name, {}))
             sub = gb.find_submission_notebook(chapter, chapter, name)
             for grade in sub.grades:
                 score = grade.score if grade.score is not None else 0.0

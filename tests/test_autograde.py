@@ -42,6 +42,10 @@ def test_solution_full_marks_and_release_zero(chapter, tmp_path_factory):
         score, max_score = res[SOLUTION].scores[gid]
         assert score == max_score > 0, f"solution lost points on {gid}: {res[SOLUTION].feedback[gid]}"
         assert res[UNTOUCHED].scores[gid][0] == 0, f"untouched release scored on {gid}"
+        # the per-exercise export says the same, in a column named by exercise and grade id
+        (column,) = [c for c in res[SOLUTION].exported if c.startswith(f"{chapter}/{gid} (")]
+        assert float(res[SOLUTION].exported[column]) == max_score, column
+        assert float(res[UNTOUCHED].exported[column]) == 0, column
 
 
 @pytest.mark.parametrize("chapter,variant", cases("BUGS"))

@@ -205,3 +205,57 @@ def test_side_by_side_view_marks_the_shared_code_and_says_it_is_no_proof(tmp_pat
     assert (pairs[0].a, pairs[0].b) == ("alice", "bob")
     page = (root / "reports" / pairs[0].view).read_text(encoding="utf-8")
     assert "<mark>" in page and "not proof" in page and "不是抄袭的证据" in page
+
+
+# ----------------------------------------------------------------- class report
+
+def report_data():
+    import collections
+    data = {"scores": collections.defaultdict(dict), "cells": collections.defaultdict(dict),
+            "bugs": collections.defaultdict(collections.Counter), "flags": {}}
+    data["scores"][CH] = {"alice": (7.0, 10.0, 3.0), "bob": (3.0, 10.0, 0.0)}
+    data["cells"][(CH, "test_softmax")] = {"alice": (3.0, 3.0, False), "bob": (3.0, 3.0, False)}
+    data["cells"][(CH, "test_attention")] = {"alice": (4.0, 4.0, False), "bob": (0.0, 4.0, False)}
+    data["cells"][(CH, "derivation")] = {"alice": (0.0, 3.0, True), "bob": (0.0, 3.0, False)}
+    data["flags"][("bob", CH)] = []
+    return data
+
+
+def test_report_has_a_row_per_student_with_pending_points_and_a_feedback_link():
+    from coursekit import report
+    page = report._student_table(report_data(), {CH: "zh"})
+    alice = page[page.index("<th>alice</th>"):page.index("<th>bob</th>")]
+    assert "7 / 10" in alice and "+3 awaiting grading" in alice
+    assert f"../feedback/alice/{CH}/{CH}.html" in alice
+    bob = page[page.index("<th>bob</th>"):]
+    assert "3 / 10" in bob and "awaiting" not in bob
+
+
+def test_report_rates_each_exercise_by_full_marks_and_mean():
+    from coursekit import report
+    page = report._difficulty_table(report_data(), CH, TITLES[CH])
+    row = page[page.index("练习 3：注意力"):].split("</tr>")[0]
+    assert "50%" in row and "2.00 / 4" in row                   # one of two full, mean (4 + 0) / 2
+    # a cell still awaiting grading is left out of its own difficulty, not counted as 0
+    derivation = page[page.index("练习 4：推导"):].split("</tr>")[0]
+    assert "0%" in derivation and "0.00 / 3" in derivation     # only bob's graded 0 counts
+
+
+def test_report_lists_similar_pairs_with_the_caveat(tmp_path):
+    import nbformat
+
+    from coursekit import report
+
+    def notebook(code):
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_code_cell(code, metadata={"nbgrader": {"solution": True, "grade_id": "a"}})]
+        return nb
+    (tmp_path / "release" / CH).mkdir(parents=True)
+    nbformat.write(notebook(RELEASE), tmp_path / "release" / CH / f"{CH}.ipynb")
+    for name, code in (("alice", ALICE), ("bob", BOB), ("dave", DAVE)):
+        (tmp_path / "submitted" / name / CH).mkdir(parents=True)
+        nbformat.write(notebook(code), tmp_path / "submitted" / name / CH / f"{CH}.ipynb")
+    section = report._similarity_section(tmp_path, [CH])
+    assert "reason to look, not proof" in section
+    assert "alice ~ bob" in section and "dave" not in section   # independent answers share nothing listed
+    assert "side by side" in section and (tmp_path / "reports" / "similar").is_dir()
