@@ -8,8 +8,8 @@ import torch
 
 from helpers.i18n import t
 
-from .core import (ATTENTION_FAMILY, SOFTMAX_FAMILY, Bug, GradingFailure, call, close, diagnose, failure,
-                   forbidden, passed, seeded, show, expect_autograd)
+from .cases import F32, LOOSE, Case, Check, Earlier, same
+from .core import ATTENTION_FAMILY, SOFTMAX_FAMILY, Bug, GradingFailure, expect_autograd, forbidden, passed, seeded
 
 FORBIDDEN = SOFTMAX_FAMILY | ATTENTION_FAMILY
 
@@ -88,11 +88,10 @@ SOFTMAX_BUGS = [
 ]
 
 
-def check_softmax(softmax) -> None:
-    what = "softmax"
-    n = 0
+def _softmax_cases():
     gen = seeded(101)
-    cases = [
+    inf = float("-inf")
+    rows = [
         (t("二维随机输入，dim=-1", "2-D random input, dim=-1"), torch.randn(4, 7, generator=gen), -1),
         (t("三维输入，dim=1", "3-D input, dim=1"), torch.randn(2, 5, 3, generator=gen), 1),
         (t("三维输入，dim=0", "3-D input, dim=0"), torch.randn(3, 2, 4, generator=gen), 0),
@@ -102,86 +101,100 @@ def check_softmax(softmax) -> None:
         (t("各行量级相差很大", "rows of very different magnitude"),
          torch.tensor([[-1000.0, -1001.0, -1002.0], [5.0, 6.0, 7.0]]), -1),
         (t("除一个之外全是 -inf 的行", "a row of -inf except one entry"),
-         torch.tensor([[float("-inf"), float("-inf"), 3.0, float("-inf")], [0.5, 0.1, -0.2, 0.3]]), -1),
+         torch.tensor([[inf, inf, 3.0, inf], [0.5, 0.1, -0.2, 0.3]]), -1),
         (t("float64 输入", "float64 input"), torch.randn(3, 6, generator=gen, dtype=torch.float64) * 10, -1),
     ]
-    keepdim_hint = [(lambda exc, line: "must match the size" in str(exc), SOFTMAX_BUGS[-1])]
-    for label, x, dim in cases:
-        with forbidden(FORBIDDEN, "softmax"):
-            out = call(softmax, x.clone(), dim=dim, what=f"{what}({label})", hints=keepdim_hint)
-        expected = ref_softmax(x, dim)
-        n += 1
-        tol = 1e-10 if x.dtype == torch.float64 else 2e-4
-        if not isinstance(out, torch.Tensor) or not close(out, expected, atol=tol, rtol=tol):
-            bug = diagnose(out, SOFTMAX_BUGS, x.clone(), dim=dim, expected=expected)
-            raise failure(f"{what}: {label}", show(expected), show(out), bug)
+    return [Case(label, (x,), {"dim": dim}, bugs=SOFTMAX_BUGS) for label, x, dim in rows]
+
+
+KEEPDIM_HINT = [(lambda exc, line: "must match the size" in str(exc) and "@" not in line, SOFTMAX_BUGS[-1])]
+
+
+def check_softmax(softmax) -> None:
+    what = "softmax"
+    check = Check(what, softmax, reference=ref_softmax, forbid=FORBIDDEN, hints=KEEPDIM_HINT)
+    check.cases(_softmax_cases())
     # gradients must flow through it (attention is trained)
-    x = torch.randn(3, 4, generator=gen, requires_grad=True)
-    with forbidden(FORBIDDEN, "softmax"):
-        out = call(softmax, x, dim=-1, what=t(f"{what}（需要梯度的输入）", f"{what} (input with requires_grad)"))
-    n += 1
-    expect_autograd(out, what)
-    passed(what, n)
+    x = torch.randn(3, 4, generator=seeded(102), requires_grad=True)
+    expect_autograd(check.call(x, dim=-1, label=t("需要梯度的输入", "input with requires_grad")), what)
+    passed(what, check.n + 1)
+
+
+def softmax_works(their_softmax) -> bool:
+    """Exercise 1 on its own, for a failure of exercise 3: is the student's softmax the cause?"""
+    for c in _softmax_cases():
+        with forbidden(FORBIDDEN, "softmax"):
+            out = their_softmax(c.args[0].clone(), **c.kwargs)
+        if not same(out, ref_softmax(*c.args, **c.kwargs)):
+            return False
+    return True
+
+
+EARLIER = (Earlier("softmax", 1, softmax_works),)
 
 
 # ---------------------------------------------------------------- score_variance
 
+VARIANCE_BUGS = {
+    "ignores_scaled": Bug("variance_ignores_scaled", "scaled=True 时没有除以 √d_k：方差仍然约等于 d_k。",
+                          "scaled=True does not divide by √d_k: the variance is still about d_k."),
+    "by_dk": Bug("variance_scaled_by_dk", "除的是 d_k 而不是 √d_k：缩放后方差约为 1/d_k，而不是 1。",
+                 "you divided by d_k instead of √d_k: the scaled variance is about 1/d_k, not 1."),
+    "std": Bug("variance_returns_std", "返回的是标准差（√d_k 左右），题目要的是方差（d_k 左右）。",
+               "you returned the standard deviation (about √d_k); the exercise asks for the variance (about d_k)."),
+    "mean": Bug("variance_returns_mean", "返回的是均值（约为 0），题目要的是方差。",
+                "you returned the mean (about 0); the exercise asks for the variance."),
+    "sum": Bug("variance_of_elementwise_product",
+               "计算的是逐元素乘积 q_i·k_i 的方差（约为 1），而不是点积 q·k（对 d_k 个分量求和）的方差。",
+               "you took the variance of the element-wise products q_i·k_i (about 1) instead of the dot "
+               "product q·k (summed over the d_k components)."),
+    "generator": Bug("variance_ignores_generator", "没有把 generator 传给 torch.randn：同一个种子两次结果不同，实验无法复现。",
+                     "the generator is not passed to torch.randn: the same seed gives two different results, "
+                     "so the experiment cannot be repeated."),
+}
+
+
+def _variance_bug(v: float, target: float, d_k: int) -> Bug | None:
+    """Which known bug a wrong variance looks like (each lands far from the 7 % band)."""
+    b = VARIANCE_BUGS
+    if target == d_k:
+        return (b["std"] if abs(v - math.sqrt(d_k)) < 0.15 * math.sqrt(d_k) else
+                b["mean"] if abs(v) < 0.5 else b["sum"] if abs(v - 1) < 0.1 else None)
+    return (b["ignores_scaled"] if 0.9 * d_k < v < 1.1 * d_k else
+            b["by_dk"] if abs(v - 1 / d_k) < 0.2 / d_k else None)
+
+
 def check_score_variance(score_variance) -> None:
     what = "score_variance"
-    n = 0
-    bugs = {
-        "ignores_scaled": Bug("variance_ignores_scaled", "scaled=True 时没有除以 √d_k：方差仍然约等于 d_k。",
-                              "scaled=True does not divide by √d_k: the variance is still about d_k."),
-        "by_dk": Bug("variance_scaled_by_dk", "除的是 d_k 而不是 √d_k：缩放后方差约为 1/d_k，而不是 1。",
-                     "you divided by d_k instead of √d_k: the scaled variance is about 1/d_k, not 1."),
-        "std": Bug("variance_returns_std", "返回的是标准差（√d_k 左右），题目要的是方差（d_k 左右）。",
-                   "you returned the standard deviation (about √d_k); the exercise asks for the variance (about d_k)."),
-        "mean": Bug("variance_returns_mean", "返回的是均值（约为 0），题目要的是方差。",
-                    "you returned the mean (about 0); the exercise asks for the variance."),
-        "sum": Bug("variance_of_elementwise_product",
-                   "计算的是逐元素乘积 q_i·k_i 的方差（约为 1），而不是点积 q·k（对 d_k 个分量求和）的方差。",
-                   "you took the variance of the element-wise products q_i·k_i (about 1) instead of the dot "
-                   "product q·k (summed over the d_k components)."),
-        "generator": Bug("variance_ignores_generator", "没有把 generator 传给 torch.randn：同一个种子两次结果不同，实验无法复现。",
-                         "the generator is not passed to torch.randn: the same seed gives two different results, "
-                         "so the experiment cannot be repeated."),
-    }
+    check = Check(what, score_variance)
 
     def run(d_k, scaled, seed, n_samples=20_000):
-        label = f"score_variance(d_k={d_k}, n_samples={n_samples}, scaled={scaled})"
-        out = call(score_variance, d_k, n_samples=n_samples, scaled=scaled, generator=seeded(seed), what=label)
+        label = f"d_k={d_k}, n_samples={n_samples}, scaled={scaled}"
+        out = check.call(d_k, n_samples=n_samples, scaled=scaled, generator=seeded(seed), label=label)
         try:
             return float(out), label
         except Exception:
-            raise GradingFailure(t(f"{label}：应返回一个数（float），实际得到 {type(out).__name__}。",
-                                   f"{label}: expected a number (float), got {type(out).__name__}.")) from None
+            raise check.fail(label, t("一个数（float）", "a number (float)"), type(out).__name__) from None
 
+    # 20 000 samples: the estimate's relative spread is about 1 %, so ±7 % is a wide margin
     for d_k in (16, 64, 200):
-        v, label = run(d_k, False, d_k)
-        n += 1
-        if not (0.93 * d_k < v < 1.07 * d_k):
-            bug = (bugs["std"] if abs(v - math.sqrt(d_k)) < 0.15 * math.sqrt(d_k) else
-                   bugs["mean"] if abs(v) < 0.5 else bugs["sum"] if abs(v - 1) < 0.1 else None)
-            raise failure(label, t(f"约 {d_k}（= d_k）", f"about {d_k} (= d_k)"), f"{v:.4g}", bug)
-        v, label = run(d_k, True, d_k + 1)
-        n += 1
-        if not (0.93 < v < 1.07):
-            bug = (bugs["ignores_scaled"] if 0.9 * d_k < v < 1.1 * d_k else
-                   bugs["by_dk"] if abs(v - 1 / d_k) < 0.2 / d_k else None)
-            raise failure(label, t("约 1", "about 1"), f"{v:.4g}", bug)
+        for scaled, target in ((False, d_k), (True, 1.0)):
+            v, label = run(d_k, scaled, d_k + scaled)
+            check.n += 1
+            if not (0.93 * target < v < 1.07 * target):
+                about = t(f"约 {target:g}", f"about {target:g}") + (" (= d_k)" if not scaled else "")
+                raise check.fail(label, about, f"{v:.4g}", _variance_bug(v, target, d_k))
     a, label = run(32, False, 7, n_samples=2_000)
     b, _ = run(32, False, 7, n_samples=2_000)
-    n += 1
     if a != b:
-        raise failure(t(f"{label} 用同一个种子调用两次", f"{label} called twice with the same seed"),
-                      t("两次结果相同", "the same result twice"), f"{a:.6g} / {b:.6g}", bugs["generator"])
+        raise check.fail(t(f"{label}，用同一个种子调用两次", f"{label}, called twice with the same seed"),
+                         t("两次结果相同", "the same result twice"), f"{a:.6g} / {b:.6g}", VARIANCE_BUGS["generator"])
     c, _ = run(32, False, 8, n_samples=2_000)
-    n += 1
     if c == a:
         raise GradingFailure(t(f"{what}：不同的种子给出了完全相同的结果，随机数没有来自传入的 generator。",
                                f"{what}: different seeds gave exactly the same result; the random numbers do not "
                                "come from the generator you were given."))
-    passed(what, n)
+    passed(what, check.n + 2)
 
 
 # ---------------------------------------------------------------- attention
@@ -233,6 +246,10 @@ ATTENTION_BUGS = [
         _att_scale(_sqrt_dk, mask_mode="zero_fill")),
     Bug("attention_mask_ignored", "传入的 mask 被忽略了。", "the mask argument is ignored.",
         _att_scale(_sqrt_dk, mask_mode="ignored")),
+    Bug("attention_softmax_wrong_dim", "softmax 沿错误的维度（dim=-2，沿 query）：应该让每个 query 的一行权重（沿 key，dim=-1）加起来等于 1。",
+        "softmax runs over the wrong dimension (dim=-2, across queries): each query's row of weights "
+        "(over the keys, dim=-1) must add up to 1.",
+        lambda q, k, v, mask=None: (None, ref_attention(q, k, v, mask)[1].transpose(-2, -1))),
 ]
 
 
@@ -242,17 +259,8 @@ T_HINT = [(lambda exc, line: ".T" in line.replace(" ", "") or ".t()" in line,
                "k.transpose(-2, -1)."))]
 
 
-def _outputs(result, label):
-    if not (isinstance(result, tuple) and len(result) == 2):
-        raise GradingFailure(t(f"{label}：应返回 (out, weights) 两个张量组成的元组，实际得到 {type(result).__name__}。",
-                               f"{label}: expected a tuple (out, weights) of two tensors, got {type(result).__name__}."))
-    return result
-
-
-def check_attention(scaled_dot_product_attention) -> None:
-    what = "scaled_dot_product_attention"
+def _attention_cases():
     gen = seeded(202)
-    n = 0
 
     def r(*shape, scale=1.0, dtype=torch.float32):
         return torch.randn(*shape, generator=gen, dtype=dtype) * scale
@@ -260,43 +268,46 @@ def check_attention(scaled_dot_product_attention) -> None:
     causal = torch.ones(4, 4).tril().bool()
     band = torch.rand(2, 1, 3, 5, generator=gen) > 0.4
     band[..., 0] = True  # no fully-masked row
-    cases = [
+    f64 = torch.float64
+    rows = [
         (t("无批量维，n_q=3, n_k=5, d_k=8, d_v=6", "no batch, n_q=3, n_k=5, d_k=8, d_v=6"),
-         (r(3, 8), r(5, 8), r(5, 6)), None, 1e-5),
+         (r(3, 8), r(5, 8), r(5, 6)), None, F32),
         (t("批量维 (2, 3)，n_q=4 ≠ n_k=6，d_k=16 ≠ d_v=5", "batch dims (2, 3), n_q=4 ≠ n_k=6, d_k=16 ≠ d_v=5"),
-         (r(2, 3, 4, 16), r(2, 3, 6, 16), r(2, 3, 6, 5)), None, 1e-5),
-        (t("因果掩码（下三角 True）", "causal mask (lower triangle True)"),
-         (r(2, 4, 8), r(2, 4, 8), r(2, 4, 8)), causal, 1e-5),
+         (r(2, 3, 4, 16), r(2, 3, 6, 16), r(2, 3, 6, 5)), None, F32),
+        (t("因果掩码（下三角 True）", "causal mask (lower triangle True)"), (r(2, 4, 8), r(2, 4, 8), r(2, 4, 8)),
+         causal, F32),
         (t("广播的掩码 (2, 1, 3, 5)", "a broadcast mask (2, 1, 3, 5)"),
-         (r(2, 4, 3, 8), r(2, 4, 5, 8), r(2, 4, 5, 7)), band, 1e-5),
+         (r(2, 4, 3, 8), r(2, 4, 5, 8), r(2, 4, 5, 7)), band, F32),
+        # scores of several hundred: float32 rounding of the scores alone moves the weights by ~1e-4
         (t("很大的分数（q、k 放大 30 倍）", "large scores (q and k scaled by 30)"),
-         (r(3, 8, scale=30.0), r(5, 8, scale=30.0), r(5, 4)), None, 1e-4),
-        (t("float64 输入，与独立参考实现逐位比较", "float64 inputs, compared tightly with an independent reference"),
-         (r(2, 5, 32, dtype=torch.float64), r(2, 7, 32, dtype=torch.float64), r(2, 7, 3, dtype=torch.float64)),
-         None, 1e-10),
+         (r(3, 8, scale=30.0), r(5, 8, scale=30.0), r(5, 4)), None, LOOSE),
+        (t("float64 输入", "float64 inputs"), (r(2, 5, 32, dtype=f64), r(2, 7, 32, dtype=f64), r(2, 7, 3, dtype=f64)),
+         None, F32),
     ]
-    for label, (q, k, v), mask, tol in cases:
-        full = f"{what}: {label}"
-        with forbidden(FORBIDDEN, what):
-            args = (q.clone(), k.clone(), v.clone())
-            kw = {"mask": mask} if mask is not None else {}
-            result = call(scaled_dot_product_attention, *args, what=full, hints=T_HINT, **kw)
-        out, weights = _outputs(result, full)
+    return [Case(label, qkv, {} if mask is None else {"mask": mask}, tol) for label, qkv, mask, tol in rows]
+
+
+def _pair(check, result, label):
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise check.fail(label, t("(out, weights) 两个张量组成的元组", "a tuple (out, weights) of two tensors"),
+                         type(result).__name__)
+    return result
+
+
+def check_attention(scaled_dot_product_attention) -> None:
+    what = "scaled_dot_product_attention"
+    check = Check(what, scaled_dot_product_attention, forbid=FORBIDDEN, hints=T_HINT, earlier=EARLIER)
+    for c in _attention_cases():
+        q, k, v = c.args
+        mask = c.kwargs.get("mask")
+        out, weights = _pair(check, check.call(*c.args, label=c.label, **c.kwargs), c.label)
         exp_out, exp_w = ref_attention(q, k, v, mask)
-        n += 1
-        if not isinstance(weights, torch.Tensor) or tuple(weights.shape) != tuple(exp_w.shape):
-            got = tuple(weights.shape) if isinstance(weights, torch.Tensor) else type(weights).__name__
-            raise failure(t(f"{full}：weights 的形状", f"{full}: shape of weights"), str(tuple(exp_w.shape)), str(got),
-                          hint=t("weights 的形状是 (..., n_q, n_k)。", "weights have shape (..., n_q, n_k)."))
-        if not close(weights, exp_w, atol=tol, rtol=tol):
-            bug = diagnose(weights, ATTENTION_BUGS, q, k, v, mask, expected=(exp_out, exp_w),
-                           match=lambda s, b: close(s[1] if isinstance(s, tuple) else s, b[1], 1e-5, 1e-4))
-            if bug is None and close(weights.transpose(-2, -1), exp_w):
-                bug = ATTENTION_BUGS[4]
-            raise failure(t(f"{full}：注意力权重", f"{full}: attention weights"), show(exp_w), show(weights), bug)
-        if not isinstance(out, torch.Tensor) or not close(out, exp_out, atol=tol, rtol=tol):
-            raise failure(t(f"{full}：输出 out", f"{full}: output out"), show(exp_out), show(out),
-                          hint=t("权重已经对了：out = weights @ v。", "the weights are right: out = weights @ v."))
-        if out.dtype != q.dtype:
-            raise failure(t(f"{full}：输出的 dtype", f"{full}: dtype of the output"), str(q.dtype), str(out.dtype))
-    passed(what, n)
+        check.tensor(t(f"{c.label}：weights", f"{c.label}: weights"), weights, exp_w.shape,
+                     hint=t("weights 的形状是 (..., n_q, n_k)。", "weights have shape (..., n_q, n_k)."))
+        check.expect(t(f"{c.label}：注意力权重", f"{c.label}: attention weights"), weights, exp_w, tol=c.tol,
+                     bugs=ATTENTION_BUGS, bug_args=(q, k, v, mask), part=lambda o: o[1], count=False)
+        check.tensor(t(f"{c.label}：输出 out", f"{c.label}: output out"), out, exp_out.shape,
+                     hint=t("out 的形状是 (..., n_q, d_v)。", "out has shape (..., n_q, d_v)."))
+        check.expect(t(f"{c.label}：输出 out", f"{c.label}: output out"), out, exp_out, tol=c.tol, dtype=q.dtype,
+                     hint=t("权重已经对了：out = weights @ v。", "the weights are right: out = weights @ v."))
+    passed(what, check.n)

@@ -8,7 +8,8 @@ import torch
 
 from helpers.i18n import t
 
-from .core import ATTENTION_FAMILY, Bug, GradingFailure, call, close, diagnose, failure, forbidden, passed, seeded, show
+from .cases import EXACT, LOOSE, Case, Check, Earlier, same
+from .core import ATTENTION_FAMILY, Bug, GradingFailure, close, failure, passed, seeded, show
 
 NEG = float("-inf")
 
@@ -85,54 +86,50 @@ class _DeviceSpy(torch.overrides.TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-_MASK_IMPLS = {
-    "diag": lambda n: ref_mask(n).tril(-1),
-    "anti": lambda n: ref_mask(n).T.clone(),
-    "inverted": lambda n: ~ref_mask(n),
-    "all": lambda n: torch.ones(n, n, dtype=torch.bool),
-}
+MASK_SHAPES = [Bug(MASK_BUGS[key].key, MASK_BUGS[key].zh, MASK_BUGS[key].en, impl) for key, impl in (
+    ("diag", lambda n: ref_mask(n).tril(-1)),
+    ("anti", lambda n: ref_mask(n).T.clone()),
+    ("inverted", lambda n: ~ref_mask(n)),
+    ("all", lambda n: torch.ones(n, n, dtype=torch.bool)),
+)]
 
 
-def check_causal_mask(causal_mask) -> None:
-    what = "causal_mask"
-    n_checks = 0
-    for n in (1, 2, 5, 9):
-        label = f"{what}({n})"
-        out = call(causal_mask, n, what=label)
-        n_checks += 1
-        exp = ref_mask(n)
-        if not isinstance(out, torch.Tensor):
-            raise failure(label, t("布尔张量", "a boolean tensor"), type(out).__name__)
-        if tuple(out.shape) != (n, n):
-            raise failure(t(f"{label} 的形状", f"shape of {label}"), str((n, n)), str(tuple(out.shape)))
-        if out.dtype != torch.bool:
-            bug = MASK_BUGS["float"] if close(out, exp.double()) else None
-            raise failure(t(f"{label} 的 dtype", f"dtype of {label}"), "torch.bool", str(out.dtype), bug,
-                          hint=t("True 表示可以看：掩码要用布尔张量。", "True means may attend: the mask must be boolean."))
-        if not torch.equal(out.cpu(), exp):
-            bug = next((MASK_BUGS[k] for k, f in _MASK_IMPLS.items() if torch.equal(out.cpu(), f(n))), None)
-            raise failure(label, show(exp.int(), 12), show(out.int(), 12), bug,
-                          hint=t("第 i 行第 j 列为 True 当且仅当 j ≤ i。", "row i, column j is True exactly when j ≤ i."))
-    # the device argument must be honoured. Cheap test first: did the device we
-    # passed reach a torch call? Only if not, the slow proof on the "meta" device.
-    n_checks += 1
+def _honours_device(causal_mask) -> bool:
+    """Cheap test first: did the device we passed reach a torch call? Only if not,
+    the slow proof on the "meta" device (an answer that cannot run there is not judged on it)."""
     dev = torch.device("cpu")
     spy = _DeviceSpy(dev)
     try:
         with spy:
             causal_mask(3, device=dev)
-    except Exception:
+    except Exception:  # noqa: BLE001
         spy.seen = False
-    if not spy.seen:
-        try:
-            out = causal_mask(4, device="meta")
-        except Exception:
-            out = None  # an implementation that cannot run on meta is not judged on it
-        if out is not None and (not isinstance(out, torch.Tensor) or out.device.type != "meta"):
-            got = out.device.type if isinstance(out, torch.Tensor) else type(out).__name__
-            raise failure(t(f"{what}(4, device='meta') 的设备", f"device of {what}(4, device='meta')"), "meta", got,
-                          MASK_BUGS["device"])
-    passed(what, n_checks)
+    if spy.seen:
+        return True
+    try:
+        out = causal_mask(4, device="meta")
+    except Exception:  # noqa: BLE001
+        return True
+    return isinstance(out, torch.Tensor) and out.device.type == "meta"
+
+
+def check_causal_mask(causal_mask) -> None:
+    what = "causal_mask"
+    check = Check(what, causal_mask, reference=ref_mask, dtype_follows=None)
+    for n in (1, 2, 5, 9):
+        label = f"{what}({n})"
+        out = check.tensor(label, check.call(n, label=label), (n, n),
+                           hint=t("掩码的形状是 (n, n)。", "the mask has shape (n, n)."))
+        if out.dtype != torch.bool:
+            bug = MASK_BUGS["float"] if same(out, ref_mask(n), EXACT) else None
+            raise check.fail(t(f"{label} 的 dtype", f"dtype of {label}"), "torch.bool", str(out.dtype), bug,
+                             hint=t("True 表示可以看：掩码要用布尔张量。", "True means may attend: the mask must be boolean."))
+        check.expect(label, out.cpu(), ref_mask(n), tol=EXACT, bugs=MASK_SHAPES, bug_args=(n,),
+                     hint=t("第 i 行第 j 列为 True 当且仅当 j ≤ i。", "row i, column j is True exactly when j ≤ i."))
+    if not _honours_device(causal_mask):
+        raise check.fail(t("(4, device='meta') 的设备", "device of (4, device='meta')"), "meta",
+                         t("别的设备", "another device"), MASK_BUGS["device"])
+    passed(what, check.n + 1)
 
 
 APPLY_BUGS = [
@@ -157,22 +154,29 @@ FLOAT_HINTS = [(lambda exc, line: any(p in str(exc) for p in (
     MASK_BUGS["float"])]
 
 
-def _same_after_softmax(out, scores, mask) -> bool:
-    """Allowed entries unchanged; forbidden ones so negative that softmax gives them 0."""
-    if not isinstance(out, torch.Tensor) or out.shape != scores.shape or torch.isnan(out).any():
-        return False
+def _masked_like_reference(check, label, out, scores, mask) -> None:
+    """Allowed entries equal the scores (within float32 rounding); forbidden ones are
+    so negative that softmax gives them exactly 0 (−∞ or, say, −1e9)."""
+    exp = ref_apply(scores, mask)
+    check.tensor(label, out, scores.shape, hint=t("返回的分数和输入的 scores 形状相同。",
+                                                  "the result has the same shape as scores."))
+    m = mask.expand(out.shape)
     o = out.detach().to(torch.float64)
-    m = mask.expand(o.shape)
-    if not torch.equal(o[m], scores.to(torch.float64)[m]):
-        return False
-    w, exp = ref_softmax(o), ref_softmax(ref_apply(scores, mask))
-    return bool((w[~m] < 1e-12).all()) and close(w, exp, atol=1e-9, rtol=1e-9)
+    ok = (not torch.isnan(o).any() and same(o[m], scores.to(torch.float64)[m])
+          and bool((ref_softmax(o)[~m] == 0).all()))
+    if not ok:
+        check.expect(label, out, exp, tol=EXACT, bugs=APPLY_BUGS, bug_args=(scores, mask),
+                     hint=t("mask 为 False 的位置设成 −∞，其余位置保持不变。",
+                            "set the positions where mask is False to −∞ and leave the others unchanged."))
+    if out.dtype != scores.dtype:
+        raise check.fail(t(f"{label}：dtype", f"{label}: dtype"), str(scores.dtype), str(out.dtype))
+    check.n += 1
 
 
 def check_apply_mask(apply_mask) -> None:
     what = "apply_mask"
+    check = Check(what, apply_mask, hints=FLOAT_HINTS)
     gen = seeded(302)
-    n_checks = 0
     rand_mask = torch.rand(4, 6, generator=gen) > 0.5
     rand_mask[:, 0] = True
     cases = [
@@ -183,21 +187,22 @@ def check_apply_mask(apply_mask) -> None:
         (t("float64 分数", "float64 scores"), torch.randn(2, 6, 6, generator=gen, dtype=torch.float64), ref_mask(6)),
     ]
     for label, scores, mask in cases:
-        full = f"{what}: {label}"
-        out = call(apply_mask, scores.clone(), mask.clone(), what=full, hints=FLOAT_HINTS)
-        n_checks += 1
-        exp = ref_apply(scores, mask)
-        if isinstance(out, torch.Tensor) and tuple(out.shape) != tuple(scores.shape):
-            raise failure(t(f"{full}：形状", f"{full}: shape"), str(tuple(scores.shape)), str(tuple(out.shape)),
-                          hint=t("返回的分数和输入的 scores 形状相同。", "the result has the same shape as scores."))
-        if not _same_after_softmax(out, scores, mask):
-            bug = diagnose(out, APPLY_BUGS, scores.clone(), mask, expected=exp) if isinstance(out, torch.Tensor) else None
-            raise failure(full, show(exp), show(out), bug,
-                          hint=t("mask 为 False 的位置设成 −∞，其余位置保持不变。",
-                                 "set the positions where mask is False to −∞ and leave the others unchanged."))
-        if out.dtype != scores.dtype:
-            raise failure(t(f"{full}：dtype", f"{full}: dtype"), str(scores.dtype), str(out.dtype))
-    passed(what, n_checks)
+        _masked_like_reference(check, label, check.call(scores, mask, label=label), scores, mask)
+    passed(what, check.n)
+
+
+def mask_works(their_causal_mask) -> bool:
+    return all(torch.equal(torch.as_tensor(their_causal_mask(n)).cpu(), ref_mask(n)) for n in (1, 4))
+
+
+def apply_works(their_apply_mask) -> bool:
+    s = torch.randn(3, 3, generator=seeded(9))
+    out = their_apply_mask(s.clone(), ref_mask(3))
+    return same(ref_softmax(out), ref_softmax(ref_apply(s, ref_mask(3))))
+
+
+EARLIER = (Earlier("causal_mask", 1, mask_works),
+           Earlier("apply_mask", 2, apply_works))
 
 
 # ---------------------------------------------------------------- causal_self_attention
@@ -250,90 +255,85 @@ LEAK = Bug("attention_sees_future", "第 i 个输出依赖了 i 之后的 token�
            "output i depends on tokens after i: causality is broken.")
 
 
-def _outputs(result, label):
+def _pair(check, args, label):
+    result = check.call(*args, label=label)
     if not (isinstance(result, tuple) and len(result) == 2 and all(isinstance(r, torch.Tensor) for r in result)):
-        raise GradingFailure(t(f"{label}：应返回 (out, weights) 两个张量组成的元组，实际得到 {type(result).__name__}。",
-                               f"{label}: expected a tuple (out, weights) of two tensors, got {type(result).__name__}."))
+        raise check.fail(label, t("(out, weights) 两个张量组成的元组", "a tuple (out, weights) of two tensors"),
+                         type(result).__name__)
     return result
 
 
-def _run(fn, args, label):
-    with forbidden(ATTENTION_FAMILY, "causal_self_attention"):
-        return _outputs(call(fn, *(a.clone() for a in args), what=label, hints=FLOAT_HINTS), label)
+def _attention_cases():
+    from helpers.ch02_causal_mask import calculator
+
+    gen = seeded(303)
+    r = lambda *shape, scale=1.0, dtype=torch.float32: torch.randn(*shape, generator=gen, dtype=dtype) * scale  # noqa: E731
+    f64 = torch.float64
+    return [
+        Case(t("本章计算器的 5 个 token（d = 4）", "the chapter's calculator, 5 tokens (d = 4)"),
+             tuple(torch.tensor(a, dtype=torch.float32) for a in calculator.inputs())),
+        Case(t("批量 (2, 6, 8)，d_k = 4，d_v = 3", "batch (2, 6, 8), d_k = 4, d_v = 3"), (r(2, 6, 8), r(8, 4), r(8, 4), r(8, 3))),
+        Case(t("两个批量维 (2, 3, 5, 6)，d_k = 8", "two batch dims (2, 3, 5, 6), d_k = 8"),
+             (r(2, 3, 5, 6), r(6, 8), r(6, 8), r(6, 6))),
+        Case(t("只有 1 个 token", "a single token"), (r(1, 4), r(4, 4), r(4, 4), r(4, 2))),
+        # scores of several hundred: float32 rounding of the scores alone moves the weights by ~1e-4
+        Case(t("很大的输入（放大 20 倍）", "large inputs (scaled by 20)"), (r(7, 4, scale=20.0), r(4, 4), r(4, 4), r(4, 4)),
+             tol=LOOSE),
+        Case(t("float64 输入", "float64 inputs"),
+             (r(3, 6, 8, dtype=f64), r(8, 5, dtype=f64), r(8, 5, dtype=f64), r(8, 4, dtype=f64))),
+    ]
+
+
+def _first_row_exact(check, label, w):
+    first = torch.zeros(w.shape[-1], dtype=w.dtype)
+    first[0] = 1
+    if not torch.equal(w[..., 0, :], first.expand_as(w[..., 0, :])):
+        raise check.fail(t(f"{label}：第一行权重（应精确等于 [1, 0, …]）", f"{label}: first row of weights (exactly [1, 0, …])"),
+                         show(first), show(w[..., 0, :]),
+                         hint=t("第一个 token 只能看自己；被遮住的位置要精确为 0。",
+                                "the first token may only see itself; masked positions must be exactly 0."))
+
+
+def _causality(check, seed, dtype):
+    """Changing any token after position i leaves output i unchanged, to the bit."""
+    g = seeded(400 + seed)
+    x = torch.randn(2, 7, 8, generator=g, dtype=dtype)
+    ws = [torch.randn(8, 6, generator=g, dtype=dtype) for _ in range(3)]
+    label = t("因果性（改动位置 i 之后的 token）", "causality (changing the tokens after position i)")
+    out, w = _pair(check, (x, *ws), label)
+    for i in range(x.shape[-2] - 1):
+        x2 = x.clone()
+        x2[..., i + 1:, :] = torch.randn(x2[..., i + 1:, :].shape, generator=g, dtype=dtype) * 3
+        out2, w2 = _pair(check, (x2, *ws), label)
+        check.n += 1
+        if torch.equal(out[..., :i + 1, :], out2[..., :i + 1, :]) and torch.equal(w[..., :i + 1, :], w2[..., :i + 1, :]):
+            continue
+        tiny = close(out[..., :i + 1, :], out2[..., :i + 1, :], atol=1e-5, rtol=1e-5)
+        extra = t("（差别很小但不是逐位相同：第 i 行的计算用到了未来位置的数值，例如减去了整个矩阵的最大值或均值。）",
+                  " (the difference is tiny but not zero: row i's computation used values of future "
+                  "positions, e.g. subtracting the maximum or mean of the whole matrix.)") if tiny else ""
+        raise check.fail(t(f"{label}：改动位置 {i + 1} 起的 token 后，输出的第 0…{i} 行",
+                           f"{label}: output rows 0…{i} after changing the tokens from position {i + 1} on"),
+                         t("逐位不变", "unchanged, bit for bit"), t("变了", "changed") + extra, LEAK)
 
 
 def check_causal_self_attention(causal_self_attention) -> None:
-    from helpers.ch02_causal_mask import calculator
-
     what = "causal_self_attention"
-    gen = seeded(303)
-    n_checks = 0
-    r = lambda *shape, scale=1.0, dtype=torch.float32: torch.randn(*shape, generator=gen, dtype=dtype) * scale  # noqa: E731
-    x0, wq0, wk0, wv0 = (torch.tensor(a, dtype=torch.float32) for a in calculator.inputs())
-    cases = [
-        (t("本章计算器的 5 个 token（d = 4）", "the chapter's calculator, 5 tokens (d = 4)"), (x0, wq0, wk0, wv0), 1e-5),
-        (t("批量 (2, 6, 8)，d_k = 4，d_v = 3", "batch (2, 6, 8), d_k = 4, d_v = 3"),
-         (r(2, 6, 8), r(8, 4), r(8, 4), r(8, 3)), 1e-5),
-        (t("两个批量维 (2, 3, 5, 6)，d_k = 8", "two batch dims (2, 3, 5, 6), d_k = 8"),
-         (r(2, 3, 5, 6), r(6, 8), r(6, 8), r(6, 6)), 1e-5),
-        (t("只有 1 个 token", "a single token"), (r(1, 4), r(4, 4), r(4, 4), r(4, 2)), 1e-5),
-        (t("很大的输入（放大 20 倍）", "large inputs (scaled by 20)"), (r(7, 4, scale=20.0), r(4, 4), r(4, 4), r(4, 4)),
-         1e-4),
-        (t("float64，与独立参考实现严格比较", "float64, compared tightly with an independent reference"),
-         (r(3, 6, 8, dtype=torch.float64), r(8, 5, dtype=torch.float64), r(8, 5, dtype=torch.float64),
-          r(8, 4, dtype=torch.float64)), 1e-10),
-    ]
-    for label, args, tol in cases:
-        full = f"{what}: {label}"
-        out, w = _run(causal_self_attention, args, full)
-        exp_out, exp_w = ref_attention(*args)
-        n_checks += 1
-        if tuple(w.shape) != tuple(exp_w.shape):
-            raise failure(t(f"{full}：weights 的形状", f"{full}: shape of weights"), str(tuple(exp_w.shape)),
-                          str(tuple(w.shape)), hint=t("weights 的形状是 (..., n, n)。", "weights have shape (..., n, n)."))
-        if not close(w, exp_w, atol=tol, rtol=tol):
-            bug = diagnose(w, ATTENTION_BUGS, *args, expected=(exp_out, exp_w),
-                           match=lambda s, b: close(s[1] if isinstance(s, tuple) else s, b[1], 1e-5, 1e-4))
-            raise failure(t(f"{full}：注意力权重", f"{full}: attention weights"), show(exp_w, 10), show(w, 10), bug)
-        if tuple(out.shape) != tuple(exp_out.shape) or not close(out, exp_out, atol=tol, rtol=tol):
-            raise failure(t(f"{full}：输出 out", f"{full}: output out"), show(exp_out), show(out),
-                          hint=t("权重已经对了：out = weights @ v，v = x @ w_v。",
-                                 "the weights are right: out = weights @ v with v = x @ w_v."))
-        if out.dtype != args[0].dtype:
-            raise failure(t(f"{full}：输出的 dtype", f"{full}: dtype of the output"), str(args[0].dtype), str(out.dtype))
-        # every row sums to 1, the first row is exactly [1, 0, ..., 0]
-        if not close(w.sum(-1), torch.ones(w.shape[:-1], dtype=torch.float64), atol=1e-5, rtol=0):
-            raise failure(t(f"{full}：每行权重之和", f"{full}: sum of each row of weights"), "1", show(w.sum(-1)))
-        first = torch.zeros(w.shape[-1], dtype=w.dtype)
-        first[0] = 1
-        if not torch.equal(w[..., 0, :], first.expand_as(w[..., 0, :])):
-            raise failure(t(f"{full}：第一行权重（应精确等于 [1, 0, …]）", f"{full}: first row of weights (exactly [1, 0, …])"),
-                          show(first), show(w[..., 0, :]),
-                          hint=t("第一个 token 只能看自己；被遮住的位置要精确为 0。",
-                                 "the first token may only see itself; masked positions must be exactly 0."))
-    # the property: changing any token after position i leaves output i unchanged, to the bit
+    check = Check(what, causal_self_attention, forbid=ATTENTION_FAMILY, hints=FLOAT_HINTS, earlier=EARLIER)
+    for c in _attention_cases():
+        out, w = _pair(check, c.args, c.label)
+        exp_out, exp_w = ref_attention(*c.args)
+        check.tensor(t(f"{c.label}：weights", f"{c.label}: weights"), w, exp_w.shape,
+                     hint=t("weights 的形状是 (..., n, n)。", "weights have shape (..., n, n)."))
+        check.expect(t(f"{c.label}：注意力权重", f"{c.label}: attention weights"), w, exp_w, tol=c.tol,
+                     bugs=ATTENTION_BUGS, bug_args=c.args, part=lambda o: o[1], count=False)
+        check.expect(t(f"{c.label}：输出 out", f"{c.label}: output out"), out, exp_out, tol=c.tol, dtype=c.args[0].dtype,
+                     hint=t("权重已经对了：out = weights @ v，v = x @ w_v。",
+                            "the weights are right: out = weights @ v with v = x @ w_v."))
+        _first_row_exact(check, c.label, w)
     for seed, dtype in ((1, torch.float32), (2, torch.float32), (3, torch.float64)):
-        g = seeded(400 + seed)
-        x = torch.randn(2, 7, 8, generator=g, dtype=dtype)
-        ws = [torch.randn(8, 6, generator=g, dtype=dtype) for _ in range(3)]
-        label = t(f"{what}：因果性（改动位置 i 之后的 token）", f"{what}: causality (changing the tokens after position i)")
-        out, w = _run(causal_self_attention, (x, *ws), label)
-        for i in range(x.shape[-2] - 1):
-            x2 = x.clone()
-            x2[..., i + 1:, :] = torch.randn(x2[..., i + 1:, :].shape, generator=g, dtype=dtype) * 3
-            out2, w2 = _run(causal_self_attention, (x2, *ws), label)
-            n_checks += 1
-            if not (torch.equal(out[..., :i + 1, :], out2[..., :i + 1, :])
-                    and torch.equal(w[..., :i + 1, :], w2[..., :i + 1, :])):
-                tiny = close(out[..., :i + 1, :], out2[..., :i + 1, :], atol=1e-5, rtol=1e-5)
-                extra = t("（差别很小但不是逐位相同：第 i 行的计算用到了未来位置的数值，例如减去了整个矩阵的最大值或均值。）",
-                          " (the difference is tiny but not zero: row i's computation used values of future "
-                          "positions, e.g. subtracting the maximum or mean of the whole matrix.)") if tiny else ""
-                raise failure(t(f"{label}：改动位置 {i + 1} 起的 token 后，输出的第 0…{i} 行",
-                                f"{label}: output rows 0…{i} after changing the tokens from position {i + 1} on"),
-                              t("逐位不变", "unchanged, bit for bit"),
-                              t("变了", "changed") + extra, LEAK)
-    passed(what, n_checks)
+        _causality(check, seed, dtype)
+    passed(what, check.n)
 
 
 # ---------------------------------------------------------------- the mask-off question

@@ -15,8 +15,8 @@ from torch import nn
 
 from helpers.i18n import t
 
-from .core import Bug, GradingFailure, as_f64, call, close, diagnose, failure, passed, seeded, show, expect_autograd
-
+from .cases import Check, Earlier, same
+from .core import Bug, GradingFailure, as_f64, call, expect_autograd, failure, passed, seeded
 
 # ---------------------------------------------------------------- references (float64)
 
@@ -197,11 +197,15 @@ VIEW_HINT = [(lambda exc, line: _view_error(exc, line) and "transpose" in line, 
 
 # ---------------------------------------------------------------- split_heads / merge_heads
 
+def _shape_hint(got, wrong, hint_wrong, hint):
+    return hint_wrong if isinstance(got, torch.Tensor) and tuple(got.shape) == wrong else hint
+
+
 def check_split_heads(split_heads) -> None:
     what = "split_heads"
+    check = Check(what, split_heads, reference=ref_split)
     gen = seeded(301)
-    n = 0
-    cases = [  # (label, B, N, d, h, dtype)
+    rows = [  # (label, B, N, d, h, dtype)
         (t("B=2, N=5, d=12, h=3", "B=2, N=5, d=12, h=3"), 2, 5, 12, 3, torch.float32),
         (t("B=1, N=7, d=8, h=4（d_k = 2）", "B=1, N=7, d=8, h=4 (d_k = 2)"), 1, 7, 8, 4, torch.float32),
         (t("h=1：整个宽度就是一个头", "h=1: the whole width is one head"), 3, 4, 6, 1, torch.float32),
@@ -209,41 +213,30 @@ def check_split_heads(split_heads) -> None:
         (t("N=1：只有一个 token", "N=1: a single token"), 2, 1, 8, 2, torch.float32),
         (t("float64 输入，B=3, N=6, d=16, h=4", "float64 input, B=3, N=6, d=16, h=4"), 3, 6, 16, 4, torch.float64),
     ]
-    for label, B, N, d, h, dtype in cases:
+    head1 = t("头 i 拿到通道 i·d_k:(i+1)·d_k；头 1 应为 x[..., d_k:2·d_k]。",
+              "head i holds channels i·d_k:(i+1)·d_k; head 1 should be x[..., d_k:2·d_k].")
+    for label, B, N, d, h, dtype in rows:
         x = torch.randn(B, N, d, generator=gen, dtype=dtype)
-        full = f"{what}(x, h={h}): {label}"
-        out = call(split_heads, x.clone(), h, what=full)
-        expected = ref_split(x, h)
-        n += 1
-        if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(expected.shape):
-            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-            hint = t("结果应为 (B, h, N, d_k)。", "the result must be (B, h, N, d_k).")
-            if got == (B, N, h, d // h) and h > 1:
-                hint = t("形状是 (B, N, h, d_k)：还差一步 transpose(1, 2)，把头的维度换到 N 前面。",
-                         "the shape is (B, N, h, d_k): transpose(1, 2) is missing, to move the head axis before N.")
-            raise failure(t(f"{full}：输出形状", f"{full}: output shape"), str(tuple(expected.shape)), str(got),
-                          hint=hint)
-        if not close(out, expected, atol=1e-12, rtol=0):
-            bug = diagnose(out, [B_SPLIT_VIEW, B_SPLIT_INTERLEAVED], x, h, expected=expected)
-            head1 = t("头 1 应为 x[..., d_k:2·d_k]", "head 1 should be x[..., d_k:2·d_k]")
-            raise failure(t(f"{full}：各头的内容", f"{full}: contents of the heads"), show(expected), show(out), bug,
-                          hint=t(f"头 i 拿到通道 i·d_k:(i+1)·d_k；{head1}。", f"head i holds channels i·d_k:(i+1)·d_k; "
-                                 f"{head1}."))
-        if out.dtype != x.dtype:
-            raise failure(t(f"{full}：dtype", f"{full}: dtype"), str(x.dtype), str(out.dtype))
+        label = f"(x, h={h}): {label}"
+        out = check.call(x, h, label=label)
+        check.tensor(label, out, (B, h, N, d // h), hint=_shape_hint(
+            out, (B, N, h, d // h) if h > 1 else None,
+            t("形状是 (B, N, h, d_k)：还差一步 transpose(1, 2)，把头的维度换到 N 前面。",
+              "the shape is (B, N, h, d_k): transpose(1, 2) is missing, to move the head axis before N."),
+            t("结果应为 (B, h, N, d_k)。", "the result must be (B, h, N, d_k).")))
+        check.expect(t(f"{label}：各头的内容", f"{label}: contents of the heads"), out, ref_split(x, h),
+                     bugs=[B_SPLIT_VIEW, B_SPLIT_INTERLEAVED], bug_args=(x, h), hint=head1, dtype=x.dtype)
     # gradients flow through it
     x = torch.randn(2, 3, 8, generator=gen, requires_grad=True)
-    out = call(split_heads, x, 2, what=t(f"{what}（需要梯度的输入）", f"{what} (input with requires_grad)"))
-    n += 1
-    expect_autograd(out, what)
-    passed(what, n)
+    expect_autograd(check.call(x, 2, label=t("需要梯度的输入", "input with requires_grad")), what)
+    passed(what, check.n + 1)
 
 
 def check_merge_heads(merge_heads) -> None:
     what = "merge_heads"
+    check = Check(what, merge_heads, hints=VIEW_HINT)
     gen = seeded(302)
-    n = 0
-    cases = [  # (label, B, h, N, d_k, dtype, make it a transposed view)
+    rows = [  # (label, B, h, N, d_k, dtype, make it a transposed view)
         (t("B=2, h=3, N=5, d_k=4", "B=2, h=3, N=5, d_k=4"), 2, 3, 5, 4, torch.float32, False),
         (t("注意力输出那样的转置视图（内存不连续）", "a transposed view, like the heads after split (not contiguous)"),
          2, 4, 6, 2, torch.float32, True),
@@ -252,32 +245,23 @@ def check_merge_heads(merge_heads) -> None:
         (t("float64 输入，B=1, h=4, N=7, d_k=3", "float64 input, B=1, h=4, N=7, d_k=3"),
          1, 4, 7, 3, torch.float64, False),
     ]
-    for label, B, h, N, d_k, dtype, strided in cases:
+    for label, B, h, N, d_k, dtype, strided in rows:
         if strided:
             x = torch.randn(B, N, h, d_k, generator=gen, dtype=dtype).transpose(1, 2)
         else:
             x = torch.randn(B, h, N, d_k, generator=gen, dtype=dtype)
-        full = f"{what}(x): {label}"
-        arg = x.clone() if not strided else x.transpose(1, 2).clone().transpose(1, 2)
-        out = call(merge_heads, arg, what=full, hints=VIEW_HINT)
-        expected = ref_merge(x)
-        n += 1
-        if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(expected.shape):
-            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-            hint = t("结果应为 (B, N, h·d_k)。", "the result must be (B, N, h·d_k).")
-            if got == (B, N, h, d_k) and h > 1:
-                hint = t("形状是 (B, N, h, d_k)：还差最后一步，把最后两维合并成 h·d_k。",
-                         "the shape is (B, N, h, d_k): the last two axes still need to be merged into h·d_k.")
-            raise failure(t(f"{full}：输出形状", f"{full}: output shape"), str(tuple(expected.shape)), str(got),
-                          hint=hint)
-        if not close(out, expected, atol=1e-12, rtol=0):
-            bug = diagnose(out, [B_MERGE_NO_T, B_MERGE_INTERLEAVED], x, expected=expected)
-            raise failure(t(f"{full}：拼接结果", f"{full}: merged values"), show(expected), show(out), bug,
-                          hint=t("merge_heads 是 split_heads 的逆：头 i 的结果回到通道 i·d_k:(i+1)·d_k。",
-                                 "merge_heads undoes split_heads: head i goes back to channels i·d_k:(i+1)·d_k."))
-        if out.dtype != x.dtype:
-            raise failure(t(f"{full}：dtype", f"{full}: dtype"), str(x.dtype), str(out.dtype))
-    passed(what, n)
+        label = f"(x): {label}"
+        out = check.call(x.transpose(1, 2).clone().transpose(1, 2) if strided else x, label=label)
+        check.tensor(label, out, (B, N, h * d_k), hint=_shape_hint(
+            out, (B, N, h, d_k) if h > 1 else None,
+            t("形状是 (B, N, h, d_k)：还差最后一步，把最后两维合并成 h·d_k。",
+              "the shape is (B, N, h, d_k): the last two axes still need to be merged into h·d_k."),
+            t("结果应为 (B, N, h·d_k)。", "the result must be (B, N, h·d_k).")))
+        check.expect(t(f"{label}：拼接结果", f"{label}: merged values"), out, ref_merge(x),
+                     bugs=[B_MERGE_NO_T, B_MERGE_INTERLEAVED], bug_args=(x,), dtype=x.dtype,
+                     hint=t("merge_heads 是 split_heads 的逆：头 i 的结果回到通道 i·d_k:(i+1)·d_k。",
+                            "merge_heads undoes split_heads: head i goes back to channels i·d_k:(i+1)·d_k."))
+    passed(what, check.n)
 
 
 # ---------------------------------------------------------------- CausalSelfAttention
@@ -332,116 +316,112 @@ def _randomise(m, gen, scale=0.5):
             p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64).to(p.dtype) * scale)
 
 
-def check_causal_self_attention(cls) -> None:
-    what = "CausalSelfAttention"
-    gen = seeded(303)
-    n = 0
+def split_works(their_split) -> bool:
+    x = torch.randn(2, 3, 12, generator=seeded(9))
+    return same(their_split(x.clone(), 3), ref_split(x, 3))
 
-    # 1. construction, attributes, parameter count
+
+def merge_works(their_merge) -> bool:
+    x = torch.randn(2, 3, 4, 5, generator=seeded(9))
+    return same(their_merge(x.clone()), ref_merge(x)) and same(their_merge(x.transpose(1, 2).contiguous()
+                                                                          .transpose(1, 2)), ref_merge(x))
+
+
+EARLIER = (Earlier("split_heads", 1, split_works),
+           Earlier("merge_heads", 2, merge_works))
+
+
+def _parameter_counts(check, cls) -> None:
     for d, h, bias in ((8, 2, True), (12, 3, False), (768, 12, True)):
-        label = f"{what}(d={d}, h={h}, bias={bias})"
-        m = _build(cls, d, h, bias, label)
+        label = f"(d={d}, h={h}, bias={bias})"
+        m = _build(cls, d, h, bias, f"{check.what}{label}")
         count = sum(p.numel() for p in m.parameters())
         expected = 4 * d * d + 4 * d if bias else 4 * d * d
-        n += 1
         if count != expected:
-            raise failure(t(f"{label}：参数个数", f"{label}: number of parameters"),
-                          f"{expected:,} = 4d²{' + 4d' if bias else ''}", f"{count:,}",
-                          hint=t("参数只应来自 qkv 和 proj 两个线性层（掩码用 register_buffer，不要用 nn.Parameter）。",
-                                 "the parameters come only from the two linear layers qkv and proj (keep a mask "
-                                 "in register_buffer, not nn.Parameter)."))
+            raise check.fail(t(f"{label}：参数个数", f"{label}: number of parameters"),
+                             f"{expected:,} = 4d²{' + 4d' if bias else ''}", f"{count:,}",
+                             hint=t("参数只应来自 qkv 和 proj 两个线性层（掩码用 register_buffer，不要用 nn.Parameter）。",
+                                    "the parameters come only from the two linear layers qkv and proj (keep a mask "
+                                    "in register_buffer, not nn.Parameter)."))
+        check.n += 1
 
-    # 2. d not divisible by h
-    label = f"{what}(d=10, h=3)"
-    n += 1
-    try:
-        cls(10, 3)
-    except ValueError as exc:
-        msg = str(exc)
-        if "10" not in msg or "3" not in msg:
-            raise failure(t(f"{label}：ValueError 的提示信息", f"{label}: the ValueError's message"),
-                          t("写出 d 和 h 的值，例如 'd=10 不能被 h=3 整除'", "the values of d and h, e.g. "
-                            "'d=10 is not divisible by h=3'"), repr(msg)) from None
-    except AssertionError:
-        raise failure(label, "ValueError", "AssertionError", B_ASSERT) from None
-    except NotImplementedError:
-        raise GradingFailure(t(f"{label}：还没有实现。", f"{label}: not implemented yet.")) from None
-    except Exception as exc:
-        raise failure(label, "ValueError", f"{type(exc).__name__}: {exc}") from None
-    else:
-        raise failure(label, t("抛出 ValueError（10 不能被 3 整除）", "a ValueError (10 is not divisible by 3)"),
-                      t("没有报错", "no error"),
-                      hint=t("在 __init__ 里检查 d % h，不为 0 时 raise ValueError(...)。",
-                             "check d % h in __init__ and raise ValueError(...) when it is not 0."))
 
-    # 3. values against the float64 reference and nn.MultiheadAttention
-    cases = [(2, 5, 8, 2, True), (1, 7, 12, 3, True), (3, 4, 16, 1, True), (2, 6, 16, 8, False),
-             (1, 1, 4, 4, True), (2, 9, 24, 4, True)]
-    for B, N, d, h, bias in cases:
-        label = t(f"{what}(d={d}, h={h}, bias={bias})，输入 (B={B}, N={N}, d={d})，float64",
-                  f"{what}(d={d}, h={h}, bias={bias}), input (B={B}, N={N}, d={d}), float64")
-        m = _build(cls, d, h, bias, label)
+def _not_divisible(check, cls) -> None:
+    label = "(d=10, h=3)"
+    exc = check.raises(label, ValueError, 10, 3, bug_if={AssertionError: B_ASSERT},
+                       hint=t("在 __init__ 里检查 d % h，不为 0 时 raise ValueError(...)。",
+                              "check d % h in __init__ and raise ValueError(...) when it is not 0."))
+    if "10" not in str(exc) or "3" not in str(exc):
+        raise check.fail(t(f"{label}：ValueError 的提示信息", f"{label}: the ValueError's message"),
+                         t("写出 d 和 h 的值，例如 'd=10 不能被 h=3 整除'",
+                           "the values of d and h, e.g. 'd=10 is not divisible by h=3'"), repr(str(exc)))
+
+
+def _values(check, cls, gen) -> None:
+    """float64, against the head-by-head reference and nn.MultiheadAttention with the same weights."""
+    for B, N, d, h, bias in ((2, 5, 8, 2, True), (1, 7, 12, 3, True), (3, 4, 16, 1, True), (2, 6, 16, 8, False),
+                             (1, 1, 4, 4, True), (2, 9, 24, 4, True)):
+        label = t(f"(d={d}, h={h}, bias={bias})，输入 (B={B}, N={N}, d={d})，float64",
+                  f"(d={d}, h={h}, bias={bias}), input (B={B}, N={N}, d={d}), float64")
+        m = _build(cls, d, h, bias, f"{check.what}{label}")
         _randomise(m, gen)
         m = m.double()
         x = torch.randn(B, N, d, generator=gen, dtype=torch.float64)
-        out = call(m, x.clone(), what=label, hints=VIEW_HINT)
+        out = check.tensor(label, check.call(x, label=label, fn=m), (B, N, d),
+                           hint=t("forward 返回 (B, N, d)。", "forward returns (B, N, d)."))
         args = (x,) + _weights(m) + (h,)
-        expected = ref_mha(*args)
-        n += 1
-        if not isinstance(out, torch.Tensor) or tuple(out.shape) != (B, N, d):
-            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-            raise failure(t(f"{label}：输出形状", f"{label}: output shape"), str((B, N, d)), str(got),
-                          hint=t("forward 返回 (B, N, d)。", "forward returns (B, N, d)."))
-        if not close(out, expected, atol=1e-10, rtol=1e-10):
-            bug = diagnose(out, MODULE_BUGS, *args, expected=expected)
-            gap = (as_f64(out) - expected).abs().max().item()
-            raise failure(t(f"{label}：与独立参考实现比较（最大误差 {gap:.3g}；下面是最后一个位置的输出）",
-                            f"{label}: compared with an independent reference (largest error {gap:.3g}; "
-                            "the output at the last position is shown)"),
-                          show(expected[:, -1]), show(out[:, -1]), bug,
-                          hint=t("逐段检查：qkv → 拆头 → 缩放点积 + 因果掩码 → softmax → 合并 → proj。",
-                                 "check each stage: qkv → split → scaled scores + causal mask → softmax → merge → proj."))
-        theirs = _torch_mha(m, d, h, x)
-        if not close(out, theirs, atol=1e-10, rtol=1e-10):
-            raise failure(t(f"{label}：与 nn.MultiheadAttention（相同权重）比较",
-                            f"{label}: compared with nn.MultiheadAttention (same weights)"),
-                          show(theirs[:, -1]), show(out[:, -1]))
+        check.expect(t(f"{label}：与独立参考实现比较", f"{label}: compared with an independent reference"), out,
+                     ref_mha(*args), bugs=MODULE_BUGS, bug_args=args, dtype=x.dtype,
+                     hint=t("逐段检查：qkv → 拆头 → 缩放点积 + 因果掩码 → softmax → 合并 → proj。",
+                            "check each stage: qkv → split → scaled scores + causal mask → softmax → merge → proj."))
+        check.expect(t(f"{label}：与 nn.MultiheadAttention（相同权重）比较",
+                       f"{label}: compared with nn.MultiheadAttention (same weights)"), out, _torch_mha(m, d, h, x),
+                     count=False)
 
-    # 4. float32, gradients
-    label = t(f"{what}(d=16, h=4)，float32 输入 (2, 6, 16)", f"{what}(d=16, h=4), float32 input (2, 6, 16)")
-    m = _build(cls, 16, 4, True, label)
+
+def _float32_and_gradients(check, cls, gen) -> None:
+    label = t("(d=16, h=4)，float32 输入 (2, 6, 16)", "(d=16, h=4), float32 input (2, 6, 16)")
+    m = _build(cls, 16, 4, True, f"{check.what}{label}")
     _randomise(m, gen)
     x = torch.randn(2, 6, 16, generator=gen)
-    out = call(m, x, what=label, hints=VIEW_HINT)
-    n += 1
-    if not isinstance(out, torch.Tensor) or out.dtype != torch.float32 or tuple(out.shape) != (2, 6, 16):
-        got = f"{out.dtype}, {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
-        raise failure(label, "torch.float32, (2, 6, 16)", got)
-    if not close(out, ref_mha(x, *_weights(m), 4), atol=1e-4, rtol=1e-4):
-        raise failure(label, show(ref_mha(x, *_weights(m), 4)), show(out))
+    out = check.tensor(label, check.call(x, label=label, fn=m), (2, 6, 16))
+    check.expect(label, out, ref_mha(x, *_weights(m), 4), dtype=torch.float32)
     out.sum().backward()
-    n += 1
     if m.qkv.weight.grad is None or m.proj.weight.grad is None:
-        raise GradingFailure(t(f"{label}：梯度没有传到 qkv.weight / proj.weight（输出断开了计算图？）。",
-                               f"{label}: no gradient reaches qkv.weight / proj.weight (is the output cut off "
-                               "from autograd?)."))
+        raise GradingFailure(t(f"{check.what}{label}：梯度没有传到 qkv.weight / proj.weight（输出断开了计算图？）。",
+                               f"{check.what}{label}: no gradient reaches qkv.weight / proj.weight (is the output cut "
+                               "off from autograd?)."))
+    check.n += 1
 
-    # 5. causality, as a property: changing later tokens leaves earlier outputs unchanged
+
+def _causality(check, cls, gen) -> None:
+    """Changing later tokens leaves earlier outputs unchanged (float64)."""
     d, h, N = 12, 3, 8
-    label = t(f"{what}(d={d}, h={h})：因果性", f"{what}(d={d}, h={h}): causality")
-    m = _build(cls, d, h, True, label)
+    label = t(f"(d={d}, h={h})：因果性", f"(d={d}, h={h}): causality")
+    m = _build(cls, d, h, True, f"{check.what}{label}")
     _randomise(m, gen)
     m = m.double()
     x = torch.randn(2, N, d, generator=gen, dtype=torch.float64)
     with torch.no_grad():
-        base = call(m, x.clone(), what=label)
+        base = check.tensor(label, check.call(x, label=label, fn=m), (2, N, d))
         for i in (0, 3, N - 2):
             x2 = x.clone()
             x2[:, i + 1:] = torch.randn(2, N - i - 1, d, generator=gen, dtype=torch.float64) * 3
-            out2 = call(m, x2, what=label)
-            n += 1
-            if not close(out2[:, :i + 1], base[:, :i + 1], atol=1e-12, rtol=0):
-                raise failure(t(f"{label}：改动位置 {i} 之后的 token", f"{label}: changing the tokens after position {i}"),
-                              t(f"位置 0…{i} 的输出不变", f"outputs at positions 0…{i} unchanged"),
-                              t("它们变了", "they changed"), B_NO_MASK)
-    passed(what, n)
+            out2 = check.tensor(label, check.call(x2, label=label, fn=m), (2, N, d))
+            if not same(out2[:, :i + 1], base[:, :i + 1]):
+                raise check.fail(t(f"{label}：改动位置 {i} 之后的 token", f"{label}: changing the tokens after position {i}"),
+                                 t(f"位置 0…{i} 的输出不变", f"outputs at positions 0…{i} unchanged"),
+                                 t("它们变了", "they changed"), B_NO_MASK)
+            check.n += 1
+
+
+def check_causal_self_attention(cls) -> None:
+    what = "CausalSelfAttention"
+    check = Check(what, cls, hints=VIEW_HINT, earlier=EARLIER)
+    gen = seeded(303)
+    _parameter_counts(check, cls)
+    _not_divisible(check, cls)
+    _values(check, cls, gen)
+    _float32_and_gradients(check, cls, gen)
+    _causality(check, cls, gen)
+    passed(what, check.n)

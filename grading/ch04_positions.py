@@ -8,7 +8,8 @@ import torch
 
 from helpers.i18n import t
 
-from .core import Bug, GradingFailure, call, close, diagnose, failure, passed, seeded, show
+from .cases import RELATIVE, Check, Tol
+from .core import Bug, passed, seeded
 
 F64 = torch.float64
 
@@ -43,28 +44,6 @@ def ref_rope(x, positions, base=10000.0):
     out = torch.empty_like(x)
     out[..., 0::2], out[..., 1::2] = w.real, w.imag
     return out
-
-
-def _first_diff(expected: torch.Tensor, got: torch.Tensor, tol: float) -> tuple[str, str]:
-    """The first row (a vector along the last dimension) where got and expected differ, shown
-    with its index: the first values of a tensor are often the ones that are right."""
-    if not isinstance(got, torch.Tensor) or got.shape != expected.shape or expected.dim() == 0:
-        return show(expected), show(got)
-    e = expected.detach().to(F64).reshape(-1, expected.shape[-1])
-    g = got.detach().to(F64).reshape(-1, expected.shape[-1])
-    bad = ((e - g).abs() > tol + tol * e.abs()) | (torch.isfinite(e) != torch.isfinite(g))
-    rows = bad.any(-1).nonzero()
-    if len(rows) == 0:
-        return show(expected), show(got)
-    r = int(rows[0])
-    index = []
-    for size in reversed(expected.shape[:-1]):
-        index.append(r % size)
-        r //= size
-    where = "[" + ", ".join(str(i) for i in reversed(index)) + ", :]"
-    e_row, g_row = e[int(rows[0])], g[int(rows[0])]
-    fmt = lambda v: "[" + ", ".join(f"{a:.4g}" for a in v[:8].tolist()) + (", …" if len(v) > 8 else "") + "]"  # noqa: E731
-    return f"{where} = {fmt(e_row)}", f"{where} = {fmt(g_row)}"
 
 
 # ---------------------------------------------------------------- known bugs: sinusoidal
@@ -150,55 +129,22 @@ B_ODD = Bug("sinusoidal_no_odd_check",
             "ValueError.")
 
 
-def _as_tensor(out, label):
-    if not isinstance(out, torch.Tensor):
-        raise GradingFailure(t(f"{label}：应返回 torch.Tensor，实际得到 {type(out).__name__}。",
-                               f"{label}: expected a torch.Tensor, got {type(out).__name__}."))
-    return out
-
-
-def _shape_failure(label, expected, out, hint=None):
-    return failure(t(f"{label}：形状", f"{label}: shape"), str(tuple(expected.shape)), str(tuple(out.shape)),
-                   hint=hint)
-
-
 def check_sinusoidal(sinusoidal_encoding) -> None:
     what = "sinusoidal_encoding"
-    n_checks = 0
-    cases = [(6, 4, 10000.0, 2e-5), (1, 2, 10000.0, 2e-5), (5, 6, 100.0, 2e-5), (48, 16, 10000.0, 1e-4),
-             (20, 10, 50.0, 1e-4)]
-    for n, d, base, tol in cases:
-        label = f"{what}({n}, {d}, base={base:g})"
-        out = _as_tensor(call(sinusoidal_encoding, n, d, base=base, what=label), label)
-        expected = ref_sinusoidal(n, d, base)
-        n_checks += 1
-        if tuple(out.shape) != (n, d):
-            raise _shape_failure(label, expected, out, hint=t("形状是 (n, d)。", "the shape is (n, d)."))
-        if not close(out, expected, atol=tol, rtol=tol):
-            bug = diagnose(out, SIN_BUGS, n, d, base, expected=expected, match=lambda a, b: close(a, b, 1e-3, 1e-3))
-            raise failure(label, *_first_diff(expected, out, tol), bug,
-                          hint=t("逐项对照公式：PE[p, 2i] = sin(p / base^(2i/d))，PE[p, 2i+1] = cos(同一个角度)。",
-                                 "compare with the formula entry by entry: PE[p, 2i] = sin(p / base^(2i/d)), "
-                                 "PE[p, 2i+1] = cos(the same angle)."))
-    # the default base is 10000
-    label = f"{what}(7, 8)"
-    out = _as_tensor(call(sinusoidal_encoding, 7, 8, what=label), label)
-    n_checks += 1
-    if not close(out, ref_sinusoidal(7, 8), atol=2e-5, rtol=2e-5):
-        raise failure(label, *_first_diff(ref_sinusoidal(7, 8), out, 2e-5),
-                      hint=t("base 的默认值是 10000.0。", "the default base is 10000.0."))
-    # odd d
+    check = Check(what, sinusoidal_encoding, reference=ref_sinusoidal, dtype_follows=None)
+    formula = t("逐项对照公式：PE[p, 2i] = sin(p / base^(2i/d))，PE[p, 2i+1] = cos(同一个角度)。",
+                "compare with the formula entry by entry: PE[p, 2i] = sin(p / base^(2i/d)), "
+                "PE[p, 2i+1] = cos(the same angle).")
+    for n, d, base in ((6, 4, 10000.0), (1, 2, 10000.0), (5, 6, 100.0), (48, 16, 10000.0), (20, 10, 50.0)):
+        label = f"({n}, {d}, base={base:g})"
+        out = check.tensor(label, check.call(n, d, base=base, label=label), (n, d),
+                           hint=t("形状是 (n, d)。", "the shape is (n, d)."))
+        check.expect(label, out, ref_sinusoidal(n, d, base), bugs=SIN_BUGS, bug_args=(n, d, base), hint=formula)
+    out = check.call(7, 8, label="(7, 8)")
+    check.expect("(7, 8)", out, ref_sinusoidal(7, 8), hint=t("base 的默认值是 10000.0。", "the default base is 10000.0."))
     for d in (5, 1):
-        label = f"{what}(4, {d})"
-        n_checks += 1
-        try:
-            sinusoidal_encoding(4, d)
-        except ValueError:
-            continue
-        except Exception as exc:  # noqa: BLE001 - any other exception is the wrong kind
-            raise failure(label, "ValueError", f"{type(exc).__name__}: {exc}", B_ODD) from None
-        raise failure(label, "ValueError", t("没有抛出异常", "no exception"), B_ODD)
-    passed(what, n_checks)
+        check.raises(f"(4, {d})", ValueError, 4, d, bug_if={Exception: B_ODD, None: B_ODD})
+    passed(what, check.n)
 
 
 # ---------------------------------------------------------------- rope_frequencies
@@ -217,26 +163,17 @@ FREQ_BUGS = [
 
 def check_frequencies(rope_frequencies) -> None:
     what = "rope_frequencies"
-    n_checks = 0
+    check = Check(what, rope_frequencies, dtype_follows=None)
     for d, base in ((8, 10000.0), (2, 10000.0), (64, 10000.0), (10, 500.0), (128, 500000.0)):
-        label = f"{what}({d}, base={base:g})"
-        out = _as_tensor(call(rope_frequencies, d, base=base, what=label), label)
-        expected = ref_frequencies(d, base)
-        n_checks += 1
-        if tuple(out.shape) != (d // 2,):
-            bug = B_FREQ_ALL if tuple(out.shape) == (d,) else None
-            raise failure(t(f"{label}：形状", f"{label}: shape"), str((d // 2,)), str(tuple(out.shape)), bug,
-                          hint=t("每对维度一个频率：形状 (d/2,)。", "one frequency per pair: shape (d/2,)."))
-        if not close(out, expected, atol=1e-12, rtol=1e-5):
-            bug = diagnose(out, FREQ_BUGS, d, base, expected=expected, match=lambda a, b: close(a, b, 1e-12, 1e-4))
-            raise failure(label, *_first_diff(expected, out, 1e-5), bug)
-    label = f"{what}(16)"
-    out = _as_tensor(call(rope_frequencies, 16, what=label), label)
-    n_checks += 1
-    if not close(out, ref_frequencies(16), atol=1e-12, rtol=1e-5):
-        raise failure(label, show(ref_frequencies(16)), show(out),
-                      hint=t("base 的默认值是 10000.0。", "the default base is 10000.0."))
-    passed(what, n_checks)
+        label = f"({d}, base={base:g})"
+        out = check.call(d, base=base, label=label)
+        check.tensor(label, out, (d // 2,), bug=B_FREQ_ALL if getattr(out, "shape", None) == (d,) else None,
+                     hint=t("每对维度一个频率：形状 (d/2,)。", "one frequency per pair: shape (d/2,)."))
+        # the frequencies span many orders of magnitude: each is judged relative to itself
+        check.expect(label, out, ref_frequencies(d, base), tol=RELATIVE, bugs=FREQ_BUGS, bug_args=(d, base))
+    check.expect("(16)", check.call(16, label="(16)"), ref_frequencies(16), tol=RELATIVE,
+                 hint=t("base 的默认值是 10000.0。", "the default base is 10000.0."))
+    passed(what, check.n)
 
 
 # ---------------------------------------------------------------- apply_rope
@@ -296,81 +233,63 @@ INPLACE = Bug("rope_modifies_input", "apply_rope 改写了传入的 x（原地�
               "apply_rope changed the x it was given (an in-place operation): return a new tensor and leave x alone.")
 
 
-def _rope_call(apply_rope, x, positions, label, base=None):
+def _rope(check, x, positions, label, base=None):
     x_in = x.clone()
-    kw = {} if base is None else {"base": base}
-    out = _as_tensor(call(apply_rope, x_in, positions.clone(), what=label, **kw), label)
+    out = check.call(x_in, positions, label=label, **({} if base is None else {"base": base}))
     if not torch.equal(x_in, x):
-        raise failure(label, t("x 不变", "x unchanged"), t("x 被修改了", "x was modified"), INPLACE)
-    return out
+        raise check.fail(label, t("x 不变", "x unchanged"), t("x 被修改了", "x was modified"), INPLACE)
+    return check.tensor(label, out, x.shape, hint=t("输出和 x 形状相同。", "the output has x's shape."))
+
+
+def _rope_cases():
+    gen = seeded(404)
+    r = lambda *shape, dtype=torch.float32: torch.randn(*shape, generator=gen, dtype=dtype)  # noqa: E731
+    rows = [
+        (t("(n=5, d=8)，位置 0…4", "(n=5, d=8), positions 0…4"), r(5, 8), torch.arange(5), None),
+        (t("批量维 (2, 3)，n=4，d=6，base=100", "batch dims (2, 3), n=4, d=6, base=100"),
+         r(2, 3, 4, 6), torch.arange(4), 100.0),
+        (t("不连续的整数位置 [3, 17, 40]", "non-consecutive integer positions [3, 17, 40]"),
+         r(3, 16), torch.tensor([3, 17, 40]), None),
+        (t("浮点位置 [0.5, 2.25, 7.0]", "float positions [0.5, 2.25, 7.0]"), r(2, 3, 4), torch.tensor([0.5, 2.25, 7.0]), None),
+        (t("d=2（只有一对，θ_0 = 1）", "d=2 (a single pair, θ_0 = 1)"), r(4, 2), torch.arange(4), None),
+        (t("float64 输入", "float64 inputs"), r(2, 6, 32, dtype=F64), torch.arange(6) * 3, 10000.0),
+    ]
+    return gen, rows
+
+
+def _rope_properties(check, gen) -> None:
+    """float64: a rotation keeps lengths, position 0 is the identity, scores depend on n − m only."""
+    x = torch.randn(3, 5, 16, generator=gen, dtype=F64)
+    out = _rope(check, x, torch.tensor([0, 1, 9, 30, 250]), t("长度", "lengths"))
+    check.expect(t("旋转不改变每个向量的长度", "a rotation keeps every vector's length"), out.norm(dim=-1),
+                 x.norm(dim=-1), hint=t("每一对都要乘一个旋转矩阵 [[cos, −sin], [sin, cos]]。",
+                                                   "each pair is multiplied by a rotation matrix [[cos, −sin], [sin, cos]]."))
+    zeros = torch.zeros(5, dtype=torch.long)
+    check.expect(t("位置全为 0 时应是恒等变换", "all positions 0 must be the identity"),
+                 _rope(check, x, zeros, t("位置 0", "positions 0")), x, bugs=[ROPE_BUGS[7]], bug_args=(x, zeros, 10000.0))
+    for d in (8, 16, 32, 64):
+        q, k = (torch.randn(2, 1, d, generator=gen, dtype=F64) for _ in range(2))
+        m, n = (int(v) for v in torch.randint(0, 200, (2,), generator=gen))
+        label = t(f"⟨R_m q, R_n k⟩ = ⟨q, R_(n−m) k⟩，m={m}, n={n}, d={d}", f"⟨R_m q, R_n k⟩ = ⟨q, R_(n−m) k⟩ with m={m}, n={n}, d={d}")
+        lhs = (_rope(check, q, torch.tensor([m]), label) * _rope(check, k, torch.tensor([n]), label)).sum(-1)
+        rhs = (q * _rope(check, k, torch.tensor([n - m]), label)).sum(-1)
+        # judged relative to |q|·|k|, the largest a dot product of these two can be
+        check.expect(label, lhs, rhs, tol=Tol(0.0, 1e-3, float(q.norm() * k.norm() / 2)),
+                     hint=t("每一对维度必须做真正的旋转（同一个角度 mθ_i 作用在 2i 和 2i+1 上）。",
+                            "each pair must be a true rotation (one angle mθ_i acting on 2i and 2i+1)."))
 
 
 def check_rope(apply_rope) -> None:
     what = "apply_rope"
-    gen = seeded(404)
-    n_checks = 0
-
-    def r(*shape, dtype=torch.float32):
-        return torch.randn(*shape, generator=gen, dtype=dtype)
-
-    cases = [
-        (t("(n=5, d=8)，位置 0…4", "(n=5, d=8), positions 0…4"), r(5, 8), torch.arange(5), None, 1e-5),
-        (t("批量维 (2, 3)，n=4，d=6，base=100", "batch dims (2, 3), n=4, d=6, base=100"),
-         r(2, 3, 4, 6), torch.arange(4), 100.0, 1e-5),
-        (t("不连续的整数位置 [3, 17, 40]", "non-consecutive integer positions [3, 17, 40]"),
-         r(3, 16), torch.tensor([3, 17, 40]), None, 1e-4),
-        (t("浮点位置 [0.5, 2.25, 7.0]", "float positions [0.5, 2.25, 7.0]"),
-         r(2, 3, 4), torch.tensor([0.5, 2.25, 7.0]), None, 1e-5),
-        (t("d=2（只有一对，θ_0 = 1）", "d=2 (a single pair, θ_0 = 1)"), r(4, 2), torch.arange(4), None, 1e-5),
-        (t("float64 输入，与复数参考实现比较", "float64 inputs, compared with a complex-number reference"),
-         r(2, 6, 32, dtype=F64), torch.arange(6) * 3, 10000.0, 1e-5),
-    ]
-    for label, x, pos, base, tol in cases:
-        full = f"{what}: {label}"
-        out = _rope_call(apply_rope, x, pos, full, base)
-        expected = ref_rope(x, pos, 10000.0 if base is None else base)
-        n_checks += 1
-        if tuple(out.shape) != tuple(x.shape):
-            raise _shape_failure(full, expected, out, hint=t("输出和 x 形状相同。", "the output has x's shape."))
-        if not close(out, expected, atol=tol, rtol=tol):
-            bug = diagnose(out, ROPE_BUGS, x, pos, 10000.0 if base is None else base, expected=expected,
-                           match=lambda a, b: close(a, b, 1e-3, 1e-3))
-            raise failure(t(f"{full}：旋转后的值", f"{full}: rotated values"), *_first_diff(expected, out, tol), bug)
-        if out.dtype != x.dtype:
-            raise failure(t(f"{full}：输出的 dtype", f"{full}: dtype of the output"), str(x.dtype), str(out.dtype),
-                          hint=t("输出和 x 的 dtype 相同（float64 进，float64 出）。",
-                                 "the output has x's dtype (float64 in, float64 out)."))
-
-    # properties, float64
-    x = r(3, 5, 16, dtype=F64)
-    pos = torch.tensor([0, 1, 9, 30, 250])
-    out = _rope_call(apply_rope, x, pos, f"{what}: norm", None)
-    n_checks += 1
-    if not close(out.norm(dim=-1), x.norm(dim=-1), atol=1e-6, rtol=1e-6):
-        raise failure(t(f"{what}：旋转不改变每个向量的长度", f"{what}: a rotation keeps every vector's length"),
-                      show(x.norm(dim=-1)), show(out.norm(dim=-1)),
-                      hint=t("每一对都要乘一个旋转矩阵 [[cos, −sin], [sin, cos]]。",
-                             "each pair is multiplied by a rotation matrix [[cos, −sin], [sin, cos]]."))
-    out0 = _rope_call(apply_rope, x, torch.zeros(5, dtype=torch.long), f"{what}: positions 0", None)
-    n_checks += 1
-    if not close(out0, x, atol=1e-12, rtol=0):
-        raise failure(t(f"{what}：位置全为 0 时应是恒等变换", f"{what}: all positions 0 must be the identity"),
-                      show(x), show(out0), B_POS_FROM_1 if close(out0, ref_rope(x, torch.ones(5)), 1e-6, 1e-6) else None)
-    for trial in range(4):
-        d = (8, 16, 32, 64)[trial]
-        q, k = r(2, 1, d, dtype=F64), r(2, 1, d, dtype=F64)
-        m, n = (int(v) for v in torch.randint(0, 200, (2,), generator=gen))
-        label = t(f"{what}：⟨R_m q, R_n k⟩ = ⟨q, R_(n−m) k⟩，m={m}, n={n}, d={d}",
-                  f"{what}: ⟨R_m q, R_n k⟩ = ⟨q, R_(n−m) k⟩ with m={m}, n={n}, d={d}")
-        lhs = (_rope_call(apply_rope, q, torch.tensor([m]), label) *
-               _rope_call(apply_rope, k, torch.tensor([n]), label)).sum(-1)
-        rhs = (q * _rope_call(apply_rope, k, torch.tensor([n - m]), label)).sum(-1)
-        n_checks += 1
-        if not close(lhs, rhs, atol=1e-4, rtol=1e-6):
-            raise failure(label, show(rhs), show(lhs),
-                          hint=t("每一对维度必须做真正的旋转（同一个角度 mθ_i 作用在 2i 和 2i+1 上）。",
-                                 "each pair must be a true rotation (one angle mθ_i acting on 2i and 2i+1)."))
-    passed(what, n_checks)
+    check = Check(what, apply_rope)
+    gen, rows = _rope_cases()
+    for label, x, pos, base in rows:
+        out = _rope(check, x, pos, label, base)
+        b = 10000.0 if base is None else base
+        check.expect(t(f"{label}：旋转后的值", f"{label}: rotated values"), out, ref_rope(x, pos, b), bugs=ROPE_BUGS,
+                     bug_args=(x, pos, b), dtype=x.dtype)
+    _rope_properties(check, gen)
+    passed(what, check.n)
 
 
 # ---------------------------------------------------------------- is_permutation_equivariant
@@ -430,8 +349,7 @@ PERM_BUGS = [
 DIM0_HINT = [(lambda exc, line: isinstance(exc, IndexError) and "[..." not in line.replace(" ", ""), PERM_BUGS[2])]
 
 
-def check_permutation(is_permutation_equivariant) -> None:
-    what = "is_permutation_equivariant"
+def _permutation_cases():
     _attend = _position_free_attention()
     gen = seeded(505)
     x5 = torch.randn(5, 4, generator=gen)
@@ -441,58 +359,53 @@ def check_permutation(is_permutation_equivariant) -> None:
     rev = torch.arange(4, -1, -1)
     pe = ref_sinusoidal(5, 8).to(torch.float32)
     ramp = torch.arange(5, dtype=torch.float32)[:, None]
-
-    def attend_pe(x):
-        return _attend(x + pe)
-
-    def tiny_ramp(x):                              # equivariant up to 1e-7
-        return _attend(x) + 1e-7 * ramp
-
-    def ramp_1e4(x):
-        return x + 1e-4 * ramp
-
-    cases = [
+    return [  # (label, f, x, perm, atol, the right answer)
         (t("无位置注意力，循环移位", "position-free attention, a cyclic shift"), _attend, x5, cyc, 1e-5, True),
         (t("无位置注意力，批量维 (2, 5, 8)", "position-free attention, batch dims (2, 5, 8)"), _attend, xb, cyc, 1e-5, True),
-        (t("加上正弦位置编码的注意力", "attention with a sinusoidal encoding added"), attend_pe, xb, cyc, 1e-5, False),
+        (t("加上正弦位置编码的注意力", "attention with a sinusoidal encoding added"), lambda x: _attend(x + pe),
+         xb, cyc, 1e-5, False),
         (t("按位置累加 cumsum（不等变）", "a running sum cumsum along positions (not equivariant)"),
          lambda x: x.cumsum(-2), x5, swap, 1e-5, False),
         (t("逐元素函数 tanh，交换两个 token", "an element-wise tanh, two tokens swapped"), torch.tanh, xb, swap, 1e-5, True),
         (t("所有 token 的平均值（置换不变，因而也等变）", "the mean over tokens, broadcast back (invariant, hence equivariant)"),
          lambda x: x.mean(-2, keepdim=True).expand_as(x) + 0 * x, x5, rev, 1e-5, True),
         (t("只差 1e-7 的舍入误差，atol=1e-5", "differences of 1e-7 only (rounding), atol=1e-5"),
-         tiny_ramp, x5, cyc, 1e-5, True),
-        (t("差 1e-4，atol=1e-3", "differences of 1e-4, atol=1e-3"), ramp_1e4, x5, rev, 1e-3, True),
-        (t("差 1e-4，atol=1e-6", "differences of 1e-4, atol=1e-6"), ramp_1e4, x5, rev, 1e-6, False),
+         lambda x: _attend(x) + 1e-7 * ramp, x5, cyc, 1e-5, True),
+        (t("差 1e-4，atol=1e-3", "differences of 1e-4, atol=1e-3"), lambda x: x + 1e-4 * ramp, x5, rev, 1e-3, True),
+        (t("差 1e-4，atol=1e-6", "differences of 1e-4, atol=1e-6"), lambda x: x + 1e-4 * ramp, x5, rev, 1e-6, False),
         (t("反转顺序（它自己就是一种按位置的操作）", "reversing the order (itself a positional operation)"),
          lambda x: x.flip(-2), x5, cyc, 1e-5, False),
     ]
+
+
+def _answers_of(bug, cases) -> list:
+    got = []
+    for _, f, x, perm, atol, _right in cases:
+        try:
+            got.append(bug.impl(f, x.clone(), perm.clone(), atol=atol))
+        except Exception:  # noqa: BLE001 - this bug crashes on this case
+            got.append(None)
+    return got
+
+
+def check_permutation(is_permutation_equivariant) -> None:
+    what = "is_permutation_equivariant"
+    check = Check(what, is_permutation_equivariant, hints=DIM0_HINT)
+    cases = _permutation_cases()
     answers, first_wrong = [], None
-    for label, f, x, perm, atol, expected in cases:
-        full = f"{what}: {label}"
-        out = call(is_permutation_equivariant, f, x.clone(), perm.clone(), atol=atol, what=full, hints=DIM0_HINT)
+    for label, f, x, perm, atol, right in cases:
+        out = check.call(f, x, perm, atol=atol, label=label)
         if (isinstance(out, torch.Tensor) and out.numel() == 1) or type(out).__name__ == "bool_":
             out = bool(out)
         if not isinstance(out, bool):
-            raise GradingFailure(t(f"{full}：应返回 True 或 False，实际得到 {type(out).__name__}。",
-                                   f"{full}: expected True or False, got {type(out).__name__}."))
+            raise check.fail(label, "True / False", type(out).__name__)
         answers.append(out)
-        if out != expected and first_wrong is None:
-            first_wrong = (full, expected, out)
+        if out != right and first_wrong is None:
+            first_wrong = (label, right, out)
     if first_wrong is not None:
-        bug = None
-        for b in PERM_BUGS:
-            got = []
-            for _, f, x, perm, atol, _exp in cases:
-                try:
-                    got.append(b.impl(f, x.clone(), perm.clone(), atol=atol))
-                except Exception:  # noqa: BLE001 - this bug crashes on this case
-                    got.append(None)
-            if got == answers:
-                bug = b
-                break
-        full, expected, out = first_wrong
-        raise failure(full, str(expected), str(out), bug,
-                      hint=t("比较 f(x[..., perm, :]) 与 f(x)[..., perm, :]，允许 atol 以内的差。",
-                             "compare f(x[..., perm, :]) with f(x)[..., perm, :], allowing differences up to atol."))
+        bug = next((b for b in PERM_BUGS if _answers_of(b, cases) == answers), None)
+        label, right, out = first_wrong
+        raise check.fail(label, str(right), str(out), bug,
+                         hint=t("比较 f(x[..., perm, :]) 与 f(x)[..., perm, :]，允许 atol 以内的差。",
+                                "compare f(x[..., perm, :]) with f(x)[..., perm, :], allowing differences up to atol."))
     passed(what, len(cases))

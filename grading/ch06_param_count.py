@@ -20,7 +20,6 @@ from helpers.i18n import t
 
 from .core import Bug, GradingFailure, call, failure, passed, seeded
 
-
 # ---------------------------------------------------------------- references
 
 def ref_approx(n_layer, d):

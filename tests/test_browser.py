@@ -18,11 +18,10 @@ import importlib
 import re
 import shutil
 
+import browser
 import nbformat
 import pytest
-
-import browser
-from catalogue.ch02_causal_mask import check_stage, expected_tables, page_tables
+from catalogue.ch02_causal_mask import check_stage
 from harness import ROOT, make_submission
 
 pytestmark = [pytest.mark.xdist_group("browser"),

@@ -57,8 +57,7 @@ def test_demos_stay_quiet_under_grading(monkeypatch, capsys):
 def test_dk_explorer_builds_a_slider(monkeypatch):
     monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
     shown = []
-    import IPython.display
-    monkeypatch.setattr(IPython.display, "display", lambda w: shown.append(w))
+    monkeypatch.setattr(ch01, "show_widget", lambda w, figure=None: shown.append(w))
     ch01.dk_explorer(64)
     box = shown[0]
     slider = box.children[0]

@@ -7,7 +7,8 @@ import torch
 
 matplotlib.use("Agg")
 
-from helpers import ch03_multi_head as heads, set_language  # noqa: E402
+from helpers import ch03_multi_head as heads  # noqa: E402
+from helpers import set_language
 
 
 def test_tokenize_words_characters_and_limit():

@@ -10,7 +10,8 @@ import torch
 
 matplotlib.use("Agg")
 
-from helpers import ch04_positions as positions, set_language  # noqa: E402
+from helpers import ch04_positions as positions  # noqa: E402
+from helpers import set_language
 
 
 def rotate(x, pos, base=10000.0):

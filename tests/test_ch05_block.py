@@ -105,3 +105,86 @@ def test_experiment_figures_draw(lang, tmp_path):
     fig = norm_placement.training_figure({"a": [2.7, 2.0, 1.0], "b": [2.8, 2.8, 2.8]}, floor=math.log(16))
     fig.savefig(tmp_path / "t.png")
     plt.close(fig)
+
+
+# ------------------------------------------------------------------ hidden checks (grading/ch05_block.py)
+
+from grading import ch05_block as grading_ch05  # noqa: E402
+from grading.cases import same  # noqa: E402
+from grading.core import GradingFailure, seeded  # noqa: E402
+
+
+class _TanhGeluFloat32Constant(nn.Module):
+    """A textbook FFN: tanh GELU whose sqrt(2/pi) is a float32 tensor, also after .double()."""
+
+    def __init__(self, d, hidden=None):
+        super().__init__()
+        hidden = hidden or 4 * d
+        self.fc, self.proj = nn.Linear(d, hidden), nn.Linear(hidden, d)
+        self.c = torch.tensor(math.sqrt(2 / math.pi))
+
+    def forward(self, x):
+        h = self.fc(x)
+        return self.proj(0.5 * h * (1 + torch.tanh(self.c * (h + 0.044715 * h ** 3))))
+
+
+class _ReluFFN(_TanhGeluFloat32Constant):
+    def forward(self, x):
+        return self.proj(torch.relu(self.fc(x)))
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_feedforward_with_a_float32_constant_keeps_full_marks(lang, capsys):
+    set_language(lang)
+    grading_ch05.check_feedforward(_TanhGeluFloat32Constant)
+    assert "✓" in capsys.readouterr().out
+
+
+def _layer_norm_unbiased(x, weight, bias, eps=1e-5):
+    return (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True) + eps) * weight + bias
+
+
+@pytest.mark.parametrize("lang,words", [("en", ("tolerance", "largest difference", "unbiased")),
+                                        ("zh", ("容差", "最大差", "无偏方差"))])
+def test_layer_norm_failure_states_tolerance_difference_and_bug(lang, words):
+    set_language(lang)
+    with pytest.raises(GradingFailure) as err:
+        grading_ch05.check_layer_norm(_layer_norm_unbiased)
+    for word in words:
+        assert word in str(err.value), str(err.value)
+
+
+def test_layer_norm_cases_separate_bugs_from_rounding_by_orders_of_magnitude():
+    """On every case, a correct float32 answer stays well inside the tolerance, and on the cases meant for
+    them the unbiased variance (d = 768) and the eps placement (tiny variance) lie far outside it."""
+    set_language("en")
+    for case in grading_ch05._ln_cases(seeded(501)):
+        x, w, b = case.args
+        expected = grading_ch05.ref_layer_norm(x, w, b, **case.kwargs)
+        xf = x.float()
+        mu = xf.mean(-1, keepdim=True)
+        mine = ((xf - mu) / torch.sqrt(((xf - mu) ** 2).mean(-1, keepdim=True) + case.kwargs.get("eps", 1e-5))
+                * w.float() + b.float()).to(x.dtype)
+        assert same(mine, expected, case.tol), case.label
+        if "768" in case.label or "tiny" in case.label:
+            key = "unbiased" if "768" in case.label else "eps_outside"
+            bug_out = grading_ch05.LN_BUGS[key].impl(x, w, b, **case.kwargs)
+            loose = grading_ch05.Tol(rtol=case.tol.rtol * 10, atol=case.tol.atol * 10)
+            assert not same(bug_out, expected, loose), (case.label, key)
+
+
+def test_block_names_a_broken_feedforward_first():
+    set_language("en")
+    from helpers.ch05_block.block_attention import CausalAttention
+
+    class Block(nn.Module):
+        def __init__(self, d, h):
+            super().__init__()
+            self.ln1, self.attn, self.ln2, self.ffn = nn.LayerNorm(d), CausalAttention(d, h), nn.LayerNorm(d), _ReluFFN(d)
+
+        def forward(self, x):
+            x = x + self.attn(self.ln1(x))
+            return x + self.ffn(self.ln2(x))
+
+    with pytest.raises(GradingFailure, match=r"Fix Exercise 1 \(FeedForward\) first"):
+        grading_ch05.check_block(Block)

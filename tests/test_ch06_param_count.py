@@ -7,8 +7,8 @@ import torch
 
 matplotlib.use("Agg")
 
-from helpers.ch06_param_count import model_cards as mc  # noqa: E402
 from helpers import set_language
+from helpers.ch06_param_count import model_cards as mc  # noqa: E402
 from helpers.ch06_param_count import param_demo  # noqa: E402
 
 

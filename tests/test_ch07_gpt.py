@@ -13,8 +13,8 @@ import torch.nn.functional as F
 
 matplotlib.use("Agg")
 
-from helpers import ch07_gpt as attention_maps, corpora, training  # noqa: E402
-
+from helpers import ch07_gpt as attention_maps  # noqa: E402
+from helpers import corpora, training
 
 # ------------------------------------------------------------------ corpora
 
@@ -197,3 +197,60 @@ def test_report_figures_and_unknown_characters(capsys):
     assert attention_maps.head_figure(sentence, maps, 2, 1).axes
     with pytest.raises(ValueError):
         attention_maps.sentence_maps(model, _Tok(), "!!")
+
+
+# ------------------------------------------------------------------ hidden checks (grading/ch07_gpt.py)
+
+from dataclasses import dataclass  # noqa: E402
+
+from grading import ch07_gpt as grading_ch07  # noqa: E402
+from grading.core import GradingFailure  # noqa: E402
+from helpers import set_language  # noqa: E402
+
+
+@dataclass
+class _Config:
+    vocab_size: int
+    n_ctx: int
+    n_layer: int
+    n_head: int
+    d_model: int
+    dropout: float = 0.0
+
+
+class _LastPositionOnly(nn.Module):
+    """A model whose logits have shape (B, V): only the last position."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.wte = nn.Embedding(config.vocab_size, config.d_model)
+
+    def forward(self, idx, targets=None):
+        return self.wte(idx).sum(1) @ self.wte.weight.T, None
+
+
+@pytest.mark.parametrize("lang,word", [("en", "shape of logits"), ("zh", "logits 的形状")])
+def test_causality_check_reports_a_shape_error_not_an_index_error(lang, word):
+    set_language(lang)
+    with pytest.raises(GradingFailure) as err:
+        grading_ch07.check_gpt_causal(_LastPositionOnly, _Config)
+    assert word in str(err.value) and "IndexError" not in str(err.value)
+
+
+def _generate_1d_threshold(model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+    for _ in range(max_new_tokens):
+        logits = model(idx[:, -model.config.n_ctx:])[0][:, -1, :] / temperature
+        if top_k is not None:
+            kth = torch.topk(logits, top_k, dim=-1).values[:, -1]          # shape (B,): does not broadcast
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        idx = torch.cat([idx, torch.multinomial(F.softmax(logits, -1), 1, generator=generator)], 1)
+    return idx
+
+
+@pytest.mark.parametrize("lang,word", [("en", "values[:, [-1]]"), ("zh", "阈值形状")])
+def test_generate_names_a_top_k_threshold_that_does_not_broadcast(lang, word):
+    set_language(lang)
+    with pytest.raises(GradingFailure) as err:
+        grading_ch07.check_generate(_generate_1d_threshold)
+    assert "generate_topk_threshold_shape" in str(err.value) and word in str(err.value)

@@ -2,6 +2,8 @@
 online_softmax_viz."""
 from __future__ import annotations
 
+import inspect
+import linecache
 import math
 
 import matplotlib
@@ -10,9 +12,9 @@ import torch
 
 matplotlib.use("Agg")
 
+from helpers import set_language  # noqa: E402
 from helpers.ch08_efficiency import attention_cost as cost  # noqa: E402
 from helpers.ch08_efficiency import online_softmax_viz as osv  # noqa: E402
-from helpers import set_language  # noqa: E402
 
 
 def test_fit_slope_recovers_powers():
@@ -142,3 +144,104 @@ def test_demos_stay_quiet_while_grading(monkeypatch, capsys):
     osv.show_steps([0.0, 1.0], [1.0, 2.0], 1)
     cost.show_kv_figure(lambda *a, **k: 1)
     assert "m =" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ hidden checks (grading/ch08_efficiency.py)
+
+from grading import ch08_efficiency as grading_ch08  # noqa: E402
+from grading.core import GradingFailure  # noqa: E402
+
+
+class _Cache:
+    def __init__(self, n_layer=1):
+        self.kv = [None] * n_layer
+
+    def length(self, layer=0):
+        return 0 if self.kv[layer] is None else self.kv[layer][0].shape[-2]
+
+    def append(self, layer, k, v):
+        if self.kv[layer] is not None:
+            k, v = torch.cat([self.kv[layer][0], k], -2), torch.cat([self.kv[layer][1], v], -2)
+        self.kv[layer] = (k, v)
+        return k, v
+
+
+class _OverwritingCache(_Cache):
+    def append(self, layer, k, v):
+        self.kv[layer] = (k, v)
+        return k, v
+
+
+def _step_float32_scale(x_t, weights, cache, layer=0):
+    """A correct step whose 1/sqrt(d_k) is a float32 tensor, also for float64 inputs."""
+    B, _, d = x_t.shape
+    H = weights["n_head"]
+    h = x_t + weights["wpe"][cache.length(layer)]
+    q, k, v = ((h @ weights[n]).view(B, 1, H, d // H).transpose(1, 2) for n in ("w_q", "w_k", "w_v"))
+    K, V = cache.append(layer, k, v)
+    p = torch.softmax(q @ K.transpose(-2, -1) * torch.tensor(1.0 / math.sqrt(d // H)), dim=-1)
+    return (p @ V).transpose(1, 2).reshape(B, 1, d) @ weights["w_o"]
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_cached_step_with_a_float32_constant_keeps_full_marks(lang, capsys):
+    set_language(lang)
+    grading_ch08.check_cached_step(_step_float32_scale, _Cache)
+    assert "✓" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("lang,word", [("en", "Fix Exercise 1 (KVCache) first"), ("zh", "先修好练习 1（KVCache）")])
+def test_cached_step_names_a_broken_cache_first(lang, word):
+    set_language(lang)
+    with pytest.raises(GradingFailure) as err:
+        grading_ch08.check_cached_step(_step_float32_scale, _OverwritingCache)
+    assert word in str(err.value) and "cache_overwrites" in str(err.value)
+
+
+def _online(q, k, v, block_size, causal=False, swap=lambda z: z.transpose(-2, -1)):
+    """The blocked online softmax; ``swap`` turns a block of keys into (..., d, block)."""
+    m = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)
+    l = torch.zeros_like(m)
+    o = torch.zeros(q.shape[:-1] + v.shape[-1:], dtype=q.dtype)
+    rows = torch.arange(q.shape[-2])[:, None]
+    for s0 in range(0, k.shape[-2], block_size):
+        s = q @ swap(k[..., s0:s0 + block_size, :]) / math.sqrt(q.shape[-1])
+        if causal:
+            s = s.masked_fill(torch.arange(s0, s0 + s.shape[-1])[None, :] > rows, float("-inf"))
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        alpha, p = torch.exp(m - m_new), torch.exp(s - m_new)
+        l, o, m = alpha * l + p.sum(-1, keepdim=True), alpha * o + p @ v[..., s0:s0 + block_size, :], m_new
+    return o / l
+
+
+def _student_function(src: str, name: str):
+    """Compile ``src`` as a notebook cell would be (its lines readable in tracebacks) and return ``name``."""
+    filename = f"/tmp/ipykernel_course/{name}.py"
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+    ns = {"torch": torch, "math": math}
+    exec(compile(src, filename, "exec"), ns)
+    return ns[name]
+
+
+# correct maths, but transpose(1, 2) assumes exactly one batch axis
+_online_batch_axis = _student_function(
+    inspect.getsource(_online).replace("swap(k[..., s0:s0 + block_size, :])", "k[..., s0:s0 + block_size, :].transpose(1, 2)")
+    .replace(", swap=lambda z: z.transpose(-2, -1)", ""), "_online")
+
+
+@pytest.mark.parametrize("lang,word", [("en", "transpose(-2, -1)"), ("zh", "transpose(-2, -1)")])
+def test_online_softmax_explains_a_transpose_that_assumes_a_batch_axis(lang, word):
+    set_language(lang)
+    with pytest.raises(GradingFailure) as err:
+        grading_ch08.check_online_softmax(_online_batch_axis)
+    assert "transpose_fixed_axes" in str(err.value) and word in str(err.value), str(err.value)
+
+
+def test_online_softmax_float32_inside_float64_keeps_full_marks(capsys):
+    set_language("en")
+
+    def online32(q, k, v, block_size, causal=False):
+        return _online(q.float(), k.float(), v.float(), block_size, causal).to(q.dtype)
+
+    grading_ch08.check_online_softmax(online32)
+    assert "✓" in capsys.readouterr().out

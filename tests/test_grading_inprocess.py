@@ -7,17 +7,21 @@ from __future__ import annotations
 import importlib
 import linecache
 import math
+import os
 import re
+import textwrap
 
 import nbformat
 import pytest
 import torch
+from harness import ROOT, Variant, catalogued_chapters
 
-from harness import catalogued_chapters, ROOT, Variant
 from helpers import set_language
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
-CHAPTERS = catalogued_chapters()
+# COURSE_CHAPTERS=ch01_attention,ch02_causal_mask limits the run (and the catalogues imported) to those chapters
+CHAPTERS = [c for c in catalogued_chapters()
+            if not os.environ.get("COURSE_CHAPTERS") or c in os.environ["COURSE_CHAPTERS"].split(",")]
 
 
 def solution_namespace(chapter: str, replace: dict[str, str]) -> dict:
@@ -75,3 +79,134 @@ def test_correct_variant_passes_hidden_checks(chapter, variant: Variant, lang, c
         if cell.cell_type == "code" and meta.get("grade") and "BEGIN HIDDEN TESTS" in cell.source:
             run_check(chapter, meta["grade_id"], ns)
     assert "✓" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ the visible tests
+
+VISIBLE_CHAPTERS = [c for c in ("ch01_attention", "ch02_causal_mask", "ch03_multi_head", "ch04_positions")
+                    if c in CHAPTERS]
+
+
+def visible_part(chapter: str, test_id: str) -> str:
+    nb = nbformat.read(ROOT / "source" / chapter / f"{chapter}.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == test_id)
+    return cell.source.split("### END HIDDEN TESTS", 1)[-1]
+
+
+def visible_ns(chapter: str, replace: dict[str, str]) -> dict:
+    ns = solution_namespace(chapter, replace)
+    exec("from helpers.checks import expect_close, expect_shape, expect_true, passed\nfrom helpers import t\n", ns)
+    nb = nbformat.read(ROOT / "source" / chapter / f"{chapter}.ipynb", as_version=4)
+    for cell in nb.cells:   # the demo cells the visible tests rely on (cheap ones only)
+        if cell.cell_type == "code" and any(needle in cell.source for needle in SETUP_CELLS.get(chapter, ())):
+            exec(cell.source, ns)
+    return ns
+
+
+SETUP_CELLS = {"ch02_causal_mask": ("from helpers.ch02_causal_mask import calculator",),
+               "ch04_positions": ("def attend(x",)}
+
+
+def visible_params(attr, pick=lambda v: True):
+    return [pytest.param(ch, v, id=f"{ch}-{v.name}") for ch in VISIBLE_CHAPTERS
+            for v in getattr(importlib.import_module(f"catalogue.{ch}"), attr) if pick(v)]
+
+
+def _test_ids(chapter):
+    nb = nbformat.read(ROOT / "source" / chapter / f"{chapter}.ipynb", as_version=4)
+    return [c.metadata["nbgrader"]["grade_id"] for c in nb.cells
+            if c.metadata.get("nbgrader", {}).get("grade") and "END HIDDEN TESTS" in c.source]
+
+
+@pytest.mark.parametrize("chapter,variant", visible_params("CORRECT"))
+def test_correct_variant_passes_visible_tests(chapter, variant, capsys):
+    set_language("en")
+    ns = visible_ns(chapter, variant.replace)
+    for gid in _test_ids(chapter):
+        exec(visible_part(chapter, gid), ns)
+    assert "not done yet" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("chapter,variant", visible_params("BUGS", lambda v: "从零实现" in v.words))
+def test_from_scratch_rule_fails_the_visible_test_with_the_graders_words(chapter, variant):
+    set_language("zh")
+    ns = visible_ns(chapter, variant.replace)
+    for gid in variant.lose:
+        with pytest.raises(AssertionError) as visible:
+            exec(visible_part(chapter, gid), ns)
+        with pytest.raises(AssertionError) as hidden:
+            run_check(chapter, gid, solution_namespace(chapter, variant.replace))
+        rule = str(visible.value).split(": ", 1)[-1]
+        assert "从零实现" in rule and rule in str(hidden.value), f"visible:\n{visible.value}\nhidden:\n{hidden.value}"
+
+
+@pytest.mark.parametrize("chapter", VISIBLE_CHAPTERS)
+def test_unfinished_exercises_print_not_done_outside_nbgrader_and_fail_under_it(chapter, capsys, monkeypatch):
+    set_language("en")
+    # the release's answer cells; one that raises at top level (a stub outside a function) stops only itself
+    stub = {gid: f"try:\n{textwrap.indent(_stub(chapter, gid), '    ')}\nexcept NotImplementedError:\n    pass\n"
+            for gid in _answer_ids(chapter)}
+    ns = visible_ns(chapter, stub)
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    ran = 0
+    for gid in _test_ids(chapter):
+        src = visible_part(chapter, gid)
+        if "exercise(" not in src:
+            continue
+        exec(src, ns)
+        ran += 1
+    out = capsys.readouterr().out
+    assert ran and out.count("not done yet: exercise") == ran, out
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    gid = next(g for g in _test_ids(chapter) if "exercise(" in visible_part(chapter, g))
+    with pytest.raises(NotImplementedError):
+        exec(visible_part(chapter, gid), ns)
+
+
+def _answer_ids(chapter):
+    nb = nbformat.read(ROOT / "release" / chapter / f"{chapter}.ipynb", as_version=4)
+    return [c.metadata["nbgrader"]["grade_id"] for c in nb.cells
+            if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution")]
+
+
+def _stub(chapter, gid):
+    """The answer cell as the release ships it (raise NotImplementedError())."""
+    nb = nbformat.read(ROOT / "release" / chapter / f"{chapter}.ipynb", as_version=4)
+    return next(c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == gid)
+
+
+# a visible hint names a bug only when the output matches that bug's fingerprint:
+# (chapter, bug variant, test cell, words its visible message must show, words it must not show)
+VISIBLE_HINTS = [
+    ("ch01_attention", "sm_no_max", "test_softmax", "溢出", None),
+    ("ch01_attention", "att_no_scaling", "test_attention", "没有缩放", "维度"),
+    ("ch01_attention", "att_softmax_dim", "test_attention", "沿错了维度", "√d_k"),
+    ("ch01_attention", "att_scale_dk", "test_attention", "除的是 d_k", "没有缩放"),
+    ("ch01_attention", "att_mask_inverted", "test_attention", "反了", "softmax 之后"),
+    ("ch01_attention", "att_mask_zero", "test_attention", "设成了 0", "反了"),
+    ("ch02_causal_mask", "diagonal_masked", "test_causal_mask", "对角线", "上三角"),
+    ("ch02_causal_mask", "anti_causal", "test_causal_mask", "上三角", "对角线"),
+    ("ch02_causal_mask", "zero_fill", "test_apply_mask", "设成了 0", "原地"),
+    ("ch02_causal_mask", "masked_fill_result_dropped", "test_apply_mask", "不是原地", "设成了 0"),
+    ("ch02_causal_mask", "mask_ignored", "test_attention", "没有用因果掩码", None),
+    ("ch03_multi_head", "split_view_no_transpose", "test_split_heads", "直接 view", "交错"),
+    ("ch03_multi_head", "split_interleaved", "test_split_heads", "交错", "直接 view"),
+    ("ch03_multi_head", "merge_no_transpose", "test_merge_heads", "直接 reshape", "交错"),
+    ("ch04_positions", "sin_positions_from_1", "test_sinusoidal", "从 1 开始", "放反了"),
+    ("ch04_positions", "sin_concatenated", "test_sinusoidal", "全部 sin", "从 1 开始"),
+    ("ch04_positions", "sin_i_over_d", "test_sinusoidal", "i/d", "放反了"),
+    ("ch04_positions", "freq_wrong_sign", "test_rope_frequencies", "符号反了", "i/d"),
+    ("ch04_positions", "rope_negative_angle", "test_apply_rope", "方向反了", "rotate-half"),
+    ("ch04_positions", "rope_rotate_half", "test_apply_rope", "rotate-half", "方向反了"),
+]
+
+
+@pytest.mark.parametrize("chapter,name,gid,shown,not_shown",
+                         [pytest.param(*row, id=f"{row[0]}-{row[1]}") for row in VISIBLE_HINTS if row[0] in CHAPTERS])
+def test_visible_hint_names_only_the_bug_whose_fingerprint_matches(chapter, name, gid, shown, not_shown):
+    set_language("zh")
+    variant = next(v for v in importlib.import_module(f"catalogue.{chapter}").BUGS if v.name == name)
+    with pytest.raises(AssertionError) as err:
+        exec(visible_part(chapter, gid), visible_ns(chapter, variant.replace))
+    msg = str(err.value)
+    assert shown in msg and (not_shown is None or not_shown not in msg), msg

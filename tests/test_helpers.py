@@ -7,8 +7,7 @@ import torch
 
 matplotlib.use("Agg")
 
-from helpers import get_language, set_language, t  # noqa: E402
-from helpers import checks, plots  # noqa: E402
+from helpers import checks, get_language, plots, set_language, t  # noqa: E402  # noqa: E402
 
 
 def test_language_switch_and_t():

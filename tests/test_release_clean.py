@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from harness import ROOT
 
 from coursekit import build
-from harness import ROOT
 
 FORBIDDEN_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS",
                      "grading.", "参考答案", "Model answer")

@@ -117,6 +117,55 @@ CORRECT = [
             "    if scaled:\n        s = s / d_k ** 0.5\n"
             "    return float(((s - s.mean()) ** 2).mean())\n")}),
     Variant("ok_logsumexp", sm("    return torch.exp(x - torch.logsumexp(x, dim=dim, keepdim=True))\n")),
+    # written the way people write them in the wild: each keeps full marks
+    Variant("ok_float32_and_back", {**sm("    y = x.float()\n    y = y - torch.max(y, dim, keepdim=True)[0]\n"
+                                         "    e = torch.exp(y)\n    return (e / torch.sum(e, dim, keepdim=True)).to(x.dtype)\n"),
+                                    **var("    q = torch.randn(n_samples, d_k, generator=generator)\n"
+                                          "    k = torch.randn(n_samples, d_k, generator=generator)\n"
+                                          "    s = torch.bmm(q.unsqueeze(1), k.unsqueeze(2)).flatten()\n"
+                                          "    if scaled:\n        s = s * torch.tensor(d_k, dtype=torch.float32).rsqrt()\n"
+                                          "    return s.var(correction=0).item()\n"),
+                                    **att("""    scale = torch.tensor(q.shape[-1], dtype=torch.float32).rsqrt()   # a float32 constant
+    s = torch.matmul(q, k.mT) * scale
+    if mask is not None:
+        s = s.masked_fill(mask == False, -1e9)  # noqa: E712
+    w = softmax(s, dim=-1)
+    return torch.matmul(w, v), w
+""")}),
+    Variant("ok_math_e_movedim", {**sm("    y = x.movedim(dim, -1)\n    y = y - y.max(-1, keepdim=True).values\n"
+                                       "    e = torch.pow(math.e, y)\n    e = e * (1.0 / e.sum(-1, keepdim=True))\n"
+                                       "    return e.movedim(-1, dim)\n"),
+                                  **var("    import numpy as np\n"
+                                        "    q = torch.randn(n_samples, d_k, generator=generator).numpy()\n"
+                                        "    k = torch.randn(n_samples, d_k, generator=generator).numpy()\n"
+                                        "    s = np.einsum('ij,ij->i', q, k) / (np.sqrt(d_k) if scaled else 1.0)\n"
+                                        "    return float(np.var(s, ddof=1))\n"),
+                                  **att("""    import numpy as np
+    q = q / np.sqrt(q.shape[-1])          # scale q first, then the product
+    s = q @ k.swapaxes(-1, -2)
+    if mask is not None:
+        s = torch.where(mask.logical_not(), -torch.inf, s)
+    w = softmax(s, -1)
+    return w @ v, w
+""")}),
+    Variant("ok_loops_and_float32_math", {**sm("    m = x.amax(dim=dim, keepdim=True)\n"
+                                                "    m = torch.where(torch.isinf(m), torch.zeros_like(m), m)\n"
+                                                "    e = (x - m).exp()\n    return e / e.sum(dim=dim, keepdim=True)\n"),
+                                          **var("    q = torch.randn(n_samples, d_k, generator=generator)\n"
+                                                "    k = torch.randn(n_samples, d_k, generator=generator)\n"
+                                                "    s = torch.zeros(n_samples)\n"
+                                                "    for j in range(d_k):              # one component at a time\n"
+                                                "        s += q[:, j] * k[:, j]\n"
+                                                "    if scaled:\n        s /= math.sqrt(d_k)\n"
+                                                "    mean = s.mean()\n"
+                                                "    return float(((s - mean) ** 2).sum() / (n_samples - 1))\n"),
+                                          **att("""    d_k = torch.tensor(float(q.shape[-1]))           # float32, even for float64 inputs
+    s = torch.einsum("...id,...jd->...ij", q, k) / torch.sqrt(d_k)
+    if mask is not None:
+        s = s + torch.zeros_like(s).masked_fill(~mask, float("-inf"))
+    w = softmax(s.to(q.dtype), dim=-1)
+    return torch.einsum("...ij,...jd->...id", w, v), w
+""")}),
 ]
 
 

@@ -68,7 +68,11 @@ BUGS = [
     Variant("wrong_choice", {"mask_off": "mask_off_choice = 'A'\nn_zeros_mask_on = 66\nn_zeros_mask_off = 0\n"},
             lose=("test_mask_off",), words=("选项 A 不对",)),
     Variant("zeros_with_diagonal", {"mask_off": "mask_off_choice = 'B'\nn_zeros_mask_on = 78\nn_zeros_mask_off = 0\n"},
-            lose=("test_mask_off",), words=("n_zeros_mask_on", "n(n−1)/2")),
+            lose=("test_mask_off",), words=("n_zeros_mask_on", "n(n−1)/2")),    Variant("uses_sdpa_alias", att("""    from torch.nn.functional import scaled_dot_product_attention as attend
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    w = torch.softmax(apply_mask(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), causal_mask(x.shape[-2])), -1)
+    return attend(q, k, v, is_causal=True), w
+"""), lose=("test_attention",), words=("从零实现", "scaled_dot_product_attention")),
 ]
 
 CORRECT = [
@@ -83,7 +87,39 @@ CORRECT = [
     w = apply_mask(s, causal_mask(x.shape[-2])).softmax(dim=-1)
     return w @ v, w
 """)}),
-    Variant("ok_answer_spelling", {"mask_off": "mask_off_choice = ' b '\nn_zeros_mask_on = 66.0\nn_zeros_mask_off = 0\n"}),
+    Variant("ok_answer_spelling", {"mask_off": "mask_off_choice = ' b '\nn_zeros_mask_on = 66.0\nn_zeros_mask_off = 0\n"}),    # written the way people write them in the wild: each keeps full marks
+    Variant("ok_triu_not_float32_and_back", {
+        **mask("    return ~torch.triu(torch.ones(n, n, dtype=torch.bool, device=device), diagonal=1)\n"),
+        **apply("    return torch.where(mask, scores, torch.tensor(-1e9))   # a float32 constant\n"),
+        **att("""    import torch.nn.functional as F
+    dt = x.dtype
+    x, w_q, w_k, w_v = x.float(), w_q.float(), w_k.float(), w_v.float()    # compute in float32, cast back
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    s = apply_mask(q @ k.mT / math.sqrt(k.shape[-1]), causal_mask(x.shape[-2], device=x.device))
+    w = F.softmax(s, dim=-1)
+    return (w @ v).to(dt), w.to(dt)
+""")}),
+    Variant("ok_loops", {
+        **mask("    m = torch.zeros(n, n, dtype=torch.bool, device=device)\n    for i in range(n):\n"
+               "        m[i, :i + 1] = True\n    return m\n"),
+        **apply("    out = scores.clone()\n    out[~mask.expand_as(scores)] = float('-inf')\n    return out\n"),
+        **att("""    n = x.shape[-2]
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    w = torch.zeros(*x.shape[:-1], n, dtype=x.dtype)
+    for i in range(n):                       # one query at a time: it only ever sees keys 0..i
+        s = q[..., i:i + 1, :] @ k[..., :i + 1, :].transpose(-2, -1) / math.sqrt(q.shape[-1])
+        w[..., i:i + 1, :i + 1] = torch.softmax(s, dim=-1)
+    return w @ v, w
+""")}),
+    Variant("ok_additive_mask_finfo", {
+        **mask("    return torch.ones(n, n, device=device).tril() == 1\n"),
+        **apply("    return scores.masked_fill(mask.logical_not(), torch.finfo(scores.dtype).min)\n"),
+        **att("""    import numpy as np
+    q, k, v = torch.matmul(x, w_q), torch.matmul(x, w_k), torch.matmul(x, w_v)
+    bias = torch.zeros(x.shape[-2], x.shape[-2], dtype=x.dtype).masked_fill(~causal_mask(x.shape[-2]), float("-inf"))
+    w = torch.softmax(q @ k.transpose(-1, -2) / np.sqrt(q.shape[-1]) + bias, dim=-1)
+    return w @ v, w
+""")}),
 ]
 
 

@@ -101,7 +101,48 @@ CORRECT = [
 ''')),
     Variant("ok_sdpa", attn(ATT_OK.replace(FORWARD, '''        q, k, v = (split_heads(a, self.h) for a in self.qkv(x).chunk(3, dim=-1))
         return self.proj(merge_heads(F.scaled_dot_product_attention(q, k, v, is_causal=True)))
-'''))),
+'''))),    # written the way people write them in the wild: each keeps full marks
+    Variant("ok_float32_inside", {
+        **split("    return torch.stack(x.chunk(h, dim=-1), dim=1)\n"),
+        **merge("    return torch.cat(x.unbind(dim=1), dim=-1)\n"),
+        **attn(INIT + '''        dt = x.dtype
+        q, k, v = self.qkv(x).float().chunk(3, dim=-1)        # the attention itself in float32
+        q, k, v = (split_heads(a, self.h) for a in (q, k, v))
+        scale = torch.tensor(self.d_k, dtype=torch.float32) ** -0.5
+        s = (q * scale) @ k.mT
+        s = s.masked_fill(~torch.ones(N, N, dtype=torch.bool).tril(), float("-inf"))
+        y = merge_heads(torch.softmax(s, dim=-1) @ v)
+        return self.proj(y.to(dt))
+''')}),
+    Variant("ok_einops_style_permute", {
+        **split("    return x.reshape(B, N, h, d // h).permute(0, 2, 1, 3).contiguous()\n"),
+        **merge("    return x.permute(0, 2, 1, 3).contiguous().view(B, N, h * d_k)\n"),
+        **attn(INIT.replace("self.h, self.d_k = h, d // h", "self.n_head, self.h, self.d_k = h, h, d // h")
+               + '''        q, k, v = self.qkv(x).split(d, dim=2)
+        q, k, v = (split_heads(a, self.n_head) for a in (q, k, v))
+        att = torch.einsum("bhqc,bhkc->bhqk", q, k) / np.sqrt(self.d_k)
+        att = att + torch.full((N, N), float("-inf"), dtype=x.dtype).triu(1)
+        att = F.softmax(att, dim=-1)
+        return self.proj(merge_heads(torch.einsum("bhqk,bhkc->bhqc", att, v)))
+'''.replace("        q, k, v = self.qkv", "        import numpy as np\n        q, k, v = self.qkv"))}),
+    Variant("ok_loop_over_batch_and_heads", {
+        **split("    out = torch.empty(B, h, N, d // h, dtype=x.dtype)\n    for i in range(h):\n"
+                "        out[:, i] = x[:, :, i * (d // h):(i + 1) * (d // h)]\n    return out\n"),
+        **merge("    return torch.cat([x[:, i] for i in range(h)], dim=-1)\n"),
+        **attn(INIT.replace("        if d % h != 0:\n",
+                            "        if d % h:\n").replace(
+                                'raise ValueError(f"d={d} must be divisible by h={h}")',
+                                'raise ValueError("d = %d is not a multiple of h = %d" % (d, h))') + '''        w_q, w_k, w_v = self.qkv.weight.chunk(3, dim=0)
+        b_q, b_k, b_v = self.qkv.bias.chunk(3) if self.qkv.bias is not None else (None, None, None)
+        q, k, v = F.linear(x, w_q, b_q), F.linear(x, w_k, b_k), F.linear(x, w_v, b_v)
+        heads = []
+        for b in range(B):                                      # one sequence at a time
+            qb, kb, vb = (split_heads(a[b:b + 1], self.h)[0] for a in (q, k, v))
+            s = qb @ kb.transpose(-2, -1) / math.sqrt(self.d_k)
+            s = s.masked_fill(torch.triu(torch.ones(N, N, dtype=torch.bool), diagonal=1), -1e9)
+            heads.append(torch.softmax(s, dim=-1) @ vb)
+        return self.proj(merge_heads(torch.stack(heads)))
+''')}),
 ]
 
 

@@ -136,7 +136,65 @@ CORRECT = [
     rot = torch.polar(torch.ones_like(ang), ang)
     z = torch.complex(x[..., 0::2].double(), x[..., 1::2].double()) * rot
     return torch.stack([z.real, z.imag], dim=-1).flatten(-2).to(x.dtype)
-""")}),
+""")}),    # written the way people write them in the wild: each keeps full marks
+    Variant("ok_float32_and_back", {
+        **sin("""    if d % 2:
+        raise ValueError(f"d={d} must be even")
+    position = torch.arange(0, n).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, d, 2) * -(math.log(base) / d))   # float32, as in many tutorials
+    pe = torch.zeros(n, d)
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
+    return pe
+"""),
+        **freq("    return 1.0 / (base ** (torch.arange(0, d, 2).float() / d))\n"),
+        **rope("""    xf = x.float()                                   # computed in float32, cast back
+    ang = positions.float()[:, None] * rope_frequencies(x.shape[-1], base).float()
+    c, s = ang.cos(), ang.sin()
+    a, b = xf[..., 0::2], xf[..., 1::2]
+    return torch.stack([a * c - b * s, a * s + b * c], dim=-1).flatten(-2).to(x.dtype)
+"""),
+        **perm("    a, b = f(x.index_select(-2, perm)), f(x).index_select(-2, perm)\n"
+               "    return (a - b).abs().max().item() <= atol\n")}),
+    Variant("ok_rotate_every_two", {
+        **sin("""    assert_even = d % 2 == 0
+    if not assert_even:
+        raise ValueError("d must be even")
+    inv = torch.pow(base, -torch.arange(0, d, 2, dtype=torch.float32) / d)
+    ang = torch.einsum("p,i->pi", torch.arange(n, dtype=torch.float32), inv)
+    return torch.stack((ang.sin(), ang.cos()), dim=-1).flatten(1)
+"""),
+        **freq("    return torch.pow(base, -torch.arange(0, d, 2).float() / d)\n"),
+        **rope("""    d = x.shape[-1]
+    freqs = positions.to(x.dtype)[:, None] * rope_frequencies(d, base).to(x.dtype)
+    cos, sin = freqs.cos().repeat_interleave(2, dim=-1), freqs.sin().repeat_interleave(2, dim=-1)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    rotated = torch.stack((-x2, x1), dim=-1).flatten(-2)
+    return x * cos + rotated * sin
+"""),
+        **perm("    return ((f(x[..., perm, :]) - f(x)[..., perm, :]).abs().max() <= atol).item()\n")}),
+    Variant("ok_loops_and_numpy", {
+        **sin("""    import numpy as np
+    if d % 2 == 1:
+        raise ValueError("odd d")
+    pe = np.zeros((n, d))
+    for i in range(0, d, 2):                       # one pair of columns at a time
+        pe[:, i] = np.sin(np.arange(n) / np.power(base, i / d))
+        pe[:, i + 1] = np.cos(np.arange(n) / np.power(base, i / d))
+    return torch.from_numpy(pe).float()
+"""),
+        **freq("    return torch.tensor([base ** (-2 * i / d) for i in range(d // 2)])\n"),
+        **rope("""    out = x.clone()
+    theta = rope_frequencies(x.shape[-1], base)      # float32 constants, also for float64 x
+    for i in range(x.shape[-1] // 2):
+        ang = positions.to(x.dtype) * theta[i].to(x.dtype)
+        c, s = torch.cos(ang), torch.sin(ang)
+        a, b = x[..., 2 * i], x[..., 2 * i + 1]
+        out[..., 2 * i], out[..., 2 * i + 1] = a * c - b * s, a * s + b * c
+    return out
+"""),
+        **perm("    import numpy as np\n    a, b = f(x[..., perm, :]), f(x)[..., perm, :]\n"
+               "    return bool(np.allclose(a.detach().numpy(), b.detach().numpy(), rtol=0, atol=atol))\n")}),
 ]
 
 

@@ -91,6 +91,50 @@ CORRECT = [
                                      "        return self.proj(F.gelu(self.fc(x)))\n")),
 ]
 
+# Correct answers written the way people write them in the wild: float32 constants inside a float64
+# computation, computing in float32 and casting back, math vs torch constants, other layouts and loop orders.
+CORRECT += [
+    Variant("ok_float32_inside_cast_back", {
+        **ln("    x32 = x.float()\n"
+             "    mu = x32.mean(-1, keepdim=True)\n"
+             "    var = ((x32 - mu) ** 2).mean(-1, keepdim=True)\n"
+             "    y = (x32 - mu) / torch.sqrt(var + eps) * weight.float() + bias.float()\n"
+             "    return y.to(x.dtype)\n"),
+        **ffn("""        hidden = hidden or 4 * d
+        self.fc = nn.Linear(d, hidden)
+        self.proj = nn.Linear(hidden, d)
+        self.c = torch.tensor(math.sqrt(2 / math.pi))     # a float32 constant, also in a .double() module
+""", "        h = self.fc(x)\n"
+     "        return self.proj(0.5 * h * (1 + torch.tanh(self.c * (h + 0.044715 * h ** 3))))\n"),
+        **block("        for norm, sub in ((self.ln1, self.attn), (self.ln2, self.ffn)):\n"
+                "            x = x + sub(norm(x))\n"
+                "        return x\n"),
+        "block_params": PARAMS_HEAD + "    attention, ffn, norms = 4 * d * d + 4 * d, 8 * d * d + 5 * d, 2 * 2 * d\n"
+                                      "    return attention + ffn + norms\n"}),
+    Variant("ok_var_mean_erf_by_hand", {
+        **ln("    var, mu = torch.var_mean(x, dim=-1, keepdim=True, correction=0)\n"
+             "    return torch.addcmul(bias, (x - mu) * torch.rsqrt(var + eps), weight)\n"),
+        **ffn(FFN_INIT.replace("        self.act = nn.GELU()\n", ""),
+              "        h = self.fc(x)\n"
+              "        return self.proj(0.5 * h * (1.0 + torch.erf(h / math.sqrt(2.0))))\n"),
+        **block("        a = self.attn(self.ln1(x))\n        x = torch.add(x, a)\n"
+                "        f = self.ffn(self.ln2(x))\n        return torch.add(x, f)\n"),
+        "block_params": PARAMS_HEAD + "    return d * (12 * d + 13)\n"}),
+    Variant("ok_sequential_layout_std", {
+        **ln("    mu = torch.mean(x, dim=-1, keepdim=True)\n"
+             "    sd = torch.std(x, dim=-1, keepdim=True, unbiased=False)\n"
+             "    return weight * ((x - mu) / torch.sqrt(sd ** 2 + eps)) + bias\n"),
+        **ffn("""        hidden = 4 * d if hidden is None else hidden
+        self.fc = nn.Linear(d, hidden)
+        self.proj = nn.Linear(hidden, d)
+        self.net = nn.Sequential(self.fc, nn.GELU(approximate="tanh"), self.proj)
+""", "        return self.net(x)\n"),
+        **block("        y = x + self.attn(self.ln1(x))\n        z = y + self.ffn(self.ln2(y))\n        return z\n"),
+        "block_params": PARAMS_HEAD + "    per_linear = lambda i, o: i * o + o\n"
+                                      "    return (per_linear(d, 3 * d) + per_linear(d, d) + per_linear(d, 4 * d)\n"
+                                      "            + per_linear(4 * d, d) + 4 * d)\n"}),
+]
+
 
 # ------------------------------------------------------------------ browser test
 

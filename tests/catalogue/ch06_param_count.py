@@ -139,6 +139,41 @@ CORRECT = [
     }),
 ]
 
+# More correct answers as people write them: a table of weight shapes summed with math.prod, numpy
+# integers, the count split per sublayer, the untied head added with an if.
+CORRECT += [
+    Variant("ok_shape_table_math_prod", {
+        **approx("    import numpy as np\n    return int(np.prod([12, n_layer, d, d], dtype=np.int64))\n"),
+        **gpt2("""    import math
+    shapes = [(vocab_size, d), (n_ctx, d), (2 * d,)]                       # wte, wpe, ln_f
+    per_block = [(2, d), (d, 3 * d), (3 * d,), (d, d), (d,), (2, d), (d, 4 * d), (4 * d,), (4 * d, d), (d,)]
+    total = sum(math.prod(s) for s in shapes) + n_layer * sum(math.prod(s) for s in per_block)
+    if tied is False:
+        total += vocab_size * d
+    return total
+"""),
+        **llama("""    import math
+    per_block = [(d,), (d, d), (d, d), (d, d), (d, d), (d,), (d, d_ff), (d, d_ff), (d_ff, d)]
+    total = vocab_size * d + n_layer * sum(map(math.prod, per_block)) + d
+    return total if tied else total + vocab_size * d
+""")}),
+    Variant("ok_per_sublayer_names", {
+        **approx("    attention = 4 * d ** 2\n    mlp = 2 * (d * 4 * d)\n    return n_layer * (attention + mlp)\n"),
+        **gpt2("""    embeddings = (vocab_size + n_ctx) * d
+    attention = d * 3 * d + 3 * d + d * d + d
+    mlp = d * 4 * d + 4 * d + 4 * d * d + d
+    norms = 2 * 2 * d
+    total = embeddings + n_layer * (attention + mlp + norms) + 2 * d
+    return total + (vocab_size * d) * (not tied)
+"""),
+        **llama("""    attention = 4 * d * d
+    swiglu = 3 * d * d_ff
+    norms = 2 * d
+    output = 0 if tied else vocab_size * d
+    return int(vocab_size * d + n_layer * (attention + swiglu + norms) + d + output)
+""")}),
+]
+
 
 # ------------------------------------------------------------------ browser test
 

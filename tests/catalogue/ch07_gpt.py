@@ -10,7 +10,6 @@ import sys
 import types
 
 import nbformat
-
 from harness import ROOT, Variant, _strip_markers
 
 # tests/test_grading_inprocess.py compiles answer cells inheriting its own
@@ -123,6 +122,103 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=
         idx = torch.cat((idx, torch.multinomial(probs, num_samples=1, generator=generator)), dim=1)
     return idx
 """}),
+]
+
+BUGS += [
+    Variant("gpt_logits_last_position_only", edit("gpt", (
+        "logits = self.lm_head(self.ln_f(x))                            # (B, T, vocab_size)",
+        "logits = self.lm_head(self.ln_f(x))[:, -1, :]")),
+            lose=("test_gpt", "test_gpt_causal"), words=("logits 的形状",)),
+    Variant("gen_topk_threshold_1d", edit("generate", ("values[:, -1:]", "values[:, -1]")),
+            lose=("test_generate",), words=("阈值", "values[:, [-1]]")),
+]
+
+NANOGPT_TOKENIZER = """class CharTokenizer:
+    def __init__(self, text):
+        self.vocab = sorted(list(set(text)))
+        self.vocab_size = len(self.vocab)
+        self.char_to_id = {c: i for i, c in enumerate(self.vocab)}
+
+    def encode(self, s):
+        ids = []
+        for c in s:
+            if c not in self.char_to_id:
+                raise ValueError(f"unknown character: {c}")
+            ids.append(self.char_to_id[c])
+        return ids
+
+    def decode(self, ids):
+        if isinstance(ids, torch.Tensor):
+            ids = ids.tolist()
+        return "".join(self.vocab[i] for i in ids)
+"""
+
+STRING_TOKENIZER = """class CharTokenizer:
+    def __init__(self, text):
+        self.itos = "".join(sorted(set(text)))
+        self.stoi = {c: i for i, c in enumerate(self.itos)}
+        self.vocab_size = len(self.itos)
+
+    def encode(self, s):
+        try:
+            return [self.stoi[c] for c in s]
+        except KeyError as e:
+            raise ValueError(f"{e.args[0]!r} is not in the vocabulary") from None
+
+    def decode(self, ids):
+        return "".join(map(lambda i: self.itos[int(i)], ids))
+"""
+
+# Correct answers as people write them: nanoGPT's registered mask buffer and in-place top-k, windows from
+# unfold, separate q/k/v projections with a float32 scale constant, a top-k threshold taken with min().
+CORRECT += [
+    Variant("ok_nanogpt_style", {
+        "tokenizer": NANOGPT_TOKENIZER,
+        "get_batch": """def get_batch(data, block_size, batch_size, generator=None):
+    windows = data.unfold(0, block_size + 1, 1)                  # every window of block_size + 1 tokens
+    ix = torch.randint(windows.shape[0], (batch_size,), generator=generator)
+    w = windows[ix]
+    return w[:, :-1], w[:, 1:]
+""",
+        **edit("gpt", ("        self.c_proj = nn.Linear(config.d_model, config.d_model)       # W_O\n",
+                       "        self.c_proj = nn.Linear(config.d_model, config.d_model)       # W_O\n"
+                       "        self.attn_drop = nn.Dropout(config.dropout)\n"
+                       "        self.register_buffer('bias', torch.tril(torch.ones(config.n_ctx, config.n_ctx))"
+                       ".view(1, 1, config.n_ctx, config.n_ctx))\n"),
+               (SDPA, "att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))\n"
+                      "        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float('-inf'))\n"
+                      "        y = self.attn_drop(F.softmax(att, dim=-1)) @ v")),
+        **edit("generate", ("kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]\n"
+                            "            logits = logits.masked_fill(logits < kth, float(\"-inf\"))",
+                            "v, _ = torch.topk(logits, min(top_k, logits.size(-1)))\n"
+                            "            logits[logits < v[:, [-1]]] = -float('Inf')")),
+    }),
+    Variant("ok_separate_projections_float32_scale", {
+        "tokenizer": STRING_TOKENIZER,
+        "get_batch": """def get_batch(data, block_size, batch_size, generator=None):
+    ix = torch.randint(high=len(data) - block_size, size=(batch_size,), generator=generator)
+    rows = ix[:, None] + torch.arange(block_size + 1)
+    chunk = data[rows]
+    return chunk[:, :block_size].long(), chunk[:, 1:].long()
+""",
+        **edit("gpt", ("self.c_attn = nn.Linear(config.d_model, 3 * config.d_model)   # W_Q, W_K, W_V side by side",
+                       "self.q_proj, self.k_proj, self.v_proj = (nn.Linear(config.d_model, config.d_model) "
+                       "for _ in range(3))"),
+               ("q, k, v = self.c_attn(x).split(d, dim=-1)                     # 3 × (B, T, d)",
+                "q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)"),
+               (SDPA, "scale = torch.tensor(q.shape[-1]) ** -0.5               # a float32 constant\n"
+                      "        s = torch.einsum('bhqc,bhkc->bhqk', q, k) * scale\n"
+                      "        future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)\n"
+                      "        y = torch.einsum('bhqk,bhkc->bhqc', s.masked_fill(future, float('-inf')).softmax(-1), v)"),
+               ("loss = F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(B * T))",
+                "loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), reduction='mean')")),
+        **edit("generate", ("kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]\n"
+                            "            logits = logits.masked_fill(logits < kth, float(\"-inf\"))",
+                            "kth = logits.topk(top_k, dim=-1).values.min(dim=-1, keepdim=True).values\n"
+                            "            logits = torch.where(logits >= kth, logits, torch.full_like(logits, float('-inf')))"),
+               ("probs = F.softmax(logits, dim=-1)", "probs = torch.exp(logits - logits.max(-1, keepdim=True).values)\n"
+                                                     "        probs = probs / probs.sum(-1, keepdim=True)")),
+    }),
 ]
 
 

@@ -209,6 +209,112 @@ CORRECT = [
     }),
 ]
 
+BUGS += [
+    Variant("online_transpose_assumes_batch_axis", online(ONLINE_OK.replace("kb.transpose(-2, -1)", "kb.transpose(1, 2)")),
+            lose=("test_online_softmax",), words=("transpose(-2, -1)", "批量维")),
+]
+
+
+# More correct answers as people write them: a dict cache and torch.cat(..., dim=2), a float32 scale constant
+# inside a float64 step, a per-head loop, math.prod, computing in float32 and casting back, a finite initial max.
+CORRECT += [
+    Variant("ok_dict_cache_float32_constant", {
+        **cache("""class KVCache:
+    def __init__(self, n_layer=1):
+        self.n_layer = n_layer
+        self.cache = {}
+
+    def length(self, layer=0):
+        kv = self.cache.get(layer)
+        return 0 if kv is None else kv[0].size(2)
+
+    def append(self, layer, k, v):
+        if layer in self.cache:
+            k = torch.cat((self.cache[layer][0], k), dim=2)
+            v = torch.cat((self.cache[layer][1], v), dim=2)
+        self.cache[layer] = (k, v)
+        return k, v
+"""),
+        **step(STEP_OK.replace("p = torch.softmax(q @ K.transpose(-2, -1) / math.sqrt(d_k), dim=-1)",
+                               "scale = torch.tensor(1.0 / math.sqrt(d_k))        # float32, even for float64 inputs\n"
+                               "    p = torch.softmax((q @ K.transpose(-2, -1)) * scale, dim=-1)")),
+        **kv("    return math.prod([2, n_layer, n_tokens, n_kv_head, d_k, bytes_per_value, batch])\n"),
+        **online("""def online_softmax_attention(q, k, v, block_size, causal=False):
+    q32, k32, v32 = q.float(), k.float(), v.float()          # compute in float32, cast back at the end
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    m = torch.full((*q.shape[:-1], 1), float("-inf"))
+    l = torch.zeros(*q.shape[:-1], 1)
+    o = torch.zeros(*q.shape[:-1], v.shape[-1])
+    for start in range(0, n_k, block_size):
+        s = q32 @ k32[..., start:start + block_size, :].transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if causal:
+            j = torch.arange(start, min(start + block_size, n_k))
+            s = s.masked_fill(j[None, :] > torch.arange(n_q)[:, None], float("-inf"))
+        m_new = torch.maximum(m, s.max(dim=-1, keepdim=True).values)
+        p = torch.exp(s - m_new)
+        alpha = torch.exp(m - m_new)
+        l = alpha * l + p.sum(-1, keepdim=True)
+        o = alpha * o + p @ v32[..., start:start + block_size, :]
+        m = m_new
+    return (o / l).to(q.dtype)
+"""),
+    }),
+    Variant("ok_per_head_loop_finite_init", {
+        **cache("""class KVCache:
+    def __init__(self, n_layer=1):
+        self.k = [None for _ in range(n_layer)]
+        self.v = [None for _ in range(n_layer)]
+
+    def length(self, layer=0):
+        return 0 if self.k[layer] is None else int(self.k[layer].shape[-2])
+
+    def append(self, layer, k, v):
+        if self.k[layer] is None:
+            self.k[layer] = k.new_zeros(*k.shape[:-2], 0, k.shape[-1])
+            self.v[layer] = v.new_zeros(*v.shape[:-2], 0, v.shape[-1])
+        self.k[layer] = torch.cat([self.k[layer], k], -2)
+        self.v[layer] = torch.cat([self.v[layer], v], -2)
+        return self.k[layer], self.v[layer]
+"""),
+        **step("""def cached_attention_step(x_t, weights, cache, layer=0):
+    B, _, d = x_t.shape
+    H = weights["n_head"]
+    dk = d // H
+    h = x_t + weights["wpe"][cache.length(layer)]
+    q, k, v = ((h @ weights[name]).reshape(B, 1, H, dk).transpose(1, 2) for name in ("w_q", "w_k", "w_v"))
+    K, V = cache.append(layer, k, v)
+    heads = []
+    for i in range(H):
+        s = q[:, i] @ K[:, i].transpose(-2, -1) * dk ** -0.5
+        w = torch.exp(s - s.max(dim=-1, keepdim=True).values)
+        heads.append((w / w.sum(-1, keepdim=True)) @ V[:, i])
+    return torch.cat(heads, dim=-1) @ weights["w_o"]
+"""),
+        **kv("    kv_width = d_model * n_kv_head // n_head\n"
+             "    return 2 * bytes_per_value * batch * n_layer * n_tokens * kv_width\n"),
+        **online("""def online_softmax_attention(q, k, v, block_size, causal=False):
+    n_q, n_k, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    m = torch.full((*q.shape[:-1], 1), torch.finfo(q.dtype).min, dtype=q.dtype)
+    l = torch.zeros_like(m)
+    o = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)
+    qi = torch.arange(n_q).unsqueeze(1)
+    start = 0
+    while start < n_k:
+        end = min(start + block_size, n_k)
+        s = torch.matmul(q, k[..., start:end, :].transpose(-1, -2)) * d ** -0.5
+        if causal:
+            s = torch.where(torch.arange(start, end).unsqueeze(0) <= qi, s, torch.tensor(float("-inf"), dtype=s.dtype))
+        m_new = torch.max(m, s.amax(-1, keepdim=True))
+        scale = torch.exp(m - m_new)
+        p = torch.exp(s - m_new)
+        l = l * scale + p.sum(-1, keepdim=True)
+        o = o * scale + torch.matmul(p, v[..., start:end, :])
+        m, start = m_new, end
+    return o / l
+"""),
+    }),
+]
+
 
 # ------------------------------------------------------------------ browser test
 
@@ -221,8 +327,8 @@ def check_widget(target, text):
 
     import nbformat
     import torch
-
     from harness import ROOT
+
     from helpers.ch08_efficiency import online_softmax_viz as osv
 
     nb = nbformat.read(ROOT / "release" / "ch08_efficiency" / "ch08_efficiency.ipynb", as_version=4)
