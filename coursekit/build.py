@@ -3,7 +3,8 @@
 A chapter is one jupytext MyST file holding both languages. The build is a chain
 of small steps, each testable alone:
 
-    read_chapter -> validate -> select_language -> complete_nbgrader_metadata -> to_notebook
+    read_chapter -> validate -> select_language -> resolve_strings
+        -> localise_stubs -> complete_nbgrader_metadata -> to_notebook
 
 Rules a chapter must follow (violations raise BuildError naming the cell):
 - every markdown cell carries ``lang`` (``zh`` or ``en``); a ``zh`` cell is
@@ -17,6 +18,7 @@ Rules a chapter must follow (violations raise BuildError naming the cell):
 """
 from __future__ import annotations
 
+import ast
 import copy
 import json
 import re
@@ -28,6 +30,9 @@ import nbformat
 
 LANGS = ("zh", "en")
 DEFAULT_LANG = "zh"
+# What nbgrader writes into a hand-graded answer cell of the release, per language
+# (its ClearSolutions.text_stub); see text_stub().
+TEXT_STUBS = {"zh": "在这里写下你的答案。", "en": "YOUR ANSWER HERE"}
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 
@@ -147,6 +152,64 @@ def select_language(nb, lang: str):
     return out
 
 
+def _literal_pair(node) -> bool:
+    """``t("中文", "English")`` (or ``plots.label``) with two string literals (f-strings too)."""
+    func = node.func if isinstance(node, ast.Call) else None
+    named = (isinstance(func, ast.Name) and func.id in ("t", "label")
+             or isinstance(func, ast.Attribute) and func.attr == "label"
+             and isinstance(func.value, ast.Name) and func.value.id == "plots")
+    return (named and len(node.args) == 2 and not node.keywords
+            and all(isinstance(a, ast.JoinedStr) or (isinstance(a, ast.Constant) and isinstance(a.value, str))
+                    for a in node.args))
+
+
+def _offsets(source: str) -> list[int]:
+    starts, pos = [], 0
+    for line in source.splitlines(keepends=True):
+        starts.append(pos)
+        pos += len(line)
+    return starts + [pos]
+
+
+def resolve_code(source: str, lang: str) -> str:
+    """Replace each ``t("中文", "English")`` of string literals by the literal of
+    ``lang``, so a build's code shows one language. Anything else is left alone
+    (``t(a, b)`` of variables still picks at run time)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:          # IPython magics and the like: leave the cell as it is
+        return source
+    starts = _offsets(source)
+
+    def span(node) -> tuple[int, int]:
+        # ast offsets count UTF-8 bytes within a line
+        def at(line, col):
+            text = source[starts[line - 1]:starts[line]]
+            return starts[line - 1] + len(text.encode("utf-8")[:col].decode("utf-8"))
+        return at(node.lineno, node.col_offset), at(node.end_lineno, node.end_col_offset)
+
+    calls = [n for n in ast.walk(tree) if _literal_pair(n)]
+    outer = [c for c in calls if not any(o is not c and span(o)[0] <= span(c)[0] and span(c)[1] <= span(o)[1]
+                                         for o in calls)]
+    out = source
+    for call in sorted(outer, key=lambda n: span(n)[0], reverse=True):
+        a, b = span(call.args[LANGS.index(lang)])
+        text = source[a:b]
+        if "\n" in text:        # implicit concatenation over lines needs its brackets
+            text = f"({text})"
+        c0, c1 = span(call)
+        out = out[:c0] + text + out[c1:]
+    return out
+
+
+def resolve_strings(nb, lang: str):
+    """Resolve the ``t()`` literals of every code cell for ``lang``."""
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.source = resolve_code(cell.source, lang)
+    return nb
+
+
 def complete_nbgrader_metadata(nb):
     """Fill the fields nbgrader needs so chapter texts only state what matters."""
     for cell in nb.cells:
@@ -194,8 +257,23 @@ def build_chapter(chapter: str, lang: str = DEFAULT_LANG, root: Path = NOTEBOOKS
     nb, refs = read_chapter(path)
     validate(nb, refs, name=path.name)
     nb = select_language(nb, lang)
+    nb = resolve_strings(nb, lang)
     nb = complete_nbgrader_metadata(nb)
     return to_notebook(nb, chapter, lang)
+
+
+def source_language(chapter: str, course_root: Path = ROOT) -> str:
+    """The language source/<chapter>/ was built in (from its notebook metadata)."""
+    path = Path(course_root) / "source" / chapter / f"{chapter}.ipynb"
+    meta = json.loads(path.read_text(encoding="utf-8")).get("metadata", {})
+    return meta.get("course", {}).get("lang", DEFAULT_LANG)
+
+
+def text_stub(chapter: str, course_root: Path = ROOT) -> str:
+    """The stub for the hand-graded answer cells of ``chapter``'s release, in the
+    language of its source build: generate_assignment takes it as
+    ``--ClearSolutions.text_stub=...``."""
+    return TEXT_STUBS[source_language(chapter, course_root)]
 
 
 def dumps(nb) -> str:

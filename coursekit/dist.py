@@ -29,8 +29,11 @@ name = "transformer-course-student"
 version = "0.1.0"
 requires-python = ">=3.11"
 
-[tool.setuptools]
-packages = ["helpers"]
+[tool.setuptools.packages.find]
+include = ["helpers*"]
+
+[tool.setuptools.package-data]
+"helpers.fonts" = ["*.otf", "OFL.txt"]
 """
 STUDENT_MAKEFILE = """PY ?= python3
 .PHONY: help lab env

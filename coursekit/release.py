@@ -4,7 +4,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from .build import ROOT
+from .build import ROOT, text_stub
 from .nbgrader_run import nbgrader
 
 
@@ -15,7 +15,9 @@ def generate_release(chapter: str, course_root: Path = ROOT, db: bool = False) -
     dest = course_root / "release" / chapter
     if dest.exists():
         shutil.rmtree(dest)
-    args = ["generate_assignment", chapter, "--force", "--log-level=WARN"]
+    # the hand-graded cells' stub in the chapter's language ("YOUR ANSWER HERE" is nbgrader's English)
+    args = ["generate_assignment", chapter, "--force", "--log-level=WARN",
+            f"--ClearSolutions.text_stub={text_stub(chapter, course_root)}"]
     if not db:
         args.append("--no-db")
     nbgrader(args, course_root)

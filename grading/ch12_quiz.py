@@ -18,8 +18,8 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from helpers.i18n import t
 from helpers.ch12_quiz import AnswerFormError, parse_choice, parse_choices, parse_number
+from helpers.i18n import t
 
 from .core import GradingFailure, passed
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from .i18n import t
-from .plots import label, setup
+from .plots import label, setup, show_widget
 from .runtime import under_nbgrader
 
 
@@ -75,20 +75,22 @@ def scaling_figure(d_k: int, fig=None):
     bins = np.linspace(-lim, lim, 81)
     ax1.hist(raw, bins=bins, alpha=0.6, density=True,
              label=label(f"q·k（标准差 {raw.std():.1f}）", f"q·k (std {raw.std():.1f})"))
-    ax1.hist(scaled, bins=bins, alpha=0.6, density=True,
+    ax1.hist(scaled, bins=np.linspace(-4, 4, 33), alpha=0.6, density=True,    # its own bins: always 4 per unit
              label=label(f"q·k/√d_k（标准差 {scaled.std():.2f}）", f"q·k/√d_k (std {scaled.std():.2f})"))
     ax1.set_title(label(f"分数分布，d_k = {d_k}", f"score distribution, d_k = {d_k}"))
     ax1.set_xlabel(label("分数", "score"))
-    ax1.legend(fontsize=8, loc="upper left")
+    ax1.set_ylim(0, 0.62)              # the scaled peak (about 0.4) stays inside the frame, under the legend
+    ax1.legend(loc="upper right", framealpha=0.9)
 
     idx = np.arange(16)
     ax2.bar(idx - 0.2, weight_row(d_k), width=0.4, label=label("不缩放", "raw"))
     ax2.bar(idx + 0.2, weight_row(d_k, scaled=True), width=0.4, label=label("除以 √d_k", "÷ √d_k"))
-    ax2.set_ylim(0, 1.02)
+    ax2.set_ylim(0, 1.3)               # room above the bars for the legend
+    ax2.set_yticks([0, 0.2, 0.4, 0.6, 0.8, 1.0])
     ax2.set_xticks(idx[::3])
     ax2.set_title(label("一行 softmax 权重（16 个 key）", "one row of softmax weights (16 keys)"))
     ax2.set_xlabel(label("key 序号", "key index"))
-    ax2.legend(fontsize=8)
+    ax2.legend(loc="upper center", ncol=2, framealpha=0.9)
 
     ds = np.array(D_K_CHOICES)
     g_raw = [jacobian_norm(d) for d in ds]
@@ -100,9 +102,53 @@ def scaling_figure(d_k: int, fig=None):
     ax3.set_yscale("log")
     ax3.set_title(label("softmax 梯度范数 ‖∂p/∂s‖", "softmax gradient norm ‖∂p/∂s‖"))
     ax3.set_xlabel("d_k")
-    ax3.legend(fontsize=8)
+    ax3.legend(loc="lower left", framealpha=0.9)
     fig.tight_layout()
     return fig
+
+
+def qkv_flow():
+    """The data flow of one self-attention layer: X -> Q, K, V -> scores ->
+    softmax -> weighted sum of the values."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyBboxPatch
+
+    setup()
+    fig, ax = plt.subplots(figsize=(12, 3.6))
+    ax.set_xlim(-0.1, 11.9)
+    ax.set_ylim(0.1, 3.9)
+    ax.axis("off")
+    boxes = {
+        "x": (1.0, 2.0, label("词向量 X\n(n × d)", "token vectors X\n(n × d)"), "#e8e8e8"),
+        "q": (3.4, 3.3, "Q = X W_Q\n(n × d_k)", "#cfe2f3"),
+        "k": (3.4, 2.0, "K = X W_K\n(n × d_k)", "#cfe2f3"),
+        "v": (3.4, 0.7, "V = X W_V\n(n × d_v)", "#d9ead3"),
+        "s": (6.0, 2.65, label("分数 S = Q Kᵀ / √d_k\n(n × n)", "scores S = Q Kᵀ / √d_k\n(n × n)"), "#fff2cc"),
+        "a": (8.4, 2.65, label("A = softmax(S)\n注意力权重，每行和为 1", "A = softmax(S)\nweights, each row sums to 1"),
+              "#fce5cd"),
+        "o": (10.8, 1.5, label("输出 O = A V\n新的词向量 (n × d_v)", "output O = A V\nnew token vectors (n × d_v)"),
+              "#ead1dc"),
+    }
+    for x, y, text, color in boxes.values():
+        ax.add_patch(FancyBboxPatch((x - 1.0, y - 0.45), 2.0, 0.9, boxstyle="round,pad=0.05",
+                                    fc=color, ec="0.4"))
+        ax.text(x, y, text, ha="center", va="center", fontsize=10)
+
+    def arrow(a, b, text=None):
+        (xa, ya, *_), (xb, yb, *_) = boxes[a], boxes[b]
+        ax.annotate("", xy=(xb - 1.05, yb), xytext=(xa + 1.05, ya),
+                    arrowprops=dict(arrowstyle="->", color="0.3", lw=1.3))
+        if text:
+            ax.text((xa + xb) / 2, (ya + yb) / 2 + 0.15, text, ha="center", fontsize=9, color="0.3")
+
+    for a, b in (("x", "q"), ("x", "k"), ("x", "v"), ("q", "s"), ("k", "s"), ("s", "a"), ("a", "o"), ("v", "o")):
+        arrow(a, b)
+    ax.text(8.4, 3.55, label("（第 2 章：先加因果掩码）", "(chapter 2: causal mask first)"),
+            ha="center", fontsize=9, color="0.35")
+    ax.set_title(label("一层自注意力的数据流", "the data flow of one self-attention layer"))
+    fig.tight_layout()
+    plt.show()
+    return None
 
 
 def show_scaling(d_k: int = 128) -> None:
@@ -121,8 +167,6 @@ def dk_explorer(initial: int = 128) -> None:
     import math
 
     import matplotlib.pyplot as plt
-    from IPython.display import display
-
 
     def numbers(d_k: int) -> str:
         s = math.sqrt(d_k)
@@ -157,4 +201,4 @@ def dk_explorer(initial: int = 128) -> None:
 
     slider.observe(redraw, names="value")
     redraw()
-    display(W.VBox([slider, text, out]))
+    show_widget(W.VBox([slider, text, out]), scaling_figure(initial))

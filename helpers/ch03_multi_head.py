@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from .i18n import t
-from .plots import label, setup
+from .plots import label, setup, show_widget
 from .runtime import under_nbgrader
 
 MAX_TOKENS = 16
@@ -48,7 +48,7 @@ def embed(tokens: list[str]) -> torch.Tensor:
 
 
 def previous_token_weights(sharpness: float = 12.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """W_Q, W_K, W_V (each D_MODEL x D_MODEL, acting as q = W_Q x) chosen by hand.
+    """W_Q, W_K, W_V (each D_MODEL x D_MODEL, acting as q = x @ W_Q) chosen by hand.
 
     W_K copies the one-hot position p_j; W_Q maps the position p_i to
     ``sharpness`` times p_{i-1} (a shift matrix). So q_i . k_j is ``sharpness``
@@ -59,7 +59,7 @@ def previous_token_weights(sharpness: float = 12.0) -> tuple[torch.Tensor, torch
     w_k = torch.zeros(D_MODEL, D_MODEL)
     w_v = torch.zeros(D_MODEL, D_MODEL)
     scale = sharpness * D_MODEL ** 0.5             # nn.MultiheadAttention divides by sqrt(D_MODEL)
-    w_q[P, P] = torch.diag(torch.full((MAX_TOKENS - 1,), scale), diagonal=1)    # row i-1 <- column i
+    w_q[P, P] = torch.diag(torch.full((MAX_TOKENS - 1,), scale), diagonal=-1)   # input position i -> output i-1
     w_k[P, P] = torch.eye(MAX_TOKENS)
     w_v[:D_TOKEN, :D_TOKEN] = torch.eye(D_TOKEN)
     return w_q, w_k, w_v
@@ -73,11 +73,12 @@ def random_head_weights(seed: int = 0, std: float = 1.0) -> tuple[torch.Tensor, 
 
 def causal_pattern(x: torch.Tensor, w_q, w_k, w_v, n_heads: int = 1) -> torch.Tensor:
     """The causal attention weights (n_heads, n, n) of torch's nn.MultiheadAttention
-    loaded with these projection matrices (no biases, output projection = I)."""
+    loaded with these projection matrices (x @ W layout; no biases, output
+    projection = I). Like nn.Linear, the module stores each matrix transposed."""
     n, d = x.shape
     mha = nn.MultiheadAttention(d, n_heads, bias=False, batch_first=True)
     with torch.no_grad():
-        mha.in_proj_weight.copy_(torch.cat([w_q, w_k, w_v], dim=0))
+        mha.in_proj_weight.copy_(torch.cat([w_q.T, w_k.T, w_v.T], dim=0))
         mha.out_proj.weight.copy_(torch.eye(d))
         blocked = ~torch.ones(n, n, dtype=torch.bool).tril()
         _, w = mha(x[None], x[None], x[None], attn_mask=blocked, need_weights=True, average_attn_weights=False)
@@ -128,6 +129,7 @@ def previous_token_figure(sentence: str, fig=None):
     ax1, ax2 = fig.subplots(1, 2)
     _heatmap(ax1, w_prev, tokens, label("手工构造的“前一个 token”头", "hand-built previous-token head"))
     im = _heatmap(ax2, w_rand, tokens, label("随机权重的头", "a head with random weights"))
+    ax2.set_ylabel("")                   # the left panel names the rows; long tokens would collide with it
     fig.colorbar(im, ax=[ax1, ax2], shrink=0.8, label=label("注意力权重", "attention weight"))
     return fig
 
@@ -164,7 +166,6 @@ def previous_token_explorer(sentence: str) -> None:
         return None
     try:
         import ipywidgets as W
-        from IPython.display import display
     except ImportError:
         previous_token_figure(sentence)
         plt.show()
@@ -184,7 +185,7 @@ def previous_token_explorer(sentence: str) -> None:
 
     box.observe(redraw, names="value")
     redraw()
-    display(W.VBox([box, note, out]))
+    show_widget(W.VBox([box, note, out]), previous_token_figure(sentence))
 
 
 def head_explorer(sentence: str, n_heads: int = 4) -> None:
@@ -195,7 +196,6 @@ def head_explorer(sentence: str, n_heads: int = 4) -> None:
         return None
     try:
         import ipywidgets as W
-        from IPython.display import display
     except ImportError:
         heads_figure(sentence, n_heads)
         plt.show()
@@ -216,4 +216,4 @@ def head_explorer(sentence: str, n_heads: int = 4) -> None:
     box.observe(redraw, names="value")
     pick.observe(redraw, names="value")
     redraw()
-    display(W.VBox([box, pick, out]))
+    show_widget(W.VBox([box, pick, out]), heads_figure(sentence, n_heads))

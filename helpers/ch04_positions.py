@@ -12,7 +12,7 @@ from typing import Callable
 import torch
 
 from .i18n import t
-from .plots import label, setup
+from .plots import label, setup, show_widget
 from .runtime import under_nbgrader
 
 Rotate = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -158,7 +158,9 @@ def rope_pair_figure(rotate: Rotate, q, k, m: int, n: int, span: int = 12, fig=N
     ax2.set_xlabel("n − m")
     ax2.set_ylabel(label("注意力分数", "attention score"))
     ax2.set_title(label("分数只取决于 n − m", "the score depends only on n − m"))
-    ax2.legend(fontsize=8, loc="lower right")
+    lo, hi = ax2.get_ylim()
+    ax2.set_ylim(lo, hi + 0.45 * (hi - lo))         # a band above the curve for the legend
+    ax2.legend(fontsize=9, loc="upper center", ncol=2, framealpha=0.95)
     fig.tight_layout()
     return fig
 
@@ -222,12 +224,11 @@ def rope_explorer(rotate: Rotate, q=(1.0, 0.25), k=(0.4, 0.9), m: int = 2, n: in
             print(score_text(rotate, q, k, a, a + n - m))
         return None
     try:
-        from IPython.display import display
         box, _ = build_rope_explorer(rotate, q, k, m, n)
     except ImportError:
         show_rope_pair(rotate, q, k, m, n)
         return None
-    display(box)
+    show_widget(box, rope_pair_figure(rotate, q, k, m, n))
     return None
 
 

@@ -202,7 +202,6 @@ def attention_explorer(model, tokenizer, sentence: str) -> None:
     """A text box for the sentence and selectors for layer and head,
     redrawing one heatmap. Prints a line instead while grading."""
     import matplotlib.pyplot as plt
-    from IPython.display import display
 
     from .runtime import under_nbgrader
 
@@ -235,4 +234,5 @@ def attention_explorer(model, tokenizer, sentence: str) -> None:
     for w in (box, layer, head):
         w.observe(redraw, names="value")
     redraw()
-    display(W.VBox([box, W.HBox([layer, head]), out]))
+    from .plots import show_widget
+    show_widget(W.VBox([box, W.HBox([layer, head]), out]), grid_figure(*sentence_maps(model, tokenizer, sentence)))

@@ -20,8 +20,6 @@ import numbers
 from .checks import CheckFailed
 from .i18n import t
 
-LETTERS = "ABCDEFGH"
-
 
 class AnswerFormError(CheckFailed):
     """The answer has the wrong form (not a wrong answer: that is decided at grading)."""

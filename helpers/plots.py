@@ -1,25 +1,40 @@
-"""Plot helpers: one place for figure style and for fonts that can draw Chinese."""
+"""Plot helpers: one place for figure style and for the font that draws Chinese.
+
+The course ships its own font, a subset of Noto Sans CJK SC (SIL Open Font
+License, helpers/fonts/OFL.txt) holding the characters the chapters use, so every
+figure shows Chinese on any machine, with or without a system CJK font.
+Importing this module registers it with matplotlib and puts it first in the
+sans-serif list; glyphs it lacks (Greek, math symbols) come from DejaVu Sans.
+"""
 from __future__ import annotations
 
-from functools import lru_cache
+from pathlib import Path
 
 import matplotlib
 from matplotlib import font_manager
 
 from .i18n import get_language
 
-_CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "WenQuanYi Zen Hei",
-              "PingFang SC", "Heiti SC", "Microsoft YaHei", "SimHei", "Arial Unicode MS")
+FONT_FILE = Path(__file__).resolve().parent / "fonts" / "NotoSansSC-CourseSubset.otf"
+FONT_FAMILY = "Noto Sans SC Course Subset"
 
 
-@lru_cache(maxsize=1)
+def register_font() -> str:
+    """Register the course font with matplotlib (once) and make it the default."""
+    if FONT_FILE.exists() and FONT_FAMILY not in {f.name for f in font_manager.fontManager.ttflist}:
+        font_manager.fontManager.addfont(str(FONT_FILE))
+    # matplotlib falls back glyph by glyph along font.family (not within the
+    # generic sans-serif list), so both fonts are named there
+    matplotlib.rcParams["font.family"] = [FONT_FAMILY, "DejaVu Sans"]
+    rest = [f for f in matplotlib.rcParams["font.sans-serif"] if f not in (FONT_FAMILY, "DejaVu Sans")]
+    matplotlib.rcParams["font.sans-serif"] = [FONT_FAMILY, "DejaVu Sans", *rest]
+    return FONT_FAMILY
+
+
 def cjk_font() -> str | None:
-    """The first installed font that has Chinese glyphs, or None."""
-    names = {f.name for f in font_manager.fontManager.ttflist}
-    for name in _CJK_FONTS:
-        if name in names:
-            return name
-    return None
+    """The family that draws the figures' Chinese (the course's own font), or
+    None if its file is missing from this copy of the course."""
+    return register_font() if FONT_FILE.exists() else None
 
 
 def setup() -> None:
@@ -31,15 +46,39 @@ def setup() -> None:
         "axes.grid": True,
         "grid.alpha": 0.3,
         "axes.unicode_minus": False,
+        "legend.fontsize": 10,
     })
-    font = cjk_font()
-    if font:
-        matplotlib.rcParams["font.sans-serif"] = [font, "DejaVu Sans"]
+    register_font()
+
+
+def show_widget(widget, figure=None) -> None:
+    """Display ``widget`` with a static PNG of ``figure`` in the same output.
+
+    A front end that runs widgets (JupyterLab, Notebook, VS Code) shows the
+    widget and ignores the picture; a viewer that cannot (a rendered notebook on
+    the web, nbconvert's HTML) shows the picture instead. So a reader sees one
+    of the two, never both."""
+    import base64
+    import io
+
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    bundle = dict(widget._repr_mimebundle_())
+    if figure is not None:
+        buf = io.BytesIO()
+        figure.savefig(buf, format="png", bbox_inches="tight")
+        plt.close(figure)
+        bundle["image/png"] = base64.b64encode(buf.getvalue()).decode("ascii")
+    display(bundle, raw=True)
 
 
 def label(zh: str, en: str) -> str:
-    """Figure text in the notebook's language; English when no Chinese font is
-    installed (so a student never sees empty boxes)."""
+    """Figure text in the notebook's language (English only if the course font
+    were missing, so a student never sees empty boxes)."""
     if get_language() == "zh" and cjk_font():
         return zh
     return en
+
+
+register_font()

@@ -135,10 +135,14 @@ def train(model, get_batch, train_data: torch.Tensor, val_data: torch.Tensor, re
     hist = History()
     limit_steps = steps if steps is not None else recipe.max_steps
     bar = None
+    by_time = limit_steps is None and seconds is not None
     if progress:
         from tqdm.auto import tqdm
-        bar = tqdm(total=limit_steps if limit_steps else None, unit="step", leave=True,
-                   desc=t("训练", "training"))
+        if by_time:      # progress toward the time budget: "37/180 s", the step count in the postfix
+            bar = tqdm(total=round(seconds), leave=True, desc=t("训练", "training"),
+                       bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s {postfix}")
+        else:
+            bar = tqdm(total=limit_steps, unit="step", leave=True, desc=t("训练", "training"))
     model.train()
     start = time.perf_counter()
     last_eval = start
@@ -165,9 +169,12 @@ def train(model, get_batch, train_data: torch.Tensor, val_data: torch.Tensor, re
         value = loss.item()
         ema = value if ema is None else 0.9 * ema + 0.1 * value
         if bar is not None:
-            bar.update(1)
-            if step % 10 == 0:
-                bar.set_postfix(loss=f"{ema:.3f}", lr=f"{lr:.1e}")
+            if by_time:
+                bar.n = min(time.perf_counter() - start, seconds)
+            else:
+                bar.update(1)
+            if step % 10 == 0 or by_time and step == 1:
+                bar.set_postfix(step=step, loss=f"{ema:.3f}", lr=f"{lr:.1e}")
         now = time.perf_counter()
         done = (limit_steps is not None and step >= limit_steps) or (seconds is not None and now - start >= seconds)
         if now - last_eval >= eval_every or done or step == 1:
@@ -180,6 +187,9 @@ def train(model, get_batch, train_data: torch.Tensor, val_data: torch.Tensor, re
                 on_eval(hist)
     hist.seconds = time.perf_counter() - start
     if bar is not None:
+        if by_time:
+            bar.n = min(hist.seconds, seconds)
+            bar.set_postfix(step=step, loss=f"{ema:.3f}" if ema is not None else "-")
         bar.close()
     model.eval()
     return hist

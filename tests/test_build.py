@@ -111,3 +111,70 @@ def test_every_chapter_builds_in_both_languages():
         for lang in build.LANGS:
             nb = build.build_chapter(ch, lang)
             assert nb.cells
+
+
+# ------------------------------------------------ one language in code cells too
+
+CJK = __import__("re").compile(r"[\u2e80-\u9fff\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef]")
+
+
+@pytest.mark.parametrize("lang,expected", [
+    ("zh", 'print("分数：", s)\nx = f"共 {n} 个"\n'),
+    ("en", 'print("scores:", s)\nx = f"{n} in all"\n'),
+])
+def test_resolve_code_keeps_only_one_language(lang, expected):
+    src = 'print(t("分数：", "scores:"), s)\nx = t(f"共 {n} 个", f"{n} in all")\n'
+    assert build.resolve_code(src, lang) == expected
+
+
+def test_resolve_code_handles_labels_nesting_and_line_breaks():
+    src = ('ax.set_title(plots.label("标题", "title"))\n'
+           'msg = t(f"第 {t(\'一\', \'one\')} 个",\n'
+           '        f"number {t(\'一\', \'one\')}")\n'
+           'long = t("很长的"\n'
+           '         "一句话", "a long "\n'
+           '         "sentence")\n')
+    out = build.resolve_code(src, "en")
+    assert 'ax.set_title("title")' in out
+    assert "msg = f\"number {t('一', 'one')}\"" in out            # inner t() is inside the chosen f-string
+    assert 'long = ("a long "\n         "sentence")' in out          # brackets keep the continuation legal
+    compile(out, "<cell>", "exec")
+
+
+def test_resolve_code_leaves_other_calls_alone():
+    src = ('t(zh_text, en_text)\nt("只有一个")\nt("甲", "A", extra=1)\nsplit("中", "x")\n'
+           'obj.t("中", "x")\n%timeit t("中", "x")\n')
+    assert build.resolve_code(src, "en") == src          # variables, one argument, keywords, other names, magics
+    assert build.resolve_code('y = t("中", "x")', "zh") == 'y = "中"'
+
+
+def test_english_build_has_no_chinese_in_any_code_cell():
+    for ch in build.chapters():
+        nb = build.build_chapter(ch, "en")
+        for i, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue          # prose may quote Chinese on purpose (ch11 translates into Chinese numerals)
+            hits = [line for line in cell.source.splitlines() if CJK.search(line)]
+            assert not hits, f"{ch} (en) cell {i}: {hits[:2]}"
+
+
+def test_chinese_build_has_no_unresolved_pair_and_its_prose_is_chinese():
+    import re
+    pair = re.compile(r"(?<![\w.])(t|label)\(\s*f?[\"']")
+    for ch in build.chapters():
+        nb = build.build_chapter(ch, "zh")
+        for i, cell in enumerate(nb.cells):
+            if cell.cell_type == "code":
+                assert not pair.search(cell.source), f"{ch} (zh) cell {i} still picks its language at run time"
+            elif re.search(r"[A-Za-z]{3,}\s+[a-z]{3,}\s+[a-z]{3,}\s+[a-z]{3,}", cell.source):
+                assert CJK.search(cell.source), f"{ch} (zh) markdown cell {i} reads as English only"
+
+
+def test_text_stub_follows_the_source_language(tmp_path):
+    for lang in build.LANGS:
+        nb = build.build_chapter(write(tmp_path, GOOD), lang, tmp_path)
+        dest = tmp_path / "source" / "ch99_demo" / "ch99_demo.ipynb"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(build.dumps(nb), encoding="utf-8")
+        assert build.text_stub("ch99_demo", tmp_path) == build.TEXT_STUBS[lang]
+    assert CJK.search(build.TEXT_STUBS["zh"]) and build.TEXT_STUBS["en"] == "YOUR ANSWER HERE"

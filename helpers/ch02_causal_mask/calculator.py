@@ -49,6 +49,7 @@ class Stage:
     formula: str              # plain text with unicode maths
     note: str
     matrices: tuple[Matrix, ...]
+    weights: tuple[Matrix, ...] = ()   # the fixed W_Q, W_K, W_V, shown at stage 1 (rows are input dimensions)
 
 
 def _mask(n: int) -> np.ndarray:
@@ -85,12 +86,15 @@ def stage(number: int, causal: bool = True, seed: int = SEED) -> Stage:
     if number == 1:
         return Stage(1, t("① 输入投影成 Q、K、V", "① project the input to Q, K, V"),
                      "Q = X·W_Q    K = X·W_K    V = X·W_V",
-                     t("每个 token 的 4 维向量 X 乘三个不同的矩阵，得到它的查询、键和值（掩码还没出场）。",
-                       "Each token's 4-d vector X is multiplied by three different matrices: its query, key "
-                       "and value (the mask plays no part yet)."),
-                     (mat("X", "X"), mat("Q", "Q"), mat("K", "K"), mat("V", "V")))
+                     t("每个 token 的 4 维行向量 X 右乘三个不同的 4×4 矩阵（下一行），得到它的查询、键和值"
+                       "（掩码还没出场）。例如 Q 的第 1 行第 1 列 = X 的第 1 行 · W_Q 的第 1 列，可以手算核对。",
+                       "Each token's 4-d row vector X is multiplied on the right by three different 4×4 matrices "
+                       "(next row): its query, key and value (the mask plays no part yet). For instance Q's row 1, "
+                       "column 1 = X's row 1 · W_Q's column 1, which you can check by hand."),
+                     (mat("X", "X"), mat("Q", "Q"), mat("K", "K"), mat("V", "V")),
+                     tuple(Matrix(name, r[name], dims, dims) for name in ("W_Q", "W_K", "W_V")))
     if number == 2:
-        return Stage(2, t("② 打分并缩放", "② scores, scaled"), "S = Q·Kᵀ / √d = Q·Kᵀ / 2",
+        return Stage(2, t("② 打分并缩放", "② scores, scaled"), "S = Q·Kᵀ / √d_k = Q·Kᵀ / √4 = Q·Kᵀ / 2",
                      t("第 i 行第 j 列：第 i 个 token 的查询和第 j 个 token 的键有多匹配。",
                        "Row i, column j: how well token i's query matches token j's key."),
                      (mat("S", "S", toks),))

@@ -10,9 +10,9 @@ import html as _html
 
 import numpy as np
 
+from ..i18n import t
 from . import calculator
 from .calculator import Matrix, Stage
-from ..i18n import t
 
 _MASKED_BG = "#d9d9d9"
 
@@ -54,12 +54,17 @@ def matrix_html(m: Matrix) -> str:
 def stage_html(st: Stage, causal: bool = True) -> str:
     """One stage as HTML: title, formula, note and its matrices side by side."""
     state = t("因果掩码：开", "causal mask: on") if causal else t("因果掩码：关", "causal mask: off")
-    tables = "".join(f"<div style='display:inline-block;vertical-align:top'>{matrix_html(m)}</div>"
-                     for m in st.matrices)
+    def row(mats) -> str:
+        return "".join(f"<div style='display:inline-block;vertical-align:top'>{matrix_html(m)}</div>"
+                       for m in mats)
+    caption = t("固定的权重矩阵（行 = 输入维度，列 = 输出维度）：",
+                "the fixed weights (rows = input dimension, columns = output dimension):")
+    given = (f"<div><span style='color:#666'>{caption}</span><br>{row(st.weights)}</div>"
+             if st.weights else "")
     return (f"<div><b>{_html.escape(st.title)}</b> &nbsp; <span style='color:#666'>"
             f"({st.number}/{calculator.N_STAGES}, {state})</span><br>"
             f"<code>{_html.escape(st.formula)}</code><br>"
-            f"<span>{_html.escape(st.note)}</span><div>{tables}</div></div>")
+            f"<span>{_html.escape(st.note)}</span><div>{row(st.matrices)}</div>{given}</div>")
 
 
 def _draw_matrix(ax, m: Matrix) -> None:
@@ -205,4 +210,5 @@ def step_through(stage: int = 1, causal: bool = True) -> None:
     except ImportError:
         display(HTML(Calculator(stage, causal).html()))
         return
-    display(box)
+    from ..plots import show_widget
+    show_widget(box, stages_figure())

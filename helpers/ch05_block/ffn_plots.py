@@ -68,7 +68,7 @@ def swiglu_figure(d: int = 4096, d_ff: int = 11008):
     gap = 0.12
 
     def draw(x0, name, color, text):
-        rows, cols = sizes[name]
+        cols, rows = sizes[name]     # sizes are nn.Linear's (out, in); drawn as W in x @ W: (in, out)
         w, h = cols * scale, rows * scale
         ax.add_patch(Rectangle((x0, 0), w, h, facecolor=color, alpha=0.55, edgecolor="k"))
         ax.text(x0 + w / 2, h + 0.04, f"{text}\n{rows}×{cols}", ha="center", va="bottom", fontsize=9)
@@ -78,16 +78,18 @@ def swiglu_figure(d: int = 4096, d_ff: int = 11008):
     x = draw(x, "W1", "C0", "$W_1$ (fc)")
     x = draw(x, "W2", "C0", "$W_2$ (proj)")
     classic = 2 * 4 * d * d
-    ax.text(0, -0.16, label(f"经典 FFN：$W_2$·GELU($W_1$x)\n{classic / 1e6:.1f}M 个权重",
-                            f"classic FFN: $W_2$·GELU($W_1$x)\n{classic / 1e6:.1f}M weights"), fontsize=10, va="top")
+    ax.text(0, -0.16, label(f"经典 FFN：GELU($xW_1$)$W_2$\n{classic / 1e6:.1f}M 个权重",
+                            f"classic FFN: GELU($xW_1$)$W_2$\n{classic / 1e6:.1f}M weights"), fontsize=10, va="top")
     x += 0.35
     start = x
     x = draw(x, "W_gate", "C3", "$W_{gate}$")
     x = draw(x, "W_up", "C2", "$W_{up}$")
     x = draw(x, "W_down", "C2", "$W_{down}$")
     swi = 3 * d * d_ff
-    ax.text(start, -0.16, label(f"SwiGLU：$W_{{down}}$·(SiLU($W_{{gate}}$x) ⊙ $W_{{up}}$x)\n{swi / 1e6:.1f}M 个权重（d_ff = {d_ff} ≈ {d_ff / d:.2f}d）",
-                                f"SwiGLU: $W_{{down}}$·(SiLU($W_{{gate}}$x) ⊙ $W_{{up}}$x)\n{swi / 1e6:.1f}M weights (d_ff = {d_ff} ≈ {d_ff / d:.2f}d)"),
+    ax.text(start, -0.16, label(f"SwiGLU：(SiLU($xW_{{gate}}$) $\\odot$ $xW_{{up}}$)$W_{{down}}$\n"
+                                f"{swi / 1e6:.1f}M 个权重（d_ff = {d_ff} ≈ {d_ff / d:.2f}d）",
+                                f"SwiGLU: (SiLU($xW_{{gate}}$) $\\odot$ $xW_{{up}}$)$W_{{down}}$\n"
+                                f"{swi / 1e6:.1f}M weights (d_ff = {d_ff} ≈ {d_ff / d:.2f}d)"),
             fontsize=10, va="top")
     ax.set_xlim(-0.05, x)
     ax.set_ylim(-0.45, 1.25)

@@ -26,7 +26,7 @@ class TinyLM(nn.Module):
         self.blocks = nn.ModuleList(make_block() for _ in range(n_layers))
         self.ln_f = nn.LayerNorm(d)
         self.head = nn.Linear(d, vocab)
-        for name, p in self.blocks.named_parameters():   # the original Transformer's initialisation
+        for name, p in self.blocks.named_parameters():   # Xavier uniform, zero biases (the paper names none)
             if p.dim() >= 2:
                 nn.init.xavier_uniform_(p)
             elif "ln" not in name:
@@ -136,5 +136,56 @@ def training_figure(curves: dict[str, list[float]], floor: float | None = None):
     ax.set_xlabel(label("训练步数", "training step"))
     ax.set_ylabel(label("交叉熵损失", "cross-entropy loss"))
     ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def placement_diagram():
+    """Post-LN and Pre-LN sublayers side by side: where the LayerNorm sits
+    relative to the residual path (drawn in blue)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyBboxPatch
+
+    setup()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
+    sub = label("子层 F\n（注意力或 FFN）", "sublayer F\n(attention or FFN)")
+    layouts = (
+        (label("Post-LN（原论文）：x ← LN(x + F(x))", "Post-LN (original paper): x ← LN(x + F(x))"),
+         [("F", sub, 1.6), ("+", None, 2.9), ("LN", "LayerNorm", 3.9)]),
+        (label("Pre-LN（GPT-2 之后）：x ← x + F(LN(x))", "Pre-LN (GPT-2 onwards): x ← x + F(LN(x))"),
+         [("LN", "LayerNorm", 1.4), ("F", sub, 2.6), ("+", None, 3.9)]),
+    )
+    for ax, (title, parts) in zip(axes, layouts):
+        ax.set_xlim(0, 4)
+        ax.set_ylim(0, 5)
+        ax.axis("off")
+        ax.set_title(title, fontsize=11)
+        ys = {kind: y for kind, _, y in parts}
+        ax.text(2, 0.25, "x", ha="center", fontsize=12)
+        ax.text(2, 4.5, label("输出", "out"), ha="center", va="bottom", fontsize=11)
+        y_prev = 0.5
+        for kind, text, y in parts:
+            if kind == "+":
+                ax.add_patch(plt.Circle((2, y), 0.22, fc="white", ec="0.3"))
+                ax.text(2, y, "+", ha="center", va="center", fontsize=14)
+                top, bottom = y + 0.22, y - 0.22
+            else:
+                color = "#fce5cd" if kind == "LN" else "#cfe2f3"
+                ax.add_patch(FancyBboxPatch((1.2, y - 0.35), 1.6, 0.7, boxstyle="round,pad=0.04", fc=color, ec="0.4"))
+                ax.text(2, y, text, ha="center", va="center", fontsize=10)
+                top, bottom = y + 0.39, y - 0.39
+            ax.annotate("", xy=(2, bottom), xytext=(2, y_prev), arrowprops=dict(arrowstyle="->", color="0.3"))
+            y_prev = top
+        ax.annotate("", xy=(2, 4.45), xytext=(2, y_prev), arrowprops=dict(arrowstyle="->", color="0.3"))
+        # the residual path: from below the first box, around the right, into the "+"
+        y_plus = ys["+"]
+        ax.plot([2, 3.3, 3.3], [0.8, 0.8, y_plus], color="tab:blue", lw=2.2)
+        ax.annotate("", xy=(2.22, y_plus), xytext=(3.3, y_plus),
+                    arrowprops=dict(arrowstyle="->", color="tab:blue", lw=2.2))
+        on_path = label("残差路上有 LayerNorm" if parts[-1][0] == "LN" else "残差路上什么都没有",
+                        "a LayerNorm on the residual path" if parts[-1][0] == "LN" else "nothing on the residual path")
+        ax.text(3.4, (0.8 + y_plus) / 2, label("残差", "residual"), color="tab:blue", fontsize=10, rotation=90,
+                va="center")
+        ax.text(2, -0.2, on_path, ha="center", fontsize=10, color="0.25")
     fig.tight_layout()
     return fig

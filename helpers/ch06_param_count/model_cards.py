@@ -223,10 +223,19 @@ def table_rows(gpt2_params=None, llama_params=None) -> list[dict]:
     return rows
 
 
+def _pad(text: str, width: int, right: bool = True) -> str:
+    """Pad to ``width`` display columns: a Chinese character takes two."""
+    import unicodedata
+
+    cols = sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+    fill = " " * max(0, width - cols)
+    return fill + text if right else text + fill
+
+
 def format_table(rows: list[dict]) -> str:
     with_yours = any("yours" in r for r in rows)
-    head = t(f"{'模型':<11}{'L':>4}{'d':>7}{'词表':>6}{'12Ld²+Vd':>11}{'实测':>14}{'误差':>6}",
-             f"{'model':<13}{'L':>4}{'d':>7}{'vocab':>8}{'12Ld²+Vd':>11}{'measured':>16}{'error':>8}")
+    names = (t("模型", "model"), "L", "d", t("词表", "vocab"), "12Ld²+Vd", t("实测", "measured"), t("误差", "error"))
+    head = "".join(_pad(name, width, right=i > 0) for i, (name, width) in enumerate(zip(names, (13, 4, 7, 8, 11, 16, 8))))
     if with_yours:
         head += t("   你的函数", "   your function")
     lines = [head]

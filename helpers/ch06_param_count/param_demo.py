@@ -5,10 +5,10 @@ the student's own counting functions can be passed in to be compared.
 """
 from __future__ import annotations
 
-from . import model_cards as mc
 from ..i18n import t
 from ..plots import label, setup
 from ..runtime import under_nbgrader
+from . import model_cards as mc
 
 COLORS = {"embeddings": "#4C72B0", "attention": "#DD8452", "ffn": "#55A868", "norms": "#C44E52",
           "biases": "#8172B3"}
@@ -152,7 +152,7 @@ def summary(style, n_layer, d, vocab_size, n_ctx, tied, gpt2_params=None, llama_
     return line
 
 
-VOCABS = (256, 1000, 8000, 32000, 50257, 100277, 128256, 256000)
+VOCABS = (256, 512, 1000, 2000, 4000, 8000, 16000, 32000, 50257, 65536, 100277, 128256, 151936, 256000)
 CONTEXTS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 
 
@@ -161,7 +161,8 @@ def explorer(gpt2_params=None, llama_params=None, n_layer=12, d=768, vocab_size=
     GPT-2/LLaMA style, redrawing ``breakdown_figure``. While grading: one line
     of numbers only; without ipywidgets: the static picture."""
     import matplotlib.pyplot as plt
-    from IPython.display import display
+
+    from ..plots import show_widget
 
     if under_nbgrader():
         print(summary("gpt2", n_layer, d, vocab_size, n_ctx, True, gpt2_params, llama_params))
@@ -187,6 +188,7 @@ def explorer(gpt2_params=None, llama_params=None, n_layer=12, d=768, vocab_size=
     out = W.Output()
 
     def redraw(*_):
+        ctx.disabled = style.value == "llama"     # RoPE: no position table, so n_ctx adds no parameters
         args = (style.value, layers.value, width.value, vocab.value, ctx.value, tied.value)
         text.value = f"<b>{summary(*args, gpt2_params=gpt2_params, llama_params=llama_params)}</b>"
         with out:
@@ -206,4 +208,5 @@ def explorer(gpt2_params=None, llama_params=None, n_layer=12, d=768, vocab_size=
     for w in (tied, layers, width, vocab, ctx):
         w.observe(redraw, names="value")
     redraw()
-    display(W.VBox([W.HBox([style, tied]), layers, width, vocab, ctx, text, out]))
+    show_widget(W.VBox([W.HBox([style, tied]), layers, width, vocab, ctx, text, out]),
+                breakdown_figure("gpt2", n_layer, d, vocab_size, n_ctx, True))

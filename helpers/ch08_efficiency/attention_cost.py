@@ -16,7 +16,6 @@ import torch.utils._pytree as pytree
 from ..i18n import t
 from ..plots import label, setup
 
-
 # ---------------------------------------------------------------- timing
 
 @contextlib.contextmanager
@@ -65,11 +64,11 @@ def score_cost_sweep(ns, d: int = 64, repeat: int = 2, seed: int = 0) -> dict:
             x = torch.randn(n, d, generator=g)
             q, k, v = torch.randn(3, n, d, generator=g)
 
-            def scores():
+            def scores(q=q, k=k, v=v):
                 s = q @ k.T / math.sqrt(d)
                 return torch.softmax(s, dim=-1) @ v
 
-            def linear():
+            def linear(x=x):
                 h = (x @ w_qkv)[:, :d] @ w_o
                 return torch.relu(h @ w_1) @ w_2
 
@@ -85,6 +84,23 @@ def score_cost_sweep(ns, d: int = 64, repeat: int = 2, seed: int = 0) -> dict:
     else:
         out["slope_scores"] = out["slope_linear"] = out["slope_memory"] = float("nan")
     return out
+
+
+def elementwise_share(n: int = 512, d: int = 64, repeat: int = 3, seed: int = 0) -> float:
+    """The fraction of the time of scores + softmax + PV (one head, width d)
+    that is not the two matrix products: the scaling and softmax's passes over
+    the n×n matrix, which a FLOP count of the matrix products leaves out."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = torch.randn(3, n, d, generator=g)
+    with torch.no_grad(), one_thread():
+        products = best_time(lambda: (q @ k.T) @ v, repeat)
+        whole = best_time(lambda: torch.softmax(q @ k.T / math.sqrt(d), dim=-1) @ v, repeat)
+    return max(0.0, 1.0 - products / whole)
+
+
+def crossover(sweep: dict) -> int | None:
+    """The first n of a sweep at which the scores took longer than the projections and FFN."""
+    return next((r["n"] for r in sweep["rows"] if r["t_scores"] > r["t_linear"]), None)
 
 
 def _plain(ax, x=True) -> None:

@@ -113,7 +113,6 @@ def stepper(scores, values, block_size: int) -> None:
         return None
     try:
         import ipywidgets as W
-        from IPython.display import display
     except ImportError:
         for i, st in enumerate(sts):
             print(step_text(st, i))
@@ -140,4 +139,5 @@ def stepper(scores, values, block_size: int) -> None:
     nxt.on_click(lambda _: setattr(step, "value", min(len(sts) - 1, step.value + 1)))
     step.observe(redraw, names="value")
     redraw()
-    display(W.VBox([W.HBox([prev, step, nxt]), text, out]))
+    from ..plots import show_widget
+    show_widget(W.VBox([W.HBox([prev, step, nxt]), text, out]), steps_figure(scores, values, block_size))
