@@ -48,8 +48,8 @@ def main(argv=None) -> dict:
     matplotlib.use("Agg")
     import torch
 
-    from helpers.ch08_efficiency import attention_cost as cost
     from helpers import set_language
+    from helpers.ch08_efficiency import attention_cost as cost
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tokens", type=int, default=512, help="tokens generated in the decode benchmark")

@@ -8,11 +8,18 @@ import re
 
 import nbformat
 import pytest
-
 from harness import ROOT
+
 from helpers import set_language
-from helpers.ch12_quiz import (AnswerFormError, expect_choice, expect_choices, expect_number, parse_choice,
-                          parse_choices, parse_number)
+from helpers.ch12_quiz import (
+    AnswerFormError,
+    expect_choice,
+    expect_choices,
+    expect_number,
+    parse_choice,
+    parse_choices,
+    parse_number,
+)
 
 CHAPTER = "ch12_quiz"
 CJK = re.compile(r"[\u4e00-\u9fff]")

@@ -5,9 +5,9 @@ import json
 import shutil
 
 import pytest
+from harness import ROOT
 
 from coursekit import build, release
-from harness import ROOT
 
 
 def normalised(path):
