@@ -36,7 +36,7 @@ from .core import (
 def near(out, ref, tol: float = 1e-6) -> bool:
     """Equal up to float32-sized rounding (relative to the size of ``ref``):
     a student may compute parts in float32; every known bug is far larger."""
-    scale = as_f64(ref).abs().max().item() if isinstance(ref, torch.Tensor) and ref.numel() else 1.0
+    scale = as_f64(ref).nan_to_num(0.0, 0.0, 0.0).abs().max().item() if isinstance(ref, torch.Tensor) and ref.numel() else 1.0
     return close(out, ref, atol=tol * scale + 1e-30, rtol=tol)
 
 
@@ -49,12 +49,15 @@ def _hf_close(out, ref) -> bool:
 # ---------------------------------------------------------------- references (float64)
 
 def ref_rms_norm(x, w, eps=1e-6, *, center=False, eps_outside=False, no_eps=False, no_sqrt=False,
-                 no_weight=False, unbiased=False, l2=False, dim=-1):
+                 no_weight=False, unbiased=False, l2=False, dim=-1, var=False, weight_first=False):
     """RMSNorm; the keyword arguments switch on known bugs."""
     x, w = as_f64(x), as_f64(w)
+    if weight_first:
+        x, no_weight = x * w, True
     if center:
         x = x - x.mean(dim=dim, keepdim=True)
-    ms = (x ** 2).sum(dim=dim, keepdim=True) / (x.shape[dim] - (1 if unbiased else 0))
+    xc = x - x.mean(dim=dim, keepdim=True) if var else x
+    ms = (xc ** 2).sum(dim=dim, keepdim=True) / (x.shape[dim] - (1 if unbiased else 0))
     if l2:
         ms = (x ** 2).sum(dim=dim, keepdim=True)
     e = 0.0 if no_eps else eps
@@ -92,18 +95,37 @@ B_L2 = Bug("rms_uses_l2_norm", "除的是向量长度 ‖x‖ = √Σx²，而�
 B_DIM = Bug("rms_wrong_axis", "均方沿错误的维度计算：应沿最后一维（每个 token 的 d 个通道，dim=-1）。",
             "the mean square is taken over the wrong axis: it must be over the last axis (the d channels of "
             "each token, dim=-1).", _bug(ref_rms_norm, dim=-2))
-RMS_BUGS = [B_CENTER, B_EPS_OUT, B_NO_EPS, B_NO_SQRT, B_NO_WEIGHT, B_UNBIASED, B_L2, B_DIM]
+B_VAR = Bug("rms_uses_variance", "除的是方差 x.var(...)（先减了均值再平方）：RMSNorm 用均方 mean(x²)，不减均值。",
+            "you divide by the variance x.var(...) (squares taken after subtracting the mean): RMSNorm uses the "
+            "mean square mean(x²) and subtracts nothing.", _bug(ref_rms_norm, var=True))
+B_VAR1 = Bug("rms_uses_unbiased_variance", "除的是方差 x.var(...)（默认还除以 d − 1）：RMSNorm 用均方 mean(x²)，不减均值。",
+             "you divide by the variance x.var(...) (which by default also divides by d − 1): RMSNorm uses the "
+             "mean square mean(x²) and subtracts nothing.", _bug(ref_rms_norm, var=True, unbiased=True))
+B_WEIGHT_FIRST = Bug("rms_weight_before_norm", "先乘了 weight 再归一化：weight 要乘在归一化之后，x / √(mean(x²) + eps) · weight。",
+                     "weight is applied before normalising: multiply by weight after it, x / √(mean(x²) + eps) · weight.",
+                     _bug(ref_rms_norm, weight_first=True))
+RMS_BUGS = [B_CENTER, B_EPS_OUT, B_NO_EPS, B_NO_SQRT, B_NO_WEIGHT, B_UNBIASED, B_L2, B_DIM, B_VAR, B_VAR1,
+            B_WEIGHT_FIRST]
+B_LOW_PRECISION = Bug("rms_low_precision", "只差舍入级别的误差（不到 1%）：是不是在 float16 / bfloat16 里计算了？要在输入的 dtype（或 float32）里算。",
+                      "off only by rounding-sized errors (under 1%): did you compute in float16 / bfloat16? Compute in the "
+                      "input's dtype (or float32).")
+RMS_HINTS = [(lambda exc, line: "must match the size of tensor" in str(exc), Bug(
+    "rms_keepdim_missing", "mean 没有写 keepdim=True：结果少了最后一维，不能和 x 按行相除。写 mean(dim=-1, keepdim=True)。",
+    "mean has no keepdim=True: the result loses the last axis and cannot divide x row by row. Write "
+    "mean(dim=-1, keepdim=True)."))]
 
 
 def ref_swiglu(x, wg, wu, wd, *, act="silu", branch="gate", combine="mul"):
     x = as_f64(x)
     g, u = x @ as_f64(wg).T, x @ as_f64(wu).T
     f = {"silu": lambda z: z * torch.sigmoid(z), "gelu": lambda z: 0.5 * z * (1 + torch.erf(z / math.sqrt(2))),
-         "sigmoid": torch.sigmoid, "relu": torch.relu, "none": lambda z: z}[act]
+         "sigmoid": torch.sigmoid, "relu": torch.relu, "none": lambda z: z, "silu_neg": lambda z: z * torch.sigmoid(-z)}[act]
     if branch == "up":
         g, u = u, g
-    h = f(g) * u if combine == "mul" else (f(g) + u if combine == "add" else f(g) * f(u))
-    return h @ as_f64(wd).T
+    h = {"mul": lambda: f(g) * u, "add": lambda: f(g) + u, "both": lambda: f(g) * f(u),
+         "product": lambda: f(g * u), "out": lambda: g * u}[combine]()
+    out = h @ as_f64(wd).T
+    return f(out) if combine == "out" else out
 
 
 B_SILU_UP = Bug("swiglu_silu_on_up",
@@ -125,7 +147,22 @@ B_ADD = Bug("swiglu_adds_branches", "两个分支相加了：SwiGLU 是逐元素
             _bug(ref_swiglu, combine="add"))
 B_SILU_BOTH = Bug("swiglu_silu_on_both", "两个分支都过了 SiLU：只有 gate 分支过 SiLU。",
                   "both branches go through SiLU: only the gate branch does.", _bug(ref_swiglu, combine="both"))
-SWIGLU_BUGS = [B_SILU_UP, B_GELU, B_SIGMOID, B_RELU, B_NO_ACT, B_ADD, B_SILU_BOTH]
+B_SILU_PRODUCT = Bug("swiglu_silu_on_product", "SiLU 套在了乘积外面（silu(gate(x) * up(x))）：只有 gate(x) 过 SiLU，再乘 up(x)。",
+                     "SiLU wraps the product (silu(gate(x) * up(x))): only gate(x) goes through SiLU, then it "
+                     "multiplies up(x).", _bug(ref_swiglu, combine="product"))
+B_SILU_OUT = Bug("swiglu_silu_after_down", "SiLU 用在了 down 的输出上：SiLU 只作用于 gate(x)，down(...) 的结果直接返回。",
+                 "SiLU is applied to the output of down: it acts on gate(x) only; return down(...) as it is.",
+                 _bug(ref_swiglu, combine="out"))
+B_SILU_SIGN = Bug("swiglu_silu_sign", "手写的 SiLU 符号反了（z / (1 + exp(z)) = z·σ(−z)）：SiLU 是 z·σ(z) = z / (1 + exp(−z))。",
+                  "your hand-written SiLU has the wrong sign (z / (1 + exp(z)) = z·σ(−z)): SiLU is z·σ(z) = "
+                  "z / (1 + exp(−z)).", _bug(ref_swiglu, act="silu_neg"))
+SWIGLU_BUGS = [B_SILU_UP, B_GELU, B_SIGMOID, B_RELU, B_NO_ACT, B_ADD, B_SILU_BOTH, B_SILU_PRODUCT, B_SILU_OUT,
+               B_SILU_SIGN]
+B_NO_DOWN = Bug("swiglu_down_missing", "输出的最后一维是 d_ff：silu(gate(x)) * up(x) 之后还要经过 self.down 映回 d。",
+                "the output's last axis is d_ff: after silu(gate(x)) * up(x), self.down must map it back to d.")
+B_LINEAR_ARGS = Bug("linear_in_out_swapped", "nn.Linear 的两个参数写反了：nn.Linear(输入维度, 输出维度)，weight 的形状是 (输出, 输入)。",
+                    "the two arguments of nn.Linear are swapped: nn.Linear(in_features, out_features); its weight "
+                    "has shape (out, in).")
 B_BIAS = Bug("bias_left_in", "还留着 bias：LLaMA 的线性层都没有 bias，写 nn.Linear(..., bias=False)。",
              "a bias is left in: LLaMA's linear layers have none; write nn.Linear(..., bias=False).")
 
@@ -136,18 +173,51 @@ def ref_repeat_kv(x, n_rep, *, mode="interleave"):
         return torch.cat([x] * n_rep, dim=1)
     if mode == "tokens":
         return torch.stack([x[:, :, j] for j in range(x.shape[2]) for _ in range(n_rep)], dim=2)
+    if mode == "mixed":                                     # copies made next to the token axis, then fused
+        B, n_kv, N, d_k = x.shape
+        return x[:, :, :, None].expand(B, n_kv, N, n_rep, d_k).reshape(B, n_kv * n_rep, N, d_k)
     return torch.stack([x[:, i // n_rep] for i in range(x.shape[1] * n_rep)], dim=1)
 
 
 B_TILE = Bug("repeat_kv_tiled_not_interleaved",
-             "KV 头的顺序不对（用了 x.repeat(1, n_rep, 1, 1) 或 torch.cat([x] * n_rep)）：输出头 i 用到的是 KV 头 "
+             "KV 头的顺序不对（x.repeat(1, n_rep, 1, 1)、torch.cat([x] * n_rep) 或把新维度插在 KV 头前面的 x[:, None].expand）：输出头 i 用到的是 KV 头 "
              "i % n_kv_head。应是 i // n_rep——每个 KV 头连续复制 n_rep 次（repeat_interleave(n_rep, dim=1)）。",
-             "the KV heads come in the wrong order (x.repeat(1, n_rep, 1, 1) or torch.cat([x] * n_rep)): output "
+             "the KV heads come in the wrong order (x.repeat(1, n_rep, 1, 1), torch.cat([x] * n_rep), or x[:, None].expand with the new axis before the KV heads): output "
              "head i uses KV head i % n_kv_head. It must be i // n_rep — each KV head repeated n_rep times in a "
              "row (repeat_interleave(n_rep, dim=1)).", _bug(ref_repeat_kv, mode="tile"))
 B_TOKENS = Bug("repeat_kv_wrong_axis", "复制的是 token 轴（dim=2）：要复制的是 KV 头所在的 dim=1。",
                "the token axis (dim=2) is repeated: repeat the axis of the KV heads, dim=1.",
                _bug(ref_repeat_kv, mode="tokens"))
+B_MIXED = Bug("repeat_kv_copies_next_to_tokens",
+              "新的一维插在了 token 轴旁边（x[:, :, :, None].expand(...)）：reshape 把 token 和副本混在了一起。"
+              "应插在 KV 头之后：x[:, :, None].expand(B, n_kv, n_rep, N, d_k)。",
+              "the new axis is inserted next to the token axis (x[:, :, :, None].expand(...)): the reshape mixes "
+              "tokens and copies. Insert it right after the KV heads: x[:, :, None].expand(B, n_kv, n_rep, N, d_k).",
+              _bug(ref_repeat_kv, mode="mixed"))
+B_BATCH = Bug("repeat_kv_batch_axis", "复制的是 batch 轴（dim=0）：要复制的是 KV 头所在的 dim=1。",
+              "the batch axis (dim=0) is repeated: repeat the axis of the KV heads, dim=1.")
+B_FEATURE = Bug("repeat_kv_feature_axis", "复制的是最后一维 d_k（dim=-1）：要复制的是 KV 头所在的 dim=1。",
+                "the last axis d_k (dim=-1) is repeated: repeat the axis of the KV heads, dim=1.")
+REPEAT_HINTS = [
+    (lambda exc, line: "view size is not compatible" in str(exc), Bug(
+        "repeat_kv_view_of_expand", "expand 出来的张量没有真正复制（步长为 0），不能用 view 合并维度：改用 reshape（它会在需要时复制）。",
+        "an expanded tensor is not really copied (its stride is 0), so view cannot fuse its axes: use reshape "
+        "(it copies when it must).")),
+    (lambda exc, line: "expanded size of the tensor" in str(exc), Bug(
+        "repeat_kv_expand_without_new_axis", "expand 只能放大大小为 1 的维度：先用 x[:, :, None] 插入新的一维，"
+        "expand 成 (B, n_kv, n_rep, N, d_k)，再 reshape。", "expand can only enlarge axes of size 1: insert a new "
+        "axis with x[:, :, None] first, expand to (B, n_kv, n_rep, N, d_k), then reshape."))]
+
+
+def _repeat_shape_bug(out, B, n_kv, N, d_k, n_rep):
+    """A known bug (or a hint) for an output of the wrong shape."""
+    shape = tuple(out.shape) if isinstance(out, torch.Tensor) else None
+    if shape == (B, n_kv, n_rep, N, d_k):
+        return None, t("形状是 (B, n_kv, n_rep, N, d_k)：还要 reshape 把 n_kv 和 n_rep 合并。",
+                       "the shape is (B, n_kv, n_rep, N, d_k): reshape to fuse n_kv and n_rep.")
+    known = {(B, n_kv, N * n_rep, d_k): B_TOKENS, (B * n_rep, n_kv, N, d_k): B_BATCH,
+             (B, n_kv, N, d_k * n_rep): B_FEATURE}
+    return known.get(shape), None
 
 
 # ---------------------------------------------------------------- attention and block references
@@ -167,9 +237,11 @@ def ref_rope_pairs(x, pos, base):
 
 
 def ref_attention(x, wq, wk, wv, wo, n_head, n_kv, base=10000.0, *, rope="pairs", kv="interleave",
-                  scale="d_k", causal=True, rope_v=False, out_proj=True):
-    """Causal grouped-query attention with RoPE, one query head at a time."""
+                  scale="d_k", causal=True, rope_v=False, out_proj=True, rope_k=True, base_used=None, softmax_dim=-1):
+    """Causal grouped-query attention with RoPE, one query head at a time. ``causal`` may also name a wrong
+    mask: "after" (applied after the softmax), "diag" (the diagonal masked too), "reversed" (the past masked)."""
     x = as_f64(x)
+    base = base if base_used is None else base_used
     B, N, d = x.shape
     d_k = d // n_head
     pos = torch.arange(N)
@@ -182,14 +254,17 @@ def ref_attention(x, wq, wk, wv, wo, n_head, n_kv, base=10000.0, *, rope="pairs"
         q = q_all[..., i * d_k:(i + 1) * d_k]
         k, v = k_all[..., j * d_k:(j + 1) * d_k], v_all[..., j * d_k:(j + 1) * d_k]
         if rope == "pairs":
-            q, k = ref_rope_pairs(q, pos, base), ref_rope_pairs(k, pos, base)
+            q, k = ref_rope_pairs(q, pos, base), ref_rope_pairs(k, pos, base) if rope_k else k
             v = ref_rope_pairs(v, pos, base) if rope_v else v
         elif rope == "half":
             q, k = bridge.rotate_half_rope(q, pos, base), bridge.rotate_half_rope(k, pos, base)
         s = q @ k.transpose(-2, -1) / math.sqrt(d_k if scale == "d_k" else d)
-        if causal:
-            s = s.masked_fill(torch.ones(N, N, dtype=torch.bool).triu(1), float("-inf"))
-        heads.append(torch.softmax(s, dim=-1) @ v)
+        ones = torch.ones(N, N, dtype=torch.bool)
+        mask = {"diag": ones.triu(0), "reversed": ones.tril(-1)}.get(causal, ones.triu(1))
+        if causal and causal != "after":
+            s = s.masked_fill(mask, float("-inf"))
+        p = torch.softmax(s, dim=softmax_dim)
+        heads.append((p.masked_fill(mask, 0.0) if causal == "after" else p) @ v)
     y = torch.cat(heads, dim=-1)
     return y @ as_f64(wo).T if out_proj else y
 
@@ -219,6 +294,22 @@ ATT = dict(
           "the causal mask is missing: position i sees later tokens.", dict(causal=False)),
     no_o=("attention_no_o_proj", "拼回各头之后没有经过 o_proj。", "the merged heads never go through o_proj.",
           dict(out_proj=False)),
+    k_plain=("rope_only_on_q", "只有 q 做了 RoPE，k 没有旋转：q 和 k 都要用 apply_rope 旋转，分数才只依赖相对位置。",
+             "only q is rotated by RoPE, not k: rotate both q and k with apply_rope, so that the scores depend on "
+             "relative position only.", dict(rope_k=False)),
+    after=("attention_mask_after_softmax", "因果掩码放在了 softmax 之后（把概率置 0）：每行的和不再是 1。"
+           "应在 softmax 之前把分数填成 −inf。", "the causal mask comes after the softmax (zeroing probabilities): "
+           "the rows no longer sum to 1. Fill the scores with −inf before the softmax.", dict(causal="after")),
+    diag=("attention_mask_covers_diagonal", "掩码把对角线也遮住了（triu(0) 或 triu() 的默认值）：位置 i 应能看到自己，"
+          "第一行全被遮住，softmax 得到 NaN。用 triu(1)。", "the mask covers the diagonal too (triu(0), triu's default): "
+          "position i must see itself; the first row is all masked and the softmax gives NaN. Use triu(1).",
+          dict(causal="diag")),
+    reversed=("attention_mask_reversed", "掩码方向反了（遮住的是过去，用了 tril）：位置 i 只能看 j ≤ i，"
+              "要遮住的是上三角 triu(1)。", "the mask is reversed (it hides the past, tril): position i may only see "
+              "j ≤ i, so hide the upper triangle, triu(1).", dict(causal="reversed")),
+    softmax_dim=("attention_softmax_wrong_axis", "softmax 沿错误的维度：应沿最后一维（dim=-1，每个查询对所有键归一化）。",
+                 "the softmax runs over the wrong axis: it must be over the last one (dim=-1, each query normalised "
+                 "over all keys).", dict(softmax_dim=-2)),
 )
 
 
@@ -228,25 +319,36 @@ def _att_bug(key):
 
 
 ATT_BUGS = [_att_bug(k) for k in ATT]
+# Known bugs that only show when base differs from the default 10000 (checked alongside ATT_BUGS / BLOCK_BUGS).
+B_ROPE_BASE = Bug("rope_base_ignored", "RoPE 没有用 self.base（用的是默认的 10000）：apply_rope(q, positions, self.base)。",
+                  "RoPE ignores self.base (it uses the default 10000): apply_rope(q, positions, self.base).",
+                  lambda x, *w: ref_attention(x, *w, base_used=10000.0))
 B_ASSERT = Bug("assert_instead_of_valueerror", "形状不能整除时用了 assert：应写 if ...: raise ValueError(...)。",
                "you used assert for shapes that do not divide: write if ...: raise ValueError(...).")
 
 
 def ref_block(x, wts, n_head, n_kv, eps, base, *, post=False, attn_res=True, ffn_res=True, eps_used=None,
-              swap=False, shared_norm=False, res_normed=False):
+              swap=False, shared_norm=False, res_normed=False, base_used=None, norm_out=False, parallel=False):
     """x + attn(norm(x)), then + ffn(norm(·)); keyword arguments switch on known bugs."""
     e = eps if eps_used is None else eps_used
     n1 = wts["attn_norm"]
     n2 = n1 if shared_norm else wts["ffn_norm"]
 
     def attn(z):
-        return ref_attention(z, wts["q"], wts["k"], wts["v"], wts["o"], n_head, n_kv, base)
+        return ref_attention(z, wts["q"], wts["k"], wts["v"], wts["o"], n_head, n_kv,
+                             base if base_used is None else base_used)
 
     def ffn(z):
         return ref_swiglu(z, wts["gate"], wts["up"], wts["down"])
 
     first, second = (ffn, attn) if swap else (attn, ffn)
+    n1, n2 = (n2, n1) if swap else (n1, n2)                # each sublayer keeps its own norm
     x = as_f64(x)
+    if parallel:
+        return x + first(ref_rms_norm(x, n1, e)) + second(ref_rms_norm(x, n2, e))
+    if norm_out:
+        x = x + ref_rms_norm(first(x), n1, e)
+        return x + ref_rms_norm(second(x), n2, e)
     if post:
         x = ref_rms_norm(x + first(x), n1, e)
         return ref_rms_norm(x + second(x), n2, e)
@@ -280,7 +382,16 @@ BLOCK_BUGS = [
                "残差加的是归一化之后的 x（x = attn_norm(x); x = x + attn(x)）：残差路径要保留原始的 x。",
                "the residual adds the normalised x (x = attn_norm(x); x = x + attn(x)): the residual path "
                "must carry the raw x.", res_normed=True),
+    _block_bug("norm_after_sublayer", "RMSNorm 用在了子层的输出上（x + attn_norm(attn(x))）：Pre-norm 先归一化输入，"
+               "x + attn(attn_norm(x))。", "the RMSNorm is applied to the sublayer's output (x + attn_norm(attn(x))): "
+               "pre-norm normalises the input, x + attn(attn_norm(x)).", norm_out=True),
+    _block_bug("parallel_sublayers", "两个子层并联了（FFN 的输入是原始的 x，像 GPT-J）：LLaMA 是串联的，FFN 作用在 "
+               "x + attn(attn_norm(x)) 上。", "the two sublayers run in parallel (the FFN reads the raw x, as in GPT-J): "
+               "LLaMA chains them, the FFN acts on x + attn(attn_norm(x)).", parallel=True),
 ]
+B_BLOCK_BASE = _block_bug("base_not_passed", "base 没有传给 LlamaAttention（用的是默认的 10000）："
+                          "LlamaAttention(d, n_head, n_kv_head, base)。", "base is not passed on to LlamaAttention "
+                          "(it uses the default 10000): LlamaAttention(d, n_head, n_kv_head, base).", base_used=10000.0)
 
 
 # ---------------------------------------------------------------- rms_norm
@@ -305,7 +416,7 @@ def check_rms_norm(rms_norm) -> None:
         full = f"{what}(x, weight{'' if eps is None else f', eps={eps}'}): {label}"
         x_before = x.clone()
         with forbidden(LAYER_NORM_FAMILY, what):
-            out = call(rms_norm, x, w, what=full, **kw)
+            out = call(rms_norm, x, w, what=full, hints=RMS_HINTS, **kw)
         expected = ref_rms_norm(x, w, 1e-6 if eps is None else eps)
         n += 1
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(x.shape):
@@ -315,6 +426,7 @@ def check_rms_norm(rms_norm) -> None:
         if not near(out, expected, tol):
             bug = diagnose(out, RMS_BUGS, x, w, 1e-6 if eps is None else eps, expected=expected,
                            match=lambda a, b, tol=tol: near(a, b, tol))
+            bug = bug or (B_LOW_PRECISION if near(out, expected, 1e-2) else None)
             raise failure(full, show(expected), show(out), bug,
                           hint=t("y = x / √(mean(x², 最后一维) + eps) · weight", "y = x / √(mean(x², last axis) + eps) · weight"))
         if out.dtype != x.dtype or not torch.equal(x, x_before):
@@ -349,6 +461,7 @@ def _linear(m, name, d_in, d_out, what):
     if tuple(lin.weight.shape) != (d_out, d_in):
         raise failure(t(f"{what}：self.{name}.weight 的形状", f"{what}: shape of self.{name}.weight"),
                       str((d_out, d_in)), str(tuple(lin.weight.shape)),
+                      B_LINEAR_ARGS if tuple(lin.weight.shape) == (d_in, d_out) else None,
                       hint=t(f"nn.Linear({d_in}, {d_out}, bias=False)", f"nn.Linear({d_in}, {d_out}, bias=False)"))
     if lin.bias is not None:
         raise failure(t(f"{what}：self.{name}.bias", f"{what}: self.{name}.bias"), "None",
@@ -384,6 +497,8 @@ def check_swiglu(SwiGLU) -> None:
         n += 1
         if not near(out, expected):
             bug = diagnose(out, SWIGLU_BUGS, x, gate.weight, up.weight, down.weight, expected=expected, match=near)
+            if isinstance(out, torch.Tensor) and out.shape[-1] == d_ff != d:
+                bug = B_NO_DOWN
             raise failure(t(f"{label}：输入 {tuple(x.shape)}，float64", f"{label}: input {tuple(x.shape)}, float64"),
                           show(expected), show(out), bug, hint="down(silu(gate(x)) * up(x))")
         theirs = bridge.hf_mlp(d, d_ff, gate.weight, up.weight, down.weight)(x)
@@ -413,20 +528,16 @@ def check_repeat_kv(repeat_kv) -> None:
         x = torch.randn(B, n_kv, N, d_k, generator=gen, dtype=torch.float64)
         full = t(f"{what}(x, n_rep={n_rep})，x 的形状 (B={B}, n_kv_head={n_kv}, N={N}, d_k={d_k})",
                  f"{what}(x, n_rep={n_rep}), x of shape (B={B}, n_kv_head={n_kv}, N={N}, d_k={d_k})")
-        out = call(repeat_kv, x.clone(), n_rep, what=full)
+        out = call(repeat_kv, x.clone(), n_rep, what=full, hints=REPEAT_HINTS)
         expected = ref_repeat_kv(x, n_rep)
         n += 1
         want = (B, n_kv * n_rep, N, d_k)
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
             got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-            hint = None
-            if isinstance(out, torch.Tensor) and tuple(out.shape) == (B, n_kv, n_rep, N, d_k):
-                hint = t("形状是 (B, n_kv, n_rep, N, d_k)：还要 reshape 把 n_kv 和 n_rep 合并。",
-                         "the shape is (B, n_kv, n_rep, N, d_k): reshape to fuse n_kv and n_rep.")
-            bug = B_TOKENS if isinstance(out, torch.Tensor) and tuple(out.shape) == (B, n_kv, N * n_rep, d_k) else None
+            bug, hint = _repeat_shape_bug(out, B, n_kv, N, d_k, n_rep)
             raise failure(t(f"{full}：输出形状", f"{full}: output shape"), str(want), str(got), bug, hint)
         if not close(out, expected, atol=0, rtol=0):
-            bug = diagnose(out, [B_TILE, B_TOKENS], x, n_rep, expected=expected)
+            bug = diagnose(out, [B_TILE, B_TOKENS, B_MIXED], x, n_rep, expected=expected)
             raise failure(full, t("输出头 i 等于 KV 头 i // n_rep", "output head i equal to KV head i // n_rep"),
                           show(out[0, :, 0, 0]), bug,
                           hint=t("输出头 i 用 KV 头 i // n_rep", "output head i uses KV head i // n_rep"))
@@ -497,7 +608,7 @@ def check_llama_attention(cls) -> None:
             got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
             raise failure(t(f"{label}：输出形状", f"{label}: output shape"), str((B, N, d)), str(got))
         if not near(out, expected):
-            bug = diagnose(out, ATT_BUGS, x, *ws, n_head, n_kv, base, expected=expected, match=near)
+            bug = diagnose(out, ATT_BUGS + [B_ROPE_BASE], x, *ws, n_head, n_kv, base, expected=expected, match=near)
             raise failure(t(f"{label}：与独立参考实现比较（最后一个位置）", f"{label}: vs an independent reference "
                             "(last position)"), show(expected[:, -1]), show(out[:, -1]), bug,
                           hint=t("q、k、v 投影 → 拆头 → q、k 上 RoPE → repeat_kv → 缩放 + 因果掩码 → softmax → 合并 → o_proj",
@@ -571,7 +682,7 @@ def _sublayer_diagnosis(m, x, wts, n_head, n_kv, eps, base, label):
               (wts["attn_norm"], eps), t("先让 rms_norm 通过它的测试。", "make rms_norm pass its test first.")),
              ("ffn", lambda z: ref_swiglu(z, wts["gate"], wts["up"], wts["down"]), SWIGLU_BUGS,
               (wts["gate"], wts["up"], wts["down"]), t("先让 SwiGLU 通过它的测试。", "make SwiGLU pass its test first.")),
-             ("attn", lambda z: ref_attention(z, wts["q"], wts["k"], wts["v"], wts["o"], n_head, n_kv, base), ATT_BUGS,
+             ("attn", lambda z: ref_attention(z, wts["q"], wts["k"], wts["v"], wts["o"], n_head, n_kv, base), ATT_BUGS + [B_ROPE_BASE],
               (wts["q"], wts["k"], wts["v"], wts["o"], n_head, n_kv, base),
               t("先让 LlamaAttention 通过它的测试。", "make LlamaAttention pass its test first."))]
     for name, ref, bugs, args, fix in parts:
@@ -611,7 +722,8 @@ def check_llama_block(cls) -> None:
             got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
             raise failure(t(f"{label}：输出形状", f"{label}: output shape"), str((B, N, d)), str(got))
         if not near(out, expected):
-            bug = diagnose(out, BLOCK_BUGS, x, wts, n_head, n_kv, eps, base, expected=expected, match=near)
+            bug = diagnose(out, BLOCK_BUGS + [B_BLOCK_BASE], x, wts, n_head, n_kv, eps, base, expected=expected,
+                           match=near)
             bug, hint = (bug, None) if bug else _sublayer_diagnosis(m, x, wts, n_head, n_kv, eps, base, label)
             raise failure(t(f"{label}：与独立参考实现比较（最后一个位置）", f"{label}: vs an independent reference (last "
                             "position)"), show(expected[:, -1]), show(out[:, -1]), bug, hint)

@@ -50,6 +50,11 @@ PAD_BUGS = [
         "the padding is put on the left (True at the end of the row): this chapter's batches are padded on "
         "the right, real tokens first and <pad> after them.",
         lambda lengths, n: torch.arange(n) >= n - lengths[:, None]),
+    Bug("padding_mask_drops_last",
+        "差一位（少了一个）：每个序列的最后一个真实 token 被当成了填充，例如 arange 从 1 开始或写成了 j < lengths[b] − 1。",
+        "off by one the other way: the last real token of every sequence is treated as padding, e.g. an arange "
+        "that starts at 1, or j < lengths[b] − 1.",
+        lambda lengths, n: torch.arange(n) < lengths[:, None] - 1),
 ]
 B_PAD_SHAPE_T = Bug("padding_mask_transposed",
                     "形状转置了：结果是 (n, B)。应为 (B, n)：每个序列一行，例如 arange(n)[None, :] < lengths[:, None]。",
@@ -76,8 +81,9 @@ def check_padding_mask(padding_mask) -> None:
             raise failure(t(f"{label}：输出形状", f"{label}: output shape"), str((B, n)), str(got), bug)
         if out.dtype != torch.bool:
             raise failure(t(f"{label}：dtype", f"{label}: dtype"), "torch.bool", str(out.dtype),
-                          hint=t("比较运算（<）直接给出 bool 张量；不要再 .float() 或 .long()。",
-                                 "a comparison (<) gives a bool tensor directly; do not call .float() or .long()."))
+                          hint=t("比较运算（<）直接给出 bool 张量；不要再 .float()、.int() 或 .long()。",
+                                 "a comparison (<) gives a bool tensor directly; do not call .float(), .int() or "
+                                 ".long()."))
         if not torch.equal(out, expected):
             bug = diagnose(out, PAD_BUGS, lens, n, expected=expected, match=lambda a, b: torch.equal(a, b))
             raise failure(label, str(expected.int().tolist()), str(out.int().tolist()), bug,
@@ -98,12 +104,12 @@ def _softmax64(s):
 
 
 def ref_cross(x, memory, w_q, w_k, w_v, memory_mask=None, *, swap=False, scale="d_k", mask_mode="keys",
-              causal=False, softmax_dim=-1):
+              causal=False, softmax_dim=-1, values="memory"):
     """Single-head cross-attention in float64; the keywords switch on known bugs."""
     x, memory, w_q, w_k, w_v = (as_f64(a) for a in (x, memory, w_q, w_k, w_v))
     if swap:
         x, memory = memory, x
-    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+    q, k, v = x @ w_q, memory @ w_k, (memory if values == "memory" else x) @ w_v
     denom = {"d_k": math.sqrt(q.shape[-1]), "d": math.sqrt(x.shape[-1]), "none": 1.0}[scale]
     s = torch.einsum("bic,bjc->bij", q, k) / denom
     allowed = torch.ones_like(s, dtype=torch.bool)
@@ -166,6 +172,11 @@ CROSS_BUGS = [
                "softmax 沿错误的维度：每个 query 的一行权重（沿源位置，dim=-1）要加起来等于 1。",
                "softmax runs over the wrong dimension: each query's row of weights (over the source positions, "
                "dim=-1) must add up to 1.", softmax_dim=-2),
+    _cross_bug("cross_values_from_x",
+               "value 也取自 x：key 和 value 都来自编码器的输出，v = memory @ w_v；权重是对源位置的，要加权的也是源位置的 value。",
+               "the values are taken from x too: keys and values both come from the encoder's output, "
+               "v = memory @ w_v; the weights are over source positions, so they average the source's values.",
+               values="x"),
 ]
 B_CROSS_MASK_SHAPE = Bug("cross_mask_on_queries",
                          "掩码的形状对不上分数 (B, n_t, n_s)：memory_mask 是 (B, n_s)，要先变成 (B, 1, n_s)"
@@ -264,6 +275,8 @@ def ref_mha(q_in, kv_in, params, key_mask=None, causal=False, mask_mode="keys"):
                              "queries": km[:, :, None]}[mask_mode]
     if causal == "inverted":
         allowed = allowed & torch.ones(n_q, n_k, dtype=torch.bool).triu(1)
+    elif causal == "strict":
+        allowed = allowed & torch.ones(n_q, n_k, dtype=torch.bool).tril(-1)
     elif causal:
         allowed = allowed & torch.ones(n_q, n_k, dtype=torch.bool).tril()
     heads = []
@@ -283,10 +296,10 @@ def _ln(x, norm):
     return (x - mu) / torch.sqrt(var + norm.eps) * w + b
 
 
-def _ffn(x, lin):
+def _ffn(x, lin, act="gelu"):
     a, b = lin
     hid = x @ as_f64(a.weight).T + as_f64(a.bias)
-    hid = 0.5 * hid * (1 + torch.erf(hid / math.sqrt(2)))
+    hid = hid.clamp(min=0) if act == "relu" else 0.5 * hid * (1 + torch.erf(hid / math.sqrt(2)))
     return hid @ as_f64(b.weight).T + as_f64(b.bias)
 
 
@@ -294,30 +307,42 @@ def _linears(m):
     return [x for x in m.ffn.modules() if isinstance(x, nn.Linear)]
 
 
-def ref_encoder(m, x, mask, *, mask_mode="keys", causal=False, post_ln=False):
+def ref_encoder(m, x, mask, *, mask_mode="keys", causal=False, post_ln=False, res_attn="x", res_ffn=True,
+                ffn_norm="norm2", act="gelu"):
+    """Pre-LN encoder layer in float64; the keywords switch on known bugs."""
     x = as_f64(x)
     att = _mha_params(m.self_attn)
     if post_ln:
         x = _ln(x + ref_mha(x, x, att, mask, causal, mask_mode), m.norm1)
         return _ln(x + _ffn(x, _linears(m)), m.norm2)
     a = _ln(x, m.norm1)
-    x = x + ref_mha(a, a, att, mask, causal, mask_mode)
-    return x + _ffn(_ln(x, m.norm2), _linears(m))
+    skip = {"x": x, "normed": a, "none": 0.0}[res_attn]
+    x = skip + ref_mha(a, a, att, mask, causal, mask_mode)
+    f = _ffn(_ln(x, getattr(m, ffn_norm)), _linears(m), act)
+    return x + f if res_ffn else f
 
 
 def ref_decoder(m, y, memory, mask, *, causal=True, mem_mode="keys", swap=False, post_ln=False, cross_causal=False,
-                norm_memory=False):
+                norm_memory=False, cross_first=False, res_cross=True):
+    """Pre-LN decoder layer in float64; the keywords switch on known bugs."""
     y, memory = as_f64(y), as_f64(memory)
     sa, ca = _mha_params(m.self_attn), _mha_params(m.cross_attn)
     if post_ln:
         y = _ln(y + ref_mha(y, y, sa, None, causal), m.norm1)
         y = _ln(y + ref_mha(y, memory, ca, mask, cross_causal, mem_mode), m.norm2)
         return _ln(y + _ffn(y, _linears(m)), m.norm3)
-    a = _ln(y, m.norm1)
-    y = y + ref_mha(a, a, sa, None, causal)
-    a = _ln(y, m.norm2)
-    mem = _ln(memory, m.norm2) if norm_memory else memory
-    y = y + (ref_mha(mem, a, ca, mask) if swap else ref_mha(a, mem, ca, mask, cross_causal, mem_mode))
+
+    def self_block(y):
+        a = _ln(y, m.norm1)
+        return y + ref_mha(a, a, sa, None, causal)
+
+    def cross_block(y):
+        a = _ln(y, m.norm2)
+        mem = _ln(memory, m.norm2) if norm_memory else memory
+        out = ref_mha(mem, a, ca, mask) if swap else ref_mha(a, mem, ca, mask, cross_causal, mem_mode)
+        return y + out if res_cross else out
+
+    y = self_block(cross_block(y)) if cross_first else cross_block(self_block(y))
     return y + _ffn(_ln(y, m.norm3), _linears(m))
 
 
@@ -353,6 +378,26 @@ ENC_BUGS = [
                "写成了 Post-LN（先加残差再归一化）：本章用 Pre-LN，x = x + self_attn(norm1(x))，x = x + ffn(norm2(x))。",
                "this is Post-LN (normalise after adding the residual): the chapter uses Pre-LN, "
                "x = x + self_attn(norm1(x)), then x = x + ffn(norm2(x)).", ref_encoder, post_ln=True),
+    _layer_bug("encoder_no_ffn_residual",
+               "FFN 周围没有残差：应为 x = x + ffn(norm2(x))，少了 x + 就把注意力子层的结果整个丢掉了。",
+               "no residual around the FFN: it must be x = x + ffn(norm2(x)); without the x + the attention "
+               "sublayer's result is thrown away.", ref_encoder, res_ffn=False),
+    _layer_bug("encoder_no_attention_residual",
+               "自注意力周围没有残差：应为 x = x + self_attn(norm1(x), ...)，输入本身要一路加下去。",
+               "no residual around the self-attention: it must be x = x + self_attn(norm1(x), ...); the input "
+               "itself is carried along.", ref_encoder, res_attn="none"),
+    _layer_bug("encoder_residual_from_normed",
+               "残差加的是 norm1(x) 而不是 x：Pre-LN 里归一化只用于子层的输入，残差通路上是原始的 x。",
+               "the residual adds norm1(x) instead of x: in Pre-LN the norm only feeds the sublayer; the residual "
+               "path carries the raw x.", ref_encoder, res_attn="normed"),
+    _layer_bug("encoder_norm_reused",
+               "norm1 用了两次：FFN 之前应该用它自己的 norm2（两个 LayerNorm 各有各的参数）。",
+               "norm1 is used twice: the FFN needs its own norm2 (the two LayerNorms have separate parameters).",
+               ref_encoder, ffn_norm="norm1"),
+    _layer_bug("encoder_relu",
+               "FFN 的激活函数用了 ReLU：本章（和 torch 的对照层 activation=\"gelu\"）用的是 nn.GELU()。",
+               "the FFN uses ReLU: the chapter (and torch's reference layer, activation=\"gelu\") uses nn.GELU().",
+               ref_encoder, act="relu"),
 ]
 
 DEC_BUGS = [
@@ -391,6 +436,18 @@ DEC_BUGS = [
                "把 memory 也过了 norm2：只有 query 一侧（解码器的 y）要归一化；memory 是编码器的输出，原样作为 key 和 value。",
                "memory went through norm2 as well: only the query side (the decoder's y) is normalised; memory, "
                "the encoder's output, is used as it is for keys and values.", ref_decoder, norm_memory=True),
+    _layer_bug("decoder_cross_before_self",
+               "交叉注意力放在了自注意力之前：解码器层的顺序是 因果自注意力 → 交叉注意力 → FFN。",
+               "the cross-attention comes before the self-attention: a decoder layer runs causal self-attention, "
+               "then cross-attention, then the FFN.", ref_decoder, cross_first=True),
+    _layer_bug("decoder_causal_mask_diagonal",
+               "因果掩码差一位：把对角线也屏蔽了（triu(0) 而不是 triu(1)），位置 i 看不到它自己，位置 0 什么都看不到。",
+               "the causal mask is off by one: the diagonal is blocked too (triu(0) instead of triu(1)), so "
+               "position i cannot see itself and position 0 sees nothing.", ref_decoder, causal="strict"),
+    _layer_bug("decoder_no_cross_residual",
+               "交叉注意力周围没有残差：应为 y = y + cross_attn(norm2(y), memory, memory, ...)。",
+               "no residual around the cross-attention: it must be y = y + cross_attn(norm2(y), memory, memory, ...).",
+               ref_decoder, res_cross=False),
 ]
 
 
@@ -599,7 +656,7 @@ def _mock_model():
 
 
 def ref_greedy(model, src, lengths, max_len, bos, eos, *, feed=True, stop_eos=True, all_done=True,
-               bos_out=False, mask="real"):
+               bos_out=False, mask="real", steps=0, axis=-1, fill_eos=True):
     """Greedy decoding; the keywords switch on known bugs."""
     B, n_s = src.shape
     real = torch.arange(n_s)[None] < lengths[:, None]
@@ -607,14 +664,15 @@ def ref_greedy(model, src, lengths, max_len, bos, eos, *, feed=True, stop_eos=Tr
     memory = model.encode(src, src_mask)
     tgt = torch.full((B, 1), bos, dtype=torch.long)
     done = torch.zeros(B, dtype=torch.bool)
-    for _ in range(max_len):
+    for _ in range(max_len + steps):
         logits = model.decode(tgt if feed else tgt[:, :1], memory, src_mask)
-        nxt = logits[:, -1].argmax(-1)
-        if stop_eos:
+        nxt = logits[:, -1].argmax(-1) if axis == -1 else logits.argmax(1)[:, -1]
+        if stop_eos and fill_eos:
             nxt = torch.where(done, torch.full_like(nxt, eos), nxt)
         tgt = torch.cat([tgt, nxt[:, None]], 1)
         done = done | (nxt == eos)
-        if stop_eos and (bool(done.all()) if all_done else bool(done.any())):
+        stop = bool(done.all()) if all_done is True else bool(done[0]) if all_done == "first" else bool(done.any())
+        if stop_eos and stop:
             break
     return tgt if bos_out else tgt[:, 1:]
 
@@ -624,6 +682,14 @@ def _greedy_bug(key, zh, en, **kw):
 
 
 GREEDY_BUGS = [
+    _greedy_bug("greedy_max_len_short",
+                "max_len 差一位（少一步）：循环 range(max_len) 次，每次生成一个 token，最多生成 max_len 个。",
+                "max_len is off by one (a step short): loop range(max_len) times, one token per step, at most "
+                "max_len tokens.", steps=-1),
+    _greedy_bug("greedy_max_len_long",
+                "max_len 差一位（多一步）：最多生成 max_len 个 token，循环 range(max_len) 次就够了。",
+                "max_len is off by one (a step too many): generate at most max_len tokens; range(max_len) steps "
+                "are enough.", steps=1),
     _greedy_bug("greedy_eos_never_stops",
                 "遇到 <eos> 没有停：序列输出 <eos> 之后还在继续生成别的 token。一个序列结束后，它后面的位置都应是 eos；"
                 "所有序列都结束时就退出循环。", "decoding does not stop at <eos>: after a sequence emits <eos> it goes "
@@ -652,12 +718,26 @@ GREEDY_BUGS = [
                 "用 padding_mask(src_lengths, src.shape[1])。", "src_lengths is not used: the mask is all True, so the "
                 "encoder and the cross-attention treat <pad> as real source tokens. Use "
                 "padding_mask(src_lengths, src.shape[1]).", mask="all"),
+    _greedy_bug("greedy_argmax_wrong_axis",
+                "argmax 沿错了轴：下一个 token 是最后一个位置在词表上的 argmax，logits[:, -1].argmax(-1)，"
+                "不是沿位置轴（dim=1）取最大。", "the argmax runs over the wrong axis: the next token is the argmax "
+                "over the vocabulary at the last position, logits[:, -1].argmax(-1), not the maximum over the "
+                "positions (dim=1).", axis=1),
+    _greedy_bug("greedy_no_eos_padding",
+                "序列输出 <eos> 之后没有一直填 eos：在等别的序列结束的这几步里，它又生成了别的 token。"
+                "用 torch.where(done, eos, nxt) 把已经结束的序列固定在 eos 上。", "after a sequence emits <eos> it "
+                "is not kept at eos: while it waits for the others it produces other tokens again. Keep finished "
+                "sequences on eos with torch.where(done, eos, nxt).", fill_eos=False),
+    _greedy_bug("greedy_stops_on_first_row",
+                "只看了第 0 个序列：它输出 <eos> 时整批就停了。要等所有序列都结束（done.all()）。",
+                "only sequence 0 is watched: the whole batch stops when it emits <eos>. Wait until every sequence "
+                "has finished (done.all()).", all_done="first"),
 ]
 
 
 def _greedy_cases():
     # (label, src rows (real tokens), padded width, max_len, bos, eos)
-    yield t("三个序列在不同的步结束", "three sequences ending at different steps"), [[3, 4, 5], [7], [6, 6]], 4, 8, 1, 2
+    yield t("三个序列在不同的步结束", "three sequences ending at different steps"), [[7], [6, 5], [3, 4, 6]], 4, 8, 1, 2
     yield t("max_len 先到：截断", "max_len comes first: cut off"), [[9, 1, 5, 5], [4]], 4, 3, 0, 12
     yield t("一个序列", "a single sequence"), [[8, 8, 3]], 5, 10, 11, 5
     yield t("四个序列，填充到 6", "four sequences padded to 6"), [[3], [4, 4], [9, 3, 3], [5, 6, 7, 8]], 6, 9, 2, 1

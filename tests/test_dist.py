@@ -92,7 +92,9 @@ def test_built_notebooks_hold_only_their_language(lang):
             cjk = len(CJK.findall(cell.source))
             latin = len(LATIN_WORD.findall(re.sub(r"\$[^$]*\$|`[^`]*`", "", cell.source)))
             if lang == "en":
-                assert cjk <= 12, f"{ch} (en) cell {i} looks Chinese:\n{cell.source[:200]}"
+                # a few Chinese characters are fine (ch11 quotes Chinese numerals): more of them than
+                # English words is a cell left in Chinese
+                assert cjk <= 12 or latin >= cjk, f"{ch} (en) cell {i} looks Chinese:\n{cell.source[:200]}"
             else:
                 assert cjk > 0 or latin < 8, f"{ch} (zh) cell {i} looks English:\n{cell.source[:200]}"
 

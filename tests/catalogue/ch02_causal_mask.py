@@ -146,7 +146,7 @@ def expected_tables(number: int, causal: bool) -> list[dict]:
     st = calculator.stage(number, causal)
     return [{"name": m.name, "cols": list(m.cols),
              "rows": [[label, *(calculator.fmt(v) for v in row)] for label, row in zip(m.rows, m.values)]}
-            for m in st.matrices]
+            for m in (*st.matrices, *st.weights)]   # stage 1 also shows the fixed W_Q, W_K, W_V
 
 
 def check_stage(view, number: int, causal: bool) -> list[dict]:

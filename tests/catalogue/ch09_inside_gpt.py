@@ -230,6 +230,41 @@ def ablate_heads(model, heads, x, y):
         while handles:
             handles.pop().remove()
 '''}),
+    Variant("ok_gather_reshape", {"prev_token_score": PREV + '''    n = attn.shape[-1]
+    rows = attn[..., 1:, :]                                            # queries 1 … n-1
+    cols = torch.arange(n - 1).view(1, 1, 1, n - 1, 1).expand(*rows.shape[:-1], 1)
+    picked = rows.gather(-1, cols).squeeze(-1)                         # (L, B, H, n-1)
+    return picked.transpose(1, 2).flatten(2).mean(-1)
+''', "induction_score": IND + '''    L, B, H = attn.shape[:3]
+    total = attn.new_zeros(L, H)
+    for b in range(B):
+        for i in range(period, n):
+            total += attn[:, b, :, i, i - period + 1]
+    return total / (B * (n - period))
+''', "ablate_heads": '''def ablate_heads(model, heads, x, y):
+    H = model.config.n_head
+    chosen = {}
+    for layer, head in heads:
+        chosen.setdefault(layer, set()).add(head)
+
+    def make(hs):
+        def pre(module, args):
+            z = args[0]
+            B, n, d = z.shape
+            z = z.reshape(B, n, H, d // H).clone()
+            z[:, :, sorted(hs)] = 0
+            return (z.reshape(B, n, d),)
+        return pre
+
+    handles = [model.blocks[l].attn.c_proj.register_forward_pre_hook(make(hs)) for l, hs in chosen.items()]
+    try:
+        with torch.no_grad():
+            loss = model(x, y)[1]
+    finally:
+        for h in handles:
+            h.remove()
+    return loss.item()
+'''}),
 ]
 
 WIDGET = dict(cell="inside.head_explorer(model", labels=("层", "头", "文本", "前一个 token 得分"), ipywidgets=True,

@@ -102,6 +102,31 @@ BUGS = [
             lose=("test_rms_norm",), words=("√d",)),
     Variant("rms_uses_F_rms_norm", rms("    return F.rms_norm(x, (x.shape[-1],), weight, eps)\n"),
             lose=("test_rms_norm",), words=("从零实现",)),
+    Variant("rms_wrong_axis", rms("    return x / torch.sqrt((x ** 2).mean(dim=1, keepdim=True) + eps) * weight\n"),
+            lose=("test_rms_norm",), words=("错误的维度", "dim=-1")),
+    Variant("rms_weight_first", rms('''    h = x * weight
+    return h / torch.sqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+'''), lose=("test_rms_norm",), words=("先乘了 weight",)),
+    Variant("rms_no_eps", rms("    return x / torch.sqrt((x ** 2).mean(-1, keepdim=True)) * weight\n"),
+            lose=("test_rms_norm",), words=("没有加 eps",)),
+    Variant("rms_keepdim_missing", rms("    return x / torch.sqrt((x ** 2).mean(-1) + eps) * weight\n"),
+            lose=("test_rms_norm",), words=("keepdim=True",)),
+    Variant("rms_variance", rms("    return x / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + eps) * weight\n"),
+            lose=("test_rms_norm",), words=("方差", "不减均值")),
+    Variant("rms_variance_default", rms("    return x * torch.rsqrt(x.var(dim=-1, keepdim=True) + eps) * weight\n"),
+            lose=("test_rms_norm",), words=("方差", "d − 1")),
+    Variant("rms_weight_missing", rms("    return x / torch.sqrt((x ** 2).mean(-1, keepdim=True) + eps)\n"),
+            lose=("test_rms_norm",), words=("没有乘 weight",)),
+    Variant("rms_divides_by_d_minus_1", rms('''    d = x.shape[-1]
+    return x / torch.sqrt((x ** 2).sum(-1, keepdim=True) / (d - 1) + eps) * weight
+'''), lose=("test_rms_norm",), words=("d − 1",)),
+    Variant("rms_float16", rms('''    h = x.half()
+    h = h / torch.sqrt((h * h).mean(-1, keepdim=True) + eps)
+    return (h * weight.half()).to(x.dtype)
+'''), lose=("test_rms_norm",), words=("float16",)),
+    Variant("rms_in_place", rms('''    x /= torch.sqrt((x ** 2).mean(-1, keepdim=True) + eps)
+    return x * weight
+'''), lose=("test_rms_norm",), words=("输入被改了",)),
     # SwiGLU
     Variant("swiglu_silu_on_up", swiglu("        return self.down(self.gate(x) * F.silu(self.up(x)))\n"),
             lose=("test_swiglu", "test_llama_block"), words=("up 分支",)),
@@ -113,11 +138,58 @@ BUGS = [
             lose=("test_swiglu",), words=("bias",)),
     Variant("swiglu_sigmoid", swiglu("        return self.down(torch.sigmoid(self.gate(x)) * self.up(x))\n"),
             lose=("test_swiglu",), words=("sigmoid",)),
+    Variant("swiglu_silu_on_product", swiglu("        return self.down(F.silu(self.gate(x) * self.up(x)))\n"),
+            lose=("test_swiglu",), words=("乘积外面",)),
+    Variant("swiglu_silu_after_down", swiglu("        return F.silu(self.down(self.gate(x) * self.up(x)))\n"),
+            lose=("test_swiglu",), words=("down 的输出",)),
+    Variant("swiglu_relu", swiglu("        return self.down(torch.relu(self.gate(x)) * self.up(x))\n"),
+            lose=("test_swiglu",), words=("ReLU",)),
+    Variant("swiglu_no_activation", swiglu("        return self.down(self.gate(x) * self.up(x))\n"),
+            lose=("test_swiglu",), words=("没有经过 SiLU",)),
+    Variant("swiglu_added", swiglu("        return self.down(F.silu(self.gate(x)) + self.up(x))\n"),
+            lose=("test_swiglu",), words=("相加",)),
+    Variant("swiglu_silu_both", swiglu("        return self.down(F.silu(self.gate(x)) * F.silu(self.up(x)))\n"),
+            lose=("test_swiglu",), words=("两个分支都过了 SiLU",)),
+    Variant("swiglu_silu_sign", swiglu('''        g = self.gate(x)
+        return self.down(g / (1 + torch.exp(g)) * self.up(x))
+'''), lose=("test_swiglu",), words=("符号反了",)),
+    Variant("swiglu_down_missing", swiglu("        return F.silu(self.gate(x)) * self.up(x)\n"),
+            lose=("test_swiglu",), words=("self.down",)),
+    Variant("swiglu_linear_args_swapped", {"swiglu": SWIGLU_INIT.replace("nn.Linear(d_ff, d, bias=False)",
+                                                                        "nn.Linear(d, d_ff, bias=False)")
+                                           + "        return self.down(F.silu(self.gate(x)) * self.up(x))\n"},
+            lose=("test_swiglu",), words=("nn.Linear 的两个参数写反了",)),
     # repeat_kv
     Variant("repeat_kv_tiled", rep("    return x.repeat(1, n_rep, 1, 1)\n"),
             lose=("test_repeat_kv",), words=("i % n_kv_head", "i // n_rep")),
     Variant("repeat_kv_token_axis", rep("    return x.repeat_interleave(n_rep, dim=2)\n"),
             lose=("test_repeat_kv",), words=("dim=2",)),
+    Variant("repeat_kv_expand_outer",
+            rep("    return x[:, None].expand(B, n_rep, n_kv, N, d_k).reshape(B, n_kv * n_rep, N, d_k)\n"),
+            lose=("test_repeat_kv",), words=("i % n_kv_head",)),
+    Variant("repeat_kv_cat", rep("    return torch.cat([x] * n_rep, dim=1)\n"),
+            lose=("test_repeat_kv",), words=("i % n_kv_head", "torch.cat")),
+    Variant("repeat_kv_index_modulo", rep("    return x[:, torch.arange(n_kv * n_rep) % n_kv]\n"),
+            lose=("test_repeat_kv",), words=("i % n_kv_head",)),
+    Variant("repeat_kv_batch_axis", rep("    return x.repeat_interleave(n_rep, dim=0)\n"),
+            lose=("test_repeat_kv",), words=("batch 轴",)),
+    Variant("repeat_kv_feature_axis", rep("    return x.repeat_interleave(n_rep, dim=-1)\n"),
+            lose=("test_repeat_kv",), words=("d_k（dim=-1）",)),
+    Variant("repeat_kv_no_reshape", rep("    return x[:, :, None].expand(B, n_kv, n_rep, N, d_k)\n"),
+            lose=("test_repeat_kv",), words=("还要 reshape",)),
+    Variant("repeat_kv_view_of_expand",
+            rep("    return x[:, :, None].expand(B, n_kv, n_rep, N, d_k).view(B, n_kv * n_rep, N, d_k)\n"),
+            lose=("test_repeat_kv",), words=("改用 reshape",)),
+    Variant("repeat_kv_expand_no_new_axis", rep("    return x.expand(B, n_kv * n_rep, N, d_k)\n"),
+            lose=("test_repeat_kv",), words=("x[:, :, None]",)),
+    Variant("repeat_kv_copies_next_to_tokens",
+            rep("    return x[:, :, :, None].expand(B, n_kv, N, n_rep, d_k).reshape(B, n_kv * n_rep, N, d_k)\n"),
+            lose=("test_repeat_kv",), words=("token 轴旁边",)),
+    Variant("repeat_kv_tokens_tiled", rep("    return x.repeat(1, 1, n_rep, 1)\n"),
+            lose=("test_repeat_kv",), words=("token 轴",)),
+    Variant("repeat_kv_no_grad", rep('''    with torch.no_grad():
+        return x.repeat_interleave(n_rep, dim=1)
+'''), lose=("test_repeat_kv",), words=("断开了计算图",)),
     # LlamaAttention
     Variant("rope_on_v", att(ATT_OK.replace("q, k = apply_rope(q, pos, self.base), apply_rope(k, pos, self.base)",
                                             "q, k, v = (apply_rope(a, pos, self.base) for a in (q, k, v))")),
@@ -157,6 +229,33 @@ BUGS = [
         '            raise ValueError(f"bad shapes: d={d}, n_head={n_head}, n_kv_head={n_kv_head}")\n',
         '        assert d % n_head == 0 and n_head % n_kv_head == 0 and (d // n_head) % 2 == 0\n')),
             lose=("test_llama_attention",), words=("assert", "ValueError")),
+    Variant("attention_scaled_by_sqrt_d", att(ATT_OK.replace("/ math.sqrt(self.d_k)", "/ math.sqrt(d)")),
+            lose=("test_llama_attention",), words=("√d_k",)),
+    Variant("attention_no_mask", att(ATT_OK.replace(
+        '        s = s.masked_fill(torch.ones(N, N, dtype=torch.bool).triu(1), float("-inf"))\n', "")),
+            lose=("test_llama_attention",), words=("没有因果掩码",)),
+    Variant("attention_o_proj_unused", att(ATT_OK.replace("return self.o_proj(y.transpose(1, 2).reshape(B, N, d))",
+                                                          "return y.transpose(1, 2).reshape(B, N, d)")),
+            lose=("test_llama_attention",), words=("没有经过 o_proj",)),
+    Variant("attention_mask_after_softmax", att(ATT_OK.replace('''        s = s.masked_fill(torch.ones(N, N, dtype=torch.bool).triu(1), float("-inf"))
+        y = torch.softmax(s, dim=-1) @ v
+''', '''        p = torch.softmax(s, dim=-1).masked_fill(torch.ones(N, N, dtype=torch.bool).triu(1), 0.0)
+        y = p @ v
+''')), lose=("test_llama_attention",), words=("softmax 之后",)),
+    Variant("attention_mask_diagonal", att(ATT_OK.replace("torch.ones(N, N, dtype=torch.bool).triu(1)",
+                                                          "torch.ones(N, N, dtype=torch.bool).triu()")),
+            lose=("test_llama_attention",), words=("对角线", "triu(1)")),
+    Variant("attention_mask_reversed", att(ATT_OK.replace("torch.ones(N, N, dtype=torch.bool).triu(1)",
+                                                          "torch.ones(N, N, dtype=torch.bool).tril(-1)")),
+            lose=("test_llama_attention",), words=("掩码方向反了",)),
+    Variant("attention_softmax_dim", att(ATT_OK.replace("torch.softmax(s, dim=-1)", "torch.softmax(s, dim=-2)")),
+            lose=("test_llama_attention",), words=("dim=-1",)),
+    Variant("rope_only_q", att(ATT_OK.replace(
+        "q, k = apply_rope(q, pos, self.base), apply_rope(k, pos, self.base)", "q = apply_rope(q, pos, self.base)")),
+            lose=("test_llama_attention",), words=("k 没有旋转",)),
+    Variant("rope_base_ignored", att(ATT_OK.replace(
+        "q, k = apply_rope(q, pos, self.base), apply_rope(k, pos, self.base)", "q, k = apply_rope(q, pos), apply_rope(k, pos)")),
+            lose=("test_llama_attention",), words=("self.base",)),
     # LlamaBlock
     Variant("post_norm", block('''        x = self.attn_norm(x + self.attn(x))
         return self.ffn_norm(x + self.ffn(x))
@@ -176,6 +275,29 @@ BUGS = [
         return x + self.ffn(self.ffn_norm(x))
 ''', init=BLOCK_INIT.replace("RMSNorm(d, eps)", "nn.LayerNorm(d, eps=eps)")), lose=("test_llama_block",),
             words=("bias",)),
+    Variant("attn_residual_missing", block('''        x = self.attn(self.attn_norm(x))
+        return x + self.ffn(self.ffn_norm(x))
+'''), lose=("test_llama_block",), words=("注意力子层少了残差",)),
+    Variant("sublayers_swapped", block('''        x = x + self.ffn(self.ffn_norm(x))
+        return x + self.attn(self.attn_norm(x))
+'''), lose=("test_llama_block",), words=("顺序反了",)),
+    Variant("attn_norm_used_twice", block('''        x = x + self.attn(self.attn_norm(x))
+        return x + self.ffn(self.attn_norm(x))
+'''), lose=("test_llama_block",), words=("同一个 RMSNorm",)),
+    Variant("base_not_passed", block('''        x = x + self.attn(self.attn_norm(x))
+        return x + self.ffn(self.ffn_norm(x))
+''', init=BLOCK_INIT.replace("LlamaAttention(d, n_head, n_kv_head, base)", "LlamaAttention(d, n_head, n_kv_head)")),
+            lose=("test_llama_block",), words=("base 没有传给",)),
+    Variant("norm_after_sublayer", block('''        x = x + self.attn_norm(self.attn(x))
+        return x + self.ffn_norm(self.ffn(x))
+'''), lose=("test_llama_block",), words=("子层的输出上",)),
+    Variant("parallel_sublayers", block('''        h = x + self.attn(self.attn_norm(x))
+        return h + self.ffn(self.ffn_norm(x))
+'''), lose=("test_llama_block",), words=("并联",)),
+    Variant("block_with_buggy_ffn", {**swiglu("        return self.down(self.gate(x) * F.silu(self.up(x)))\n"),
+                                     **block('''        x = x + self.attn(self.attn_norm(x))
+        return x + self.ffn(self.ffn_norm(x))
+''')}, lose=("test_swiglu", "test_llama_block"), words=("up 分支",)),
 ]
 
 CORRECT = [
@@ -242,6 +364,14 @@ CORRECT = [
             s = torch.where(mask, s, torch.tensor(float("-inf"), dtype=s.dtype))
             outs.append(torch.softmax(s, -1) @ v[..., j * self.d_k:(j + 1) * self.d_k])
         return self.o_proj(torch.cat(outs, dim=-1))
+''')),
+    Variant("ok_repeat_unsqueeze_repeat_view", rep("    return x.unsqueeze(2).repeat(1, 1, n_rep, 1, 1).view(B, -1, N, d_k)\n")),
+    Variant("ok_attention_positions_offset", att(ATT_OK.replace("pos = torch.arange(N)", "pos = torch.arange(N) + 7"))),
+    Variant("ok_swiglu_silu_by_exp", swiglu('''        g = self.gate(x)
+        return self.down(g / (1 + torch.exp(-g)) * self.up(x))
+''')),
+    Variant("ok_rms_var_of_squares", rms('''    ms = torch.mean(torch.square(x), dim=x.dim() - 1, keepdim=True)
+    return weight * (x / (ms + eps).sqrt())
 ''')),
     # LlamaBlock
     Variant("ok_block_two_steps", block('''        h = x + self.attn(self.attn_norm(x))

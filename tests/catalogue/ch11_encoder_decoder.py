@@ -39,6 +39,14 @@ BUGS = [
             lose=("test_padding_mask",), words=("lengths.max()",)),
     Variant("pad_float", edit("padding_mask", (PAD_RET, f"({PAD_RET}).float()")),
             lose=("test_padding_mask",), words=("torch.bool",)),
+    Variant("pad_int", edit("padding_mask", (PAD_RET, f"({PAD_RET}).int()")),
+            lose=("test_padding_mask",), words=("torch.bool", ".int()")),
+    Variant("pad_transposed", edit("padding_mask", (PAD_RET, f"({PAD_RET}).T")),
+            lose=("test_padding_mask",), words=("形状转置了",)),
+    Variant("pad_left_padded", edit("padding_mask", (PAD_RET, "torch.arange(n)[None, :] >= n - lengths[:, None]")),
+            lose=("test_padding_mask",), words=("左边",)),
+    Variant("pad_from_one", edit("padding_mask", (PAD_RET, "torch.arange(1, n + 1)[None, :] < lengths[:, None]")),
+            lose=("test_padding_mask",), words=("最后一个真实 token",)),
     # cross_attention
     Variant("cross_queries_from_memory", edit("cross_attention", ("q, k, v = x @ w_q, memory @ w_k, memory @ w_v",
                                                                   "q, k, v = memory @ w_q, x @ w_k, x @ w_v")),
@@ -64,6 +72,13 @@ BUGS = [
     w = torch.softmax((q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~m, float("-inf")), -1)
     return out, w
 '''}, lose=("test_cross_attention",), words=("scaled_dot_product_attention",)),
+    Variant("cross_no_scaling", edit("cross_attention", (" / math.sqrt(q.shape[-1])", "")),
+            lose=("test_cross_attention",), words=("没有除以 √d_k",)),
+    Variant("cross_softmax_query_axis", edit("cross_attention", ("torch.softmax(scores, dim=-1)",
+                                                                 "torch.softmax(scores, dim=1)")),
+            lose=("test_cross_attention",), words=("softmax 沿错误的维度",)),
+    Variant("cross_values_from_x", edit("cross_attention", ("memory @ w_v", "x @ w_v")),
+            lose=("test_cross_attention",), words=("value 也取自 x",)),
     # EncoderLayer
     Variant("enc_mask_not_inverted_for_torch", edit("encoder_layer", ("else ~src_mask", "else src_mask")),
             lose=("test_encoder_layer",), words=("填充掩码反了", "True 表示“屏蔽”")),
@@ -78,6 +93,16 @@ BUGS = [
         "        x = self.norm1(x + self.self_attn(x, x, x, key_padding_mask=blocked, need_weights=False)[0])\n"
         "        return self.norm2(x + self.ffn(x))\n")),
             lose=("test_encoder_layer",), words=("Post-LN",)),
+    Variant("enc_no_ffn_residual", edit("encoder_layer", ("return x + self.ffn(self.norm2(x))", "return self.ffn(self.norm2(x))")),
+            lose=("test_encoder_layer",), words=("FFN 周围没有残差",)),
+    Variant("enc_no_attention_residual", edit("encoder_layer", ("x = x + self.self_attn(a, a, a, key_padding_mask=blocked, need_weights=False)[0]", "x = self.self_attn(a, a, a, key_padding_mask=blocked, need_weights=False)[0]")),
+            lose=("test_encoder_layer",), words=("自注意力周围没有残差",)),
+    Variant("enc_residual_from_normed", edit("encoder_layer", ("x = x + self.self_attn(a, a, a, key_padding_mask=blocked, need_weights=False)[0]", "x = a + self.self_attn(a, a, a, key_padding_mask=blocked, need_weights=False)[0]")),
+            lose=("test_encoder_layer",), words=("残差加的是 norm1(x)",)),
+    Variant("enc_norm_reused", edit("encoder_layer", ("return x + self.ffn(self.norm2(x))", "return x + self.ffn(self.norm1(x))")),
+            lose=("test_encoder_layer",), words=("norm1 用了两次",)),
+    Variant("enc_relu", edit("encoder_layer", ("nn.GELU()", "nn.ReLU()")),
+            lose=("test_encoder_layer",), words=("ReLU", "nn.GELU()")),
     # DecoderLayer
     Variant("dec_no_causal_mask", edit("decoder_layer", ("attn_mask=future, ", "")),
             lose=("test_decoder_layer",), words=("没有因果掩码",)),
@@ -90,6 +115,18 @@ BUGS = [
     Variant("dec_memory_normalised", edit("decoder_layer", (CROSS_CALL, CROSS_CALL.replace(
         "(a, memory, memory,", "(a, self.norm2(memory), self.norm2(memory),"))),
             lose=("test_decoder_layer",), words=("memory 也过了 norm2",)),
+    Variant("dec_cross_before_self", edit("decoder_layer", (
+        "        a = self.norm1(y)\n        y = y + self.self_attn(a, a, a, attn_mask=future, need_weights=False)[0]\n"
+        "        blocked = None if memory_mask is None else ~memory_mask\n"
+        "        a = self.norm2(y)\n        y = y + " + CROSS_CALL + "[0]\n",
+        "        blocked = None if memory_mask is None else ~memory_mask\n"
+        "        a = self.norm2(y)\n        y = y + " + CROSS_CALL + "[0]\n"
+        "        a = self.norm1(y)\n        y = y + self.self_attn(a, a, a, attn_mask=future, need_weights=False)[0]\n")),
+            lose=("test_decoder_layer",), words=("交叉注意力放在了自注意力之前",)),
+    Variant("dec_causal_diagonal", edit("decoder_layer", (CAUSAL, CAUSAL.replace("triu(1)", "triu(0)"))),
+            lose=("test_decoder_layer",), words=("对角线",)),
+    Variant("dec_no_cross_residual", edit("decoder_layer", ("y = y + " + CROSS_CALL, "y = " + CROSS_CALL)),
+            lose=("test_decoder_layer",), words=("交叉注意力周围没有残差",)),
     # greedy_decode
     Variant("greedy_eos_never_stops", edit("greedy_decode", (
         "        nxt = torch.where(done, torch.full_like(nxt, eos), nxt)\n", ""), (
@@ -106,6 +143,17 @@ BUGS = [
     Variant("greedy_ignores_lengths", edit("greedy_decode", (
         "src_mask = padding_mask(src_lengths, src.shape[1])", "src_mask = torch.ones_like(src, dtype=torch.bool)")),
             lose=("test_greedy_decode",), words=("没有用 src_lengths",)),
+    Variant("greedy_max_len_short", edit("greedy_decode", ("range(max_len)", "range(max_len - 1)")),
+            lose=("test_greedy_decode",), words=("max_len 差一位",)),
+    Variant("greedy_max_len_long", edit("greedy_decode", ("range(max_len)", "range(max_len + 1)")),
+            lose=("test_greedy_decode",), words=("max_len 差一位",)),
+    Variant("greedy_argmax_positions", edit("greedy_decode", ("[:, -1].argmax(-1)", ".argmax(1)[:, -1]")),
+            lose=("test_greedy_decode",), words=("argmax 沿错了轴",)),
+    Variant("greedy_no_eos_padding", edit("greedy_decode", (
+        "        nxt = torch.where(done, torch.full_like(nxt, eos), nxt)\n", "")),
+            lose=("test_greedy_decode",), words=("没有一直填 eos",)),
+    Variant("greedy_stops_on_first_row", edit("greedy_decode", ("if done.all():", "if done[0]:")),
+            lose=("test_greedy_decode",), words=("只看了第 0 个序列",)),
 ]
 
 CORRECT = [
@@ -121,6 +169,9 @@ CORRECT = [
     Variant("ok_pad_expand", {"padding_mask": "def padding_mask(lengths, n):\n"
                                               "    B = lengths.shape[0]\n"
                                               "    return torch.arange(n).expand(B, n) < lengths.view(-1, 1)\n"}),
+    Variant("ok_pad_float_lengths", {"padding_mask": "def padding_mask(lengths, n):\n"
+                                                     "    pos = torch.arange(n, dtype=torch.float32)\n"
+                                                     "    return pos[None, :] < lengths.float()[:, None]\n"}),
     # cross_attention
     Variant("ok_cross_einsum", {"cross_attention": '''def cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None):
     q = torch.einsum("btd,dk->btk", x, w_q)
