@@ -85,6 +85,23 @@ def _strip_markers(src: str) -> str:
     return "\n".join(l for l in src.splitlines() if l.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
 
 
+def solution_editor(chapter: str):
+    """``edit(grade_id, (old, new), ...)``: the model solution of one answer cell
+    of ``chapter`` with each (old, new) replaced exactly once, as a Variant's
+    ``replace`` dict (the catalogues write wrong answers as small edits)."""
+    nb = nbformat.read(ROOT / "source" / chapter / f"{chapter}.ipynb", as_version=4)
+    solutions = {c.metadata["nbgrader"]["grade_id"]: _strip_markers(c.source) for c in nb.cells
+                 if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code"}
+
+    def edit(grade_id: str, *pairs: tuple[str, str]) -> dict:
+        src = solutions[grade_id]
+        for old, new in pairs:
+            assert src.count(old) == 1, f"{grade_id}: {old!r} found {src.count(old)} times"
+            src = src.replace(old, new)
+        return {grade_id: src}
+    return edit
+
+
 def hidden_test_lines(source_nb) -> set[str]:
     """Lines between the hidden-test markers of a source notebook."""
     lines, inside = set(), False

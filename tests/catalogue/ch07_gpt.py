@@ -9,8 +9,7 @@ from __future__ import annotations
 import sys
 import types
 
-import nbformat
-from harness import ROOT, Variant, _strip_markers
+from harness import Variant, solution_editor
 
 # tests/test_grading_inprocess.py compiles answer cells inheriting its own
 # `from __future__ import annotations`, so GPTConfig's annotations arrive as
@@ -19,18 +18,7 @@ from harness import ROOT, Variant, _strip_markers
 # fix is compile(..., dont_inherit=True) in that shared test; see the report.)
 sys.modules.setdefault("__course__", types.ModuleType("__course__"))
 
-_NB = nbformat.read(ROOT / "source" / "ch07_gpt" / "ch07_gpt.ipynb", as_version=4)
-_SOL = {c.metadata["nbgrader"]["grade_id"]: _strip_markers(c.source) for c in _NB.cells
-        if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code"}
-
-
-def edit(grade_id: str, *pairs: tuple[str, str]) -> dict:
-    """The model solution of ``grade_id`` with each (old, new) replaced once."""
-    src = _SOL[grade_id]
-    for old, new in pairs:
-        assert src.count(old) == 1, f"{grade_id}: {old!r} found {src.count(old)} times"
-        src = src.replace(old, new)
-    return {grade_id: src}
+edit = solution_editor("ch07_gpt")
 
 
 MANUAL_ATTENTION = """mask = torch.ones(T, T).tril(diagonal=DIAG).bool()

@@ -6,21 +6,9 @@ the points of the named test cells and its feedback must name the bug in
 plain words (the zh build is graded here)."""
 from __future__ import annotations
 
-import nbformat
-from harness import ROOT, Variant, _strip_markers
+from harness import Variant, solution_editor
 
-_NB = nbformat.read(ROOT / "source" / "ch11_encoder_decoder" / "ch11_encoder_decoder.ipynb", as_version=4)
-_SOL = {c.metadata["nbgrader"]["grade_id"]: _strip_markers(c.source) for c in _NB.cells
-        if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code"}
-
-
-def edit(grade_id: str, *pairs: tuple[str, str]) -> dict:
-    """The model solution of ``grade_id`` with each (old, new) replaced once."""
-    src = _SOL[grade_id]
-    for old, new in pairs:
-        assert src.count(old) == 1, f"{grade_id}: {old!r} found {src.count(old)} times"
-        src = src.replace(old, new)
-    return {grade_id: src}
+edit = solution_editor("ch11_encoder_decoder")
 
 
 PAD_RET = "torch.arange(n, device=lengths.device)[None, :] < lengths[:, None]"
