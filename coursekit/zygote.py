@@ -48,12 +48,16 @@ PRELOAD = ("torch", "numpy", "matplotlib", "matplotlib.pyplot", "matplotlib_inli
 
 
 def preload() -> None:
-    """Import what every grading kernel imports (no code of a student's)."""
+    """Import what every grading kernel imports (no code of a student's): the
+    modules above, every course module, and the modules the release notebooks
+    of the run's chapters import (ENV_ZYGOTE_IMPORTS, e.g. transformers' LLaMA);
+    then warm up what the first cells of a notebook would pay for."""
     import importlib
     import pkgutil
 
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-    for name in PRELOAD:
+    extra = [m for m in os.environ.pop(protocol.ENV_ZYGOTE_IMPORTS, "").split(",") if m]
+    for name in (*PRELOAD, *extra):
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001  (a missing optional module costs only time)
@@ -67,6 +71,41 @@ def preload() -> None:
                 importlib.import_module(f"{pkg}.{info.name}")
             except Exception:  # noqa: BLE001
                 pass
+    warm_up()
+
+
+def warm_up() -> None:
+    """Pay once, here, a first-use cost every kernel would pay: a figure drawn
+    with the course's fonts (fonts loaded and cached). matplotlib's settings
+    are put back, so a forked kernel starts as a fresh one would.
+
+    Nothing here computes on tensors: the first real computation starts
+    PyTorch's worker threads (OpenMP, autograd), and a forked child, which
+    has none of its parent's threads, would wait for them for ever."""
+    try:
+        import io
+
+        import matplotlib
+        import matplotlib.pyplot as plt
+
+        from helpers import plots
+        with matplotlib.rc_context():
+            plots.setup()
+            fig, ax = plt.subplots(figsize=(2, 2))
+            ax.plot([0, 1], [1, 0])
+            ax.set_title("注意力 attention")
+            fig.savefig(io.BytesIO(), format="png")
+            plt.close(fig)
+    except Exception:  # noqa: BLE001  (a warm-up that fails costs only time)
+        pass
+
+
+def threads() -> int:
+    """This process's threads (the factory forks safely only with no PyTorch worker among them)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 0
 
 
 # ------------------------------------------------------------------ in the child
@@ -133,7 +172,9 @@ def _become_kernel(req: dict, sock: socket.socket, listener: socket.socket) -> N
             torch.set_num_threads(threads)
         sys.argv = [sys.executable, "-m", "ipykernel_launcher", "-f", conn_path, *options]
         from coursekit.kernel_boot import start
-        start(sys.argv[1:], key)
+        # the kernel's own options only: "-m ipykernel_launcher" would make IPython run that module
+        # in the kernel (it fails, and formatting its traceback cost 0.4 s a notebook)
+        start(["-f", conn_path, *options], key)
         os._exit(0)
     except SystemExit as exc:
         os._exit(exc.code if isinstance(exc.code, int) else 1)
@@ -220,7 +261,7 @@ def serve(sock_path: str) -> None:
     os.chmod(sock_path, 0o600)
     listener.listen(64)
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
-    print("zygote: ready", flush=True)
+    print(f"zygote: ready ({threads()} threads)", flush=True)
     kernels: dict[int, dict] = {}   # pid -> {"sock", "uid", "exit"}
     by_sock: dict[socket.socket, int] = {}
     try:

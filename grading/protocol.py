@@ -40,6 +40,7 @@ ENV_SANDBOX_UID = "COURSE_SANDBOX_UID"  # the notebook's own unprivileged uid
 ENV_SEAL_FILE = "COURSE_SEAL_FILE"      # the file holding this notebook's seal key (grader side only)
 ENV_SEAL_FD = "COURSE_SEAL_FD"          # the pipe the key travels on into a cold kernel
 ENV_ZYGOTE = "COURSE_ZYGOTE"            # the warm kernel factory's socket
+ENV_ZYGOTE_IMPORTS = "COURSE_ZYGOTE_IMPORTS"  # modules the factory imports for the run's chapters (comma-separated)
 ENV_KERNEL_THREADS = "COURSE_KERNEL_THREADS"
 ENV_CELL_TIMEOUT = "COURSE_CELL_TIMEOUT"  # read by nbgrader_config.py (nbgrader's Execute.timeout)
 # never handed to anything that runs student code

@@ -61,6 +61,25 @@ def softmax(x, dim=-1):
 """
 
 
+# a kernel that trains: backward passes, an optimizer, a multi-threaded matmul. A factory that had
+# computed anything before forking would have started PyTorch's worker threads, and this kernel,
+# forked without them, would wait for them until the cell's time limit
+TRAINER = """import torch
+lin = torch.nn.Linear(256, 256)
+opt = torch.optim.AdamW(lin.parameters(), lr=1e-3)
+for _ in range(3):
+    loss = lin(torch.randn(512, 256)).square().mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+big = torch.randn(700, 700) @ torch.randn(700, 700)
+print('trained', torch.isfinite(loss).item(), tuple(big.shape))
+def softmax(x, dim=-1):
+    e = torch.exp(x - x.max(dim=dim, keepdim=True).values)
+    return e / e.sum(dim=dim, keepdim=True)
+"""
+
+
 def _course(tmp_path_factory, name: str):
     root = tmp_path_factory.mktemp(name)
     return (root, *grading_course(root, CH))
@@ -83,6 +102,7 @@ def sequential(tmp_path_factory):
     port = listener.getsockname()[1]
     submit(root, "a_leaver", CH, make_submission(rel, src, {"softmax": LEAVER}))
     submit(root, "b_snooper", CH, make_submission(rel, src, {"softmax": SNOOPER.replace("PORT", str(port))}))
+    submit(root, "c_trainer", CH, make_submission(rel, src, {"softmax": TRAINER}))
     try:
         jobs = pipeline.grade(root, jobs=1, sandbox=True, cell_timeout=30, timeout=240, quiet=True, report=False)
     finally:
@@ -97,6 +117,13 @@ def test_kernels_were_forked_from_the_warm_factory(sequential):
     assert "left uid" in _text(root, "a_leaver", "softmax")
     # the kernel gets the environment nbgrader gives it (chapters shorten their demos under autograde)
     assert "NBGRADER_EXECUTION = autograde" in _text(root, "b_snooper", "softmax")
+
+
+def test_a_forked_kernel_trains_without_waiting_for_threads_it_does_not_have(sequential):
+    root, jobs = sequential
+    assert "trained True (700, 700)" in _text(root, "c_trainer", "softmax")
+    assert jobs["c_trainer"].seconds < 20 and not jobs["c_trainer"].flags, jobs["c_trainer"]
+    assert _scores(root, "c_trainer")["test_softmax"] == 3
 
 
 def test_nothing_a_student_leaves_behind_reaches_the_next_kernel(sequential):
