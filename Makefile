@@ -38,9 +38,9 @@ release:  ## source/ -> release/
 dist:     ## the student packs, one zip per language, in dist/
 	$(PY) course.py dist
 
-# make grade [CHAPTER=ch01_attention] [STUDENT=alice]
+# make grade [CHAPTER=ch01_attention] [STUDENT=alice] [REGRADE=1]
 grade:    ## autograde submitted/, feedback, grades.csv, class report
-	$(PY) course.py grade $(if $(CHAPTER),--chapter $(CHAPTER)) $(if $(STUDENT),--student $(STUDENT))
+	$(PY) course.py grade $(if $(CHAPTER),--chapter $(CHAPTER)) $(if $(STUDENT),--student $(STUDENT)) $(if $(REGRADE),--regrade)
 
 bench:    ## the benchmarks; output kept under bench/results/
 	$(PY) course.py bench

@@ -43,6 +43,7 @@ c.Execute.raise_on_iopub_timeout = False
 # failing hidden line).
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
+    "coursekit.feedback.NameExercises",
     "coursekit.feedback.HideHiddenTestTracebacks",
     "nbgrader.preprocessors.ClearHiddenTests",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",

@@ -36,7 +36,7 @@ def cmd_grade(args) -> int:
         grade.check(root=args.root or build.ROOT, chapter=args.chapter, sandbox=not args.unsandboxed)
         return 0
     jobs = grade.grade(root=args.root or build.ROOT, chapter=args.chapter, student=args.student, jobs=args.jobs,
-                       sandbox=not args.unsandboxed, timeout=args.timeout)
+                       sandbox=not args.unsandboxed, timeout=args.timeout, regrade=args.regrade)
     return 0 if all(j.ok for j in jobs) else 1
 
 
@@ -62,6 +62,8 @@ def main(argv=None) -> int:
                                   "course folder on JupyterHub")
     g.add_argument("--unsandboxed", action="store_true",
                    help="grade without bubblewrap (submissions then run with your rights)")
+    g.add_argument("--regrade", action="store_true",
+                   help="grade every notebook again, even those unchanged since they were graded")
     g.add_argument("--check", action="store_true",
                    help="only the preflight: start one graded kernel per chapter, write nothing")
     g.set_defaults(fn=cmd_grade)

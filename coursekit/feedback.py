@@ -1,7 +1,9 @@
-"""Feedback steps run by nbgrader generate_feedback (see nbgrader_config.py)."""
+"""Feedback steps run by nbgrader generate_feedback (see nbgrader_config.py),
+and the page's template (coursekit/templates/course_feedback)."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from nbgrader.preprocessors import NbGraderPreprocessor
 
@@ -34,3 +36,61 @@ class HideHiddenTestTracebacks(NbGraderPreprocessor):
                 evalue = VERDICT.sub("", ANSI.sub("", str(out.get("evalue", ""))))
                 out["traceback"] = [f"{out.get('ename', 'Error')}: {evalue}"]
         return cell, resources
+
+
+TEMPLATES = Path(__file__).parent / "templates"
+TEMPLATE = "course_feedback"
+# what a graded cell is, in the table of contents, by the chapter's language
+KINDS = {"zh": {"test": "测试", "answer": "作答（人工批改）", "task": "任务"},
+         "en": {"test": "test", "answer": "answer (graded by hand)", "task": "task"}}
+
+
+def toc_labels(nb) -> dict[str, str]:
+    """grade id -> its line in the feedback's table of contents: the exercise's
+    heading, what kind of cell it is and its grade id, in the chapter's language."""
+    from .export import exercise_titles
+    words = KINDS.get(nb.metadata.get("course", {}).get("lang", "zh"), KINDS["en"])
+    titles = exercise_titles(nb)
+    labels = {}
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        gid = meta.get("grade_id")
+        if gid not in titles:
+            continue
+        kind = "task" if meta.get("task") else "answer" if meta.get("solution") else "test"
+        title = titles[gid] or gid
+        labels[gid] = f"{title} · {words[kind]} ({gid})"
+    return labels
+
+
+class NameExercises(NbGraderPreprocessor):
+    """Give every graded cell its table-of-contents label (cell.metadata.course_toc)."""
+
+    def preprocess(self, nb, resources):
+        labels = toc_labels(nb)
+        for cell in nb.cells:
+            gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if gid in labels:
+                cell.metadata["course_toc"] = labels[gid]
+        return nb, resources
+
+
+def nbgrader_templates() -> Path:
+    import nbgrader
+    return Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates"
+
+
+def use_course_template(converter) -> None:
+    """Make ``converter`` (an nbgrader GenerateFeedback, after its __init__)
+    write its pages with the course's template: ours is found first, and
+    nbgrader's feedback template, which it extends, is found by its folder."""
+    from traitlets.config import Config
+    c = Config()
+    c.HTMLExporter.template_name = TEMPLATE
+    c.HTMLExporter.extra_template_basedirs = [str(TEMPLATES), str(nbgrader_templates())]
+    c.HTMLExporter.extra_template_paths = [*converter.config.HTMLExporter.get("extra_template_paths", []),
+                                           str(nbgrader_templates())]
+    converter.update_config(c)
+    names = [p if isinstance(p, str) else f"{p.__module__}.{p.__name__}" for p in converter.preprocessors]
+    if f"{__name__}.NameExercises" not in names:   # a course folder whose nbgrader_config.py predates it
+        converter.preprocessors = [NameExercises, *converter.preprocessors]

@@ -3,21 +3,28 @@
 A run is a ``Run`` (the context every step reads and writes) passed through
 an ordered list of small steps, each ``step(run) -> None``:
 
+    reuse      keep the result of every notebook nothing of whose grade changed since it was
+               graded (coursekit.reuse); only the others go on (--regrade: none is kept)
+    kernels    start the warm kernel factory (it imports torch while intake and repair run)
     intake     copy each submission to the run's scratch folder (submitted/ is never written)
     repair     fix on that copy what stock nbgrader trips over, noting each repair as a Flag
-    preflight  one graded kernel per chapter on its release notebook; on failure stop, writing nothing
-    gradebook  record the chapters' cells in the gradebook (first write of the run)
+    preflight  one graded kernel per chapter on its release notebook (chapters side by side);
+               on failure stop, writing nothing
+    gradebook  record the chapters' cells in the gradebook (first write of the run; one process)
     autograde  nbgrader autograde on the copies, one student at a time per worker, workers over the
-               cores; each kernel forked in the sandbox from a warm process that imported torch once
-               (coursekit.zygote), with the guard booted and no network; a run whose notebooks mostly
-               fail for one reason of the machine stops there
+               cores, the longest first; each kernel forked in the sandbox from a warm process that
+               imported torch once (coursekit.zygote), with the guard booted and no network; a run
+               whose notebooks mostly fail for one reason of the machine stops there
     seal check a test cell keeps its points only if each hidden check left a valid seal
-    feedback   nbgrader generate_feedback (hidden tests, tracebacks and seals removed; pending points shown)
-    export     grades.csv (nbgrader export, plus auto points and points awaiting grading)
+    feedback   nbgrader's feedback pages, one process per worker (hidden tests, tracebacks and seals
+               removed; each exercise named; pending points shown)
+    export     grades.csv (nbgrader export, plus auto points and points awaiting grading), the
+               per-exercise and LMS files, and the keys of what this run graded
     report     reports/class_report.html and the summary table, in the chapter's language
 
-Reruns are safe: a student graded twice keeps one result, and manual grades
-entered in the formgrader stay.
+Reruns are safe and cheap: a student graded twice keeps one result, manual
+grades entered in the formgrader stay, and what did not change is not graded
+again.
 """
 from __future__ import annotations
 
@@ -39,7 +46,7 @@ import nbformat
 from grading import protocol
 
 from . import intake as intake_mod
-from . import kernels, runner, seals
+from . import kernels, reuse, runner, seals
 from . import preflight as pre
 from .build import ROOT
 from .flags import Flag
@@ -56,18 +63,26 @@ BUSY_SIGNS = ("database is locked", "UniqueViolation", "duplicate key value", "I
 
 
 class Clock:
-    """Wall time per step of a grading run (printed, and kept in .grading/timings.json)."""
+    """Wall time per step of a grading run (printed, and kept in .grading/timings.json).
+    A part timed inside a step (waiting for the kernel factory, inside preflight)
+    is counted once, as itself: the times add up to the run's."""
 
     def __init__(self):
         self.times: dict[str, float] = {}
+        self._inner: list[float] = []   # time taken by parts timed inside each open block
 
     @contextlib.contextmanager
     def __call__(self, name: str):
         t = time.monotonic()
+        self._inner.append(0.0)
         try:
             yield
         finally:
-            self.times[name] = self.times.get(name, 0.0) + time.monotonic() - t
+            took = time.monotonic() - t
+            inner = self._inner.pop()
+            self.times[name] = self.times.get(name, 0.0) + took - inner
+            if self._inner:
+                self._inner[-1] += took
 
 
 @dataclass
@@ -81,6 +96,7 @@ class Run:
     timeout: int = protocol.NOTEBOOK_TIMEOUT_S
     cell_timeout: int = protocol.CELL_TIMEOUT_S
     report: bool = True
+    regrade: bool = False            # grade everything, keeping no earlier result
     say: Callable[..., None] = print
     clock: Clock = field(default_factory=Clock)
     t0: float = field(default_factory=time.monotonic)
@@ -89,6 +105,12 @@ class Run:
     zygote: kernels.Zygote | None = None
     zygote_socket: str | None = None
     langs: dict[str, str] = field(default_factory=dict)   # chapter -> its language
+    reused: list[Job] = field(default_factory=list)         # kept as they were graded before
+    feedback_only: list[Job] = field(default_factory=list)  # kept, but their manual grades changed
+
+    @property
+    def everyone(self) -> list[Job]:
+        return self.jobs + self.feedback_only + self.reused
 
     @property
     def state(self) -> Path:
@@ -135,11 +157,38 @@ def uid(job: Job) -> int:
 
 # ------------------------------------------------------------------ the steps
 
+def step_reuse(run: Run) -> None:
+    """Sort the jobs into those to grade, those whose feedback alone is made
+    again (only their manual grades changed) and those kept as they are."""
+    rules = {"sandbox": run.sandbox, "timeout": run.timeout, "cell_timeout": run.cell_timeout}
+    keys = reuse.Keys.of(run.root, run.jobs, rules)
+    if run.regrade or not reuse.may_reuse(run.root, run.state, run.jobs):
+        for job in run.jobs:
+            job.key = keys.key(run.root, job)
+        return
+    from nbgrader.api import Gradebook
+    with Gradebook(protocol.gradebook_url(run.root), protocol.COURSE_ID) as gb:
+        run.jobs, run.feedback_only, run.reused = reuse.sort_out(run.root, run.state, gb, keys, run.jobs)
+    for job in run.feedback_only + run.reused:
+        job.flags = saved_flags(run.state, job)
+    if run.feedback_only or run.reused:
+        run.say(f"grade: {len(run.reused) + len(run.feedback_only)} notebooks unchanged since they were graded: "
+                f"their results are kept ({len(run.feedback_only)} of them get new feedback for new manual "
+                f"grades); {len(run.jobs)} to grade. --regrade grades everything again.")
+
+
+def step_kernels(run: Run) -> None:
+    """The warm kernel factory starts now (it imports torch while intake and repair run)."""
+    if run.warm and run.jobs:
+        run.zygote = kernels.Zygote(run.root, run.state, run.base, run.sandbox,
+                                    kernels.notebook_imports(run.root, run.chapters))
+
+
 def step_intake(run: Run) -> None:
     """Copy every submission to the run's scratch folder; note each chapter's language."""
     for job in run.jobs:
         intake_mod.copy_submission(run.root, run.scratch, job)
-    for ch in run.chapters:
+    for ch in sorted({j.chapter for j in run.everyone}):
         meta = seals.read(run.root / "source" / ch / f"{ch}.ipynb").metadata
         run.langs[ch] = meta.get("course", {}).get("lang", "zh")
 
@@ -150,27 +199,46 @@ def step_repair(run: Run) -> None:
 
 
 def step_preflight(run: Run) -> None:
-    """One graded kernel per chapter, exactly as a notebook will get it; stop on failure."""
+    """One graded kernel per chapter, exactly as a notebook will get it, the
+    chapters side by side over the workers; stop on the first failure."""
     if run.zygote is not None:
         with run.clock("kernel factory start (waiting)"):
             run.zygote_socket = run.zygote.wait(run.say)
-    for ch in run.chapters:
-        job = Job(ch, "_preflight")
-        run.new_key(job)
-        runtime = kernels.socket_folder(run.base, uid(job))
-        workdir = pre.workdir_for(run.base, run.root, ch)
-        if os.geteuid() == 0:
-            os.chown(workdir, uid(job), uid(job))
-        env = runner.without_grader_secrets(run.kernel_env(job, runtime))
-        why = pre.run_probe(run.state / "kernels" / "kernels", env, workdir, pre.probe_code(run.root, ch),
-                            run.log(job), str(runtime / "kernel"))
-        run.key_file(job).unlink(missing_ok=True)
-        if why is not None and run.zygote is not None and run.zygote.log.exists():
-            why += run.zygote.log.read_text(errors="replace")[-3000:]   # a forked kernel's last words
+    with cf.ThreadPoolExecutor(run.workers) as pool:
+        failures = list(pool.map(lambda ch: probe(run, ch), run.chapters))
+    for ch, why in zip(run.chapters, failures):
         if why is not None:
             kind = pre.classify(why)
             raise pre.GradingStopped(pre.message(kind if kind in pre.INFRASTRUCTURE else "kernel_start",
                                                  f"the preflight kernel of {ch}", why))
+
+
+def probe(run: Run, ch: str) -> str | None:
+    """The preflight of one chapter: None, or what went wrong."""
+    job = Job(ch, "_preflight")
+    run.new_key(job)
+    runtime = kernels.socket_folder(run.base, uid(job))
+    workdir = pre.workdir_for(run.base, run.root, ch)
+    if os.geteuid() == 0:
+        os.chown(workdir, uid(job), uid(job))
+    env = runner.without_grader_secrets(run.kernel_env(job, runtime))
+    out = run.log(job, ".result")
+    out.unlink(missing_ok=True)
+    payload = {"spec_dir": str(run.state / "kernels" / "kernels"), "env": env, "workdir": str(workdir),
+               "code": pre.probe_code(run.root, ch), "log": str(run.log(job)), "ipc_ip": str(runtime / "kernel"),
+               "out": str(out)}
+    # a process per probe: kernel clients in threads of one process take turns
+    rc = runner.run_forked("coursekit.preflight:probe_main", payload, run.root, env_with_bin(),
+                           run.log(job, ".probe.log"), timeout=120)
+    why = out.read_text(encoding="utf-8") if out.exists() else None
+    if rc != 0 or why is None:
+        probe_log = run.log(job, ".probe.log")
+        why = (probe_log.read_text(errors="replace") if probe_log.exists() else "") + f"preflight probe exit {rc}"
+    why = why or None
+    run.key_file(job).unlink(missing_ok=True)
+    if why is not None and run.zygote is not None and run.zygote.log.exists():
+        why += run.zygote.log.read_text(errors="replace")[-3000:]   # a forked kernel's last words
+    return why
 
 
 def step_gradebook(run: Run) -> None:
@@ -179,19 +247,19 @@ def step_gradebook(run: Run) -> None:
 
     Graders running at once in the same course folder take turns here:
     creating a new gradebook or its course row is not safe to do twice at once."""
+    if not run.chapters:
+        return
     with runner.one_at_a_time(run.state):
         scratch = Path(tempfile.mkdtemp(prefix="release-scratch-", dir=run.state))
+        log = run.state / "logs" / "generate_assignment.log"
         try:
-            for ch in run.chapters:
-                log = run.state / "logs" / f"generate_assignment__{ch}.log"
-                rc = runner.run_nbgrader(["generate_assignment", ch, "--force", "--log-level=ERROR",
-                                          f"--CourseDirectory.release_directory={scratch}"], run.root,
-                                         env_with_bin(), log)
-                if rc != 0:
-                    raise SystemExit(f"grade: nbgrader generate_assignment {ch} failed:\n"
-                                     f"{log.read_text(errors='replace')}")
+            rc = runner.run_forked("coursekit.batch:assignments", {"chapters": run.chapters, "release": str(scratch)},
+                                   run.root, env_with_bin(), log)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+        if rc != 0:
+            raise SystemExit(f"grade: nbgrader generate_assignment failed for {', '.join(run.chapters)}:\n"
+                             f"{log.read_text(errors='replace')}")
 
 
 def autograde_one(run: Run, job: Job) -> Job:
@@ -221,7 +289,7 @@ def autograde_one(run: Run, job: Job) -> Job:
 def step_autograde(run: Run) -> None:
     done = 0
     with cf.ThreadPoolExecutor(run.workers) as pool:
-        for fut in cf.as_completed([pool.submit(autograde_one, run, j) for j in run.jobs]):
+        for fut in cf.as_completed([pool.submit(autograde_one, run, j) for j in longest_first(run)]):
             job = fut.result()
             done += 1
             elapsed = time.monotonic() - run.t0
@@ -235,6 +303,34 @@ def step_autograde(run: Run) -> None:
     missing = [j for j in run.jobs if not run.graded_path(j).exists()]
     for job in missing:  # a notebook nbgrader could not finish is scored as empty, and says why
         score_as_empty(run, job)
+    remember_seconds(run)
+
+
+SECONDS = "seconds.json"
+
+
+def longest_first(run: Run) -> list[Job]:
+    """The jobs, those expected to take longest first (each chapter's median
+    time in earlier runs; else its source's size), so that no worker is left
+    with a long notebook while the others idle."""
+    try:
+        seen = json.loads((run.state / SECONDS).read_text())
+    except (OSError, ValueError):
+        seen = {}
+    size = {ch: (run.root / "source" / ch / f"{ch}.ipynb").stat().st_size / 1e5 for ch in run.chapters}
+    return sorted(run.jobs, key=lambda j: -float(seen.get(j.chapter, size[j.chapter])))
+
+
+def remember_seconds(run: Run) -> None:
+    try:
+        seen = json.loads((run.state / SECONDS).read_text())
+    except (OSError, ValueError):
+        seen = {}
+    for ch in run.chapters:
+        times = sorted(j.seconds for j in run.jobs if j.chapter == ch and not j.failure)
+        if times:
+            seen[ch] = round(times[len(times) // 2], 2)
+    runner.write_atomically(run.state / SECONDS, lambda tmp: tmp.write_text(json.dumps(seen, indent=1)))
 
 
 def score_as_empty(run: Run, job: Job) -> None:
@@ -276,7 +372,7 @@ def check_seals(run: Run, job: Job, gb) -> None:
     texts = seals.cell_texts(nb)
     for kind in seals.flags_from_outputs("\n".join(texts.values())):
         job.flag(kind)
-    checks = seals.expected_checks(seals.read(run.root / "source" / job.chapter / f"{job.chapter}.ipynb"))
+    checks = expected_checks(run, job.chapter)
     sub = gb.find_submission_notebook(job.chapter, job.chapter, job.student)
     bad = seals.unsealed(sub.grades, checks, texts, key)
     for grade in bad:
@@ -290,14 +386,41 @@ def check_seals(run: Run, job: Job, gb) -> None:
         job.flag("huge_output")
 
 
+def expected_checks(run: Run, chapter: str):
+    """The checks each test cell of the chapter's source must seal (read once a run)."""
+    cache = run.__dict__.setdefault("_expected_checks", {})
+    if chapter not in cache:
+        cache[chapter] = seals.expected_checks(seals.read(run.root / "source" / chapter / f"{chapter}.ipynb"))
+    return cache[chapter]
+
+
 def step_feedback(run: Run) -> None:
+    """The feedback pages of what this run graded (and of notebooks whose manual
+    grades changed), one process per worker, each making many pages."""
     from . import report as report_mod
-    for ch in run.chapters:
-        runner.run_nbgrader(["generate_feedback", ch, "--force", "--log-level=ERROR"], run.root, env_with_bin(),
-                            run.state / "logs" / f"generate_feedback__{ch}.log")
-    report_mod.mark_pending_feedback(run.root, run.chapters, run.lang)
+    todo = [j for j in by_feedback_cost(run, run.jobs + run.feedback_only) if run.graded_path(j).exists()]
+    shares = [todo[i::run.workers] for i in range(run.workers)]
+    shares = [s for s in shares if s]
+
+    def make(i_share):
+        i, share = i_share
+        log = run.state / "logs" / f"generate_feedback__{i}.log"
+        rc = runner.run_forked("coursekit.batch:feedback", {"notebooks": [(j.chapter, j.student) for j in share]},
+                               run.root, env_with_bin(), log)
+        if rc != 0:
+            run.say(f"grade: some feedback pages could not be made (see {log.relative_to(run.root)})")
+
+    with cf.ThreadPoolExecutor(max(1, len(shares))) as pool:
+        list(pool.map(make, enumerate(shares)))
+    report_mod.mark_pending_feedback(run.root, {(j.chapter, j.student) for j in todo}, run.lang)
     for job in run.jobs:  # only this run's keys: another grader may be running on other chapters
         run.key_file(job).unlink(missing_ok=True)
+
+
+def by_feedback_cost(run: Run, jobs: list[Job]) -> list[Job]:
+    """``jobs`` in the order of the feedback's cost (a chapter's size)."""
+    size = {j.chapter: (run.root / "source" / j.chapter / f"{j.chapter}.ipynb").stat().st_size for j in jobs}
+    return sorted(jobs, key=lambda j: -size[j.chapter])
 
 
 def step_export(run: Run) -> None:
@@ -315,6 +438,10 @@ def step_export(run: Run) -> None:
     with runner.one_at_a_time(run.state):
         save_flags(run.state, run.jobs)
         runner.write_atomically(run.root / "grades.csv", export)
+        if run.jobs or run.feedback_only:
+            from nbgrader.api import Gradebook
+            with Gradebook(protocol.gradebook_url(run.root), protocol.COURSE_ID) as gb:
+                reuse.keep(run.root, run.state, gb, run.jobs + run.feedback_only)
         chapters = sorted({j.chapter for j in class_jobs(run.root, run.state)})
         for path in export_mod.write_all(run.root, protocol.gradebook_url(run.root), chapters):
             run.say(f"grade: {path.relative_to(run.root)}")
@@ -326,10 +453,11 @@ def step_report(run: Run) -> None:
         with runner.one_at_a_time(run.state):
             path = report_mod.write_report(run.root, class_jobs(run.root, run.state), langs=run.langs)
         run.say(f"grade: class report {path.relative_to(run.root)}")
-    run.say(report_mod.summary_table(run.root, run.jobs, langs=run.langs))
+    run.say(report_mod.summary_table(run.root, run.everyone, langs=run.langs))
 
 
 STEPS: list[tuple[str, Callable[[Run], None]]] = [
+    ("reuse", step_reuse), ("kernels", step_kernels),
     ("intake", step_intake), ("repair", step_repair), ("preflight", step_preflight),
     ("gradebook", step_gradebook), ("autograde", step_autograde), ("seal check", step_seal_check),
     ("feedback", step_feedback), ("export", step_export), ("report", step_report)]
@@ -346,8 +474,9 @@ def run_steps(run: Run, steps=STEPS) -> None:
 def grade(root: Path = ROOT, chapter: str | None = None, student: str | None = None, jobs: int | None = None,
           sandbox: bool = True, timeout: int = protocol.NOTEBOOK_TIMEOUT_S,
           cell_timeout: int = protocol.CELL_TIMEOUT_S, report: bool = True, quiet: bool = False,
-          warm: bool = True) -> list[Job]:
-    """Grade submitted/ (all of it, or one chapter or student); returns the jobs with their flags.
+          warm: bool = True, regrade: bool = False) -> list[Job]:
+    """Grade submitted/ (all of it, or one chapter or student); returns the jobs
+    with their flags (``job.reused``: its earlier result was kept; ``regrade``: keep none).
     Raises SystemExit (GradingStopped) when the machine, not the students, is at fault."""
     root = Path(root).resolve()
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
@@ -357,10 +486,10 @@ def grade(root: Path = ROOT, chapter: str | None = None, student: str | None = N
         say("grade: nothing to grade under submitted/")
         return []
     run = Run(root, todo, sandbox=sandbox, warm=warm, workers=jobs or max(1, os.cpu_count() or 1),
-              timeout=timeout, cell_timeout=cell_timeout, report=report, say=say)
+              timeout=timeout, cell_timeout=cell_timeout, report=report, regrade=regrade, say=say)
     _prepare(run)
     try:
-        say(f"grade: {len(todo)} notebooks ({len(run.chapters)} chapters), {run.workers} workers, "
+        say(f"grade: {len(todo)} notebooks ({len({j.chapter for j in todo})} chapters), {run.workers} workers, "
             f"sandbox {'on' if sandbox else 'OFF'}, kernels {'warm (forked)' if warm else 'cold'}")
         run_steps(run)
     finally:
@@ -369,7 +498,9 @@ def grade(root: Path = ROOT, chapter: str | None = None, student: str | None = N
     times = {k: round(v, 2) for k, v in run.clock.times.items()}
     runner.write_atomically(run.state / "timings.json", lambda tmp: tmp.write_text(json.dumps(times, indent=1)))
     say("grade: where the time went: " + ", ".join(f"{k} {v:.1f} s" for k, v in run.clock.times.items()))
-    say(f"grade: done in {run.clock.times['total']:.0f} s; grades.csv, feedback/, autograded/ updated")
+    kept = f" ({len(run.reused) + len(run.feedback_only)} kept from earlier runs)" if run.reused or run.feedback_only else ""
+    say(f"grade: done in {run.clock.times['total']:.0f} s; graded {len(run.jobs)}{kept}; grades.csv, feedback/, "
+        "autograded/ updated")
     return todo
 
 
@@ -386,7 +517,7 @@ def check(root: Path = ROOT, chapter: str | None = None, sandbox: bool = True, w
         return []
     _prepare(run)
     try:
-        run_steps(run, STEPS[:3])
+        run_steps(run, [(n, f) for n, f in STEPS if n in ("kernels", "intake", "repair", "preflight")])
     finally:
         _clean_up(run)
     say(f"grade: preflight passed for {', '.join(run.chapters)}")
@@ -415,8 +546,6 @@ def _prepare(run: Run) -> None:
     run.scratch.mkdir()
     run.base = kernels.short_base()
     kernels.kernel_spec(run.state)
-    if run.warm:
-        run.zygote = kernels.Zygote(run.root, run.state, run.base, run.sandbox)
     threading.Thread(target=runner.warm_up, daemon=True).start()
 
 
@@ -440,17 +569,21 @@ def save_flags(state: Path, jobs: list[Job]) -> None:
                                 lambda tmp, data=data: tmp.write_text(data))
 
 
+def saved_flags(state: Path, job: Job) -> list[Flag]:
+    """The flags of the job's latest grading."""
+    try:
+        return [Flag.from_json(v) for v in json.loads((state / "flags" / f"{job.chapter}__{job.student}.json")
+                                                     .read_text())]
+    except (OSError, ValueError):
+        return []
+
+
 def class_jobs(root: Path, state: Path) -> list[Job]:
     """Every submission of the class with the flags of its latest grading: the
     class report covers the whole class, whichever part this run graded."""
     jobs = discover(root)
     for job in jobs:
-        saved = state / "flags" / f"{job.chapter}__{job.student}.json"
-        if saved.exists():
-            try:
-                job.flags = [Flag.from_json(v) for v in json.loads(saved.read_text())]
-            except ValueError:
-                pass
+        job.flags = saved_flags(state, job)
     return jobs
 
 

@@ -26,6 +26,8 @@ class Job:
     seconds: float = 0.0
     ok: bool = True
     failure: str | None = None   # the kind of the last autograde failure (see coursekit.preflight.CAUSES)
+    key: str | None = None       # what its grade depends on (coursekit.reuse)
+    reused: bool = False         # this run kept its earlier result
 
     def flag(self, kind: str, detail="") -> None:
         new = Flag(kind, str(detail))

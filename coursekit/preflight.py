@@ -110,6 +110,16 @@ def run_probe(spec_dir: Path, env: dict, workdir: Path, code: str, log: Path, ip
     return log.read_text(errors="replace") + text
 
 
+def probe_main(payload: dict) -> int:
+    """run_probe in a process of its own (coursekit.runner.run_forked): a kernel
+    client per process, so that the chapters' probes really run side by side.
+    What went wrong, if anything, goes to ``payload["out"]``."""
+    why = run_probe(Path(payload["spec_dir"]), payload["env"], Path(payload["workdir"]), payload["code"],
+                    Path(payload["log"]), payload["ipc_ip"])
+    Path(payload["out"]).write_text("" if why is None else why, encoding="utf-8")
+    return 0
+
+
 def _text(msg) -> str:
     c = msg.get("content", {})
     if msg.get("msg_type") == "stream":

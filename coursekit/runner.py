@@ -18,7 +18,7 @@ from grading import protocol
 _NB_PRELOAD = ["nbgrader.apps.nbgraderapp", "nbgrader.apps.autogradeapp", "nbgrader.apps.generatefeedbackapp",
                "nbgrader.apps.generateassignmentapp", "nbgrader.apps.exportapp", "nbgrader.converters",
                "nbgrader.api", "nbgrader.preprocessors", "nbconvert", "nbclient", "jupyter_client",
-               "coursekit.feedback"]
+               "coursekit.feedback", "coursekit.batch", "coursekit.warm"]
 _CTX = None
 
 
@@ -33,18 +33,22 @@ def _context():
 
 def warm_up() -> None:
     """Start the fork server now (it imports nbgrader), so that the first
-    command does not wait for it."""
+    command does not wait for it; then import nbgrader's gradebook here too
+    (the grader reads it after autograde: a second's import, done while the
+    kernel factory starts)."""
     proc = _context().Process(target=_noop)
     proc.start()
     proc.join()
+    import nbgrader.api  # noqa: F401
 
 
 def _noop() -> None:
     pass
 
 
-def _nbgrader_main(args: list[str], root: str, env: dict, log_path: str) -> None:
-    """A forked nbgrader command: its own session, output to ``log_path``."""
+def _forked_main(target: str, payload, root: str, env: dict, log_path: str) -> None:
+    """A forked command: its own session, output to ``log_path``; ``target``
+    ("module:function") is called with ``payload`` and its return is the exit code."""
     os.setsid()
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
@@ -53,11 +57,11 @@ def _nbgrader_main(args: list[str], root: str, env: dict, log_path: str) -> None
     os.chdir(root)
     os.environ.clear()
     os.environ.update(env)
-    sys.argv = ["nbgrader", *args]
     code = 0
     try:
-        from nbgrader.apps.nbgraderapp import NbGraderApp
-        NbGraderApp.launch_instance(argv=args)
+        import importlib
+        module, name = target.split(":")
+        code = getattr(importlib.import_module(module), name)(payload) or 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:  # noqa: BLE001
@@ -69,6 +73,13 @@ def _nbgrader_main(args: list[str], root: str, env: dict, log_path: str) -> None
     os._exit(code)
 
 
+def nbgrader_command(args: list[str]) -> None:
+    """``nbgrader ARGS`` in this process."""
+    from nbgrader.apps.nbgraderapp import NbGraderApp
+    sys.argv = ["nbgrader", *args]
+    NbGraderApp.launch_instance(argv=args)
+
+
 def without_grader_secrets(env: dict) -> dict:
     """An environment for code that runs student code: no gradebook address (it may hold a password)."""
     return {k: v for k, v in env.items() if k != protocol.DB_URL_ENV}
@@ -78,7 +89,13 @@ def run_nbgrader(args: list[str], root: Path, env: dict, log: Path, timeout: flo
     """Run one nbgrader command in a process forked from the warm fork server;
     returns its exit code, or None when it ran past ``timeout`` (then its whole
     process group, kernel launcher included, is killed)."""
-    proc = _context().Process(target=_nbgrader_main, args=(args, str(root), env, str(log)), daemon=False)
+    return run_forked("coursekit.runner:nbgrader_command", args, root, env, log, timeout)
+
+
+def run_forked(target: str, payload, root: Path, env: dict, log: Path, timeout: float | None = None) -> int | None:
+    """``target(payload)`` ("module:function") in a process forked from the warm
+    fork server, in ``root`` with ``env``, its output in ``log``; as run_nbgrader."""
+    proc = _context().Process(target=_forked_main, args=(target, payload, str(root), env, str(log)), daemon=False)
     proc.start()
     proc.join(timeout)
     if proc.is_alive():

@@ -144,6 +144,35 @@ def test_points_awaiting_grading_are_shown_apart_until_graded(tmp_path):
     assert "11.5/12" in summary
 
 
+def test_a_rerun_grades_only_what_changed_and_names_each_exercise_in_the_feedback(tmp_path, capsys):
+    """The first run grades both; a rerun with nothing changed runs nothing and
+    leaves every output as it was; after a late submission only that notebook
+    is graded again, and it gets the scores a first grading gives it."""
+    root = tmp_path / "course"
+    _class(root)
+    first = pipeline.grade(root, report=True)
+    assert [j.reused for j in first] == [False, False]
+    pages = {s: (root / "feedback" / s / CH / f"{CH}.html") for s in ("right", "wrong")}
+    page = pages["right"].read_text(encoding="utf-8")
+    # the table of contents names each exercise, not "Test cell" after "Test cell"
+    assert '<a href="#test_softmax">练习 1：数值稳定的 softmax（从零实现） · 测试 (test_softmax)</a>' in page, page[:3000]
+    assert ">Test cell<" not in page
+    before = {s: p.read_bytes() for s, p in pages.items()}
+    capsys.readouterr()
+    again = pipeline.grade(root, report=True)
+    out = capsys.readouterr().out
+    assert [j.reused for j in again] == [True, True]
+    assert "2 notebooks unchanged since they were graded" in out and "graded 0 (2 kept from earlier runs)" in out
+    assert "（沿用上次结果）" in out
+    assert {s: p.read_bytes() for s, p in pages.items()} == before
+    rel, src = grading_course(tmp_path / "release_copy", CH)
+    submit(root, "wrong", CH, make_submission(rel, src, None))   # a corrected, late submission
+    late = {j.student: j for j in pipeline.grade(root, report=True)}
+    assert (late["right"].reused, late["wrong"].reused) == (True, False)
+    assert auto_scores(root, CH, "wrong") == auto_scores(root, CH, "right")
+    assert pages["right"].read_bytes() == before["right"] and pages["wrong"].read_bytes() != before["wrong"]
+
+
 FORGE = r'''
 import gc, sys
 sys.path.insert(0, {code!r})

@@ -206,7 +206,7 @@ def test_outputs_grades_csv_and_class_report(graded):
     assert rows[0].startswith("assignment,") and len(rows) == 1 + len(HOSTILE) + len(BROKEN)
     report = (root / "reports" / "class_report.html").read_text(encoding="utf-8")
     # flags are shown in the chapter's language (zh here)
-    assert "data:image/png;base64," in report and "Flagged submissions" in report
+    assert "<svg class='chart'" in report and "score distribution" in report and "Flagged submissions" in report
     assert Flag("tampering").render("zh") in report and Flag("tampering").render("en") not in report
 
 
@@ -234,7 +234,9 @@ def test_rerun_keeps_one_result_and_manual_grades(graded):
         g = gb.find_grade("derivation", CH, CH, "good")
         g.manual_score = 2.5
         gb.db.commit()
-    pipeline.grade(root, student="good", sandbox=True, quiet=True, report=False)
+    # graded again (not kept from the first run): autograde must leave the manual grade alone
+    again = pipeline.grade(root, student="good", sandbox=True, quiet=True, report=False, regrade=True)
+    assert [j.reused for j in again] == [False]
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
         assert gb.find_grade("derivation", CH, CH, "good").score == 2.5
         assert len([s for s in gb.find_student("good").submissions]) == 1

@@ -291,8 +291,8 @@ def test_probe_runs_the_release_notebooks_first_cell_and_imports_the_checks(cour
 
 def test_the_steps_run_in_their_documented_order():
     names = [n for n, _ in pipeline.STEPS]
-    assert names == ["intake", "repair", "preflight", "gradebook", "autograde", "seal check", "feedback", "export",
-                     "report"]
+    assert names == ["reuse", "kernels", "intake", "repair", "preflight", "gradebook", "autograde", "seal check",
+                     "feedback", "export", "report"]
     assert names.index("preflight") < names.index("gradebook"), "the gradebook is touched only after preflight"
     seen = []
     run = pipeline.Run(Path("/nonexistent"), [], say=lambda *a: None)
@@ -383,3 +383,138 @@ def test_an_environment_below_a_folder_others_cannot_enter_is_bound_back_through
     os.chmod(private, 0o755)
     args = sandbox.bwrap_args(str(tmp_path / "course"), str(tmp_path), None)
     assert str(private) not in [args[i + 1] for i, a in enumerate(args) if a == "--tmpfs"]
+
+
+# ------------------------------------------------------------------ reruns grade only what changed
+
+class _FakeGradebook:
+    """What coursekit.reuse reads of a gradebook: each submission's manual grades and comments."""
+
+    def __init__(self):
+        self.manual = {}   # (chapter, student) -> manual score of the derivation cell
+
+    def find_submission_notebook(self, notebook, assignment, student):
+        if (assignment, student) not in self.manual:
+            raise KeyError("MissingEntry")
+        cell = SimpleNamespace(name="derivation", manual_score=self.manual[(assignment, student)], extra_credit=None)
+        return SimpleNamespace(grades=[cell], comments=[SimpleNamespace(name="derivation", manual_comment=None)])
+
+
+def _graded_class(root: Path, rel, src, students=("s0", "s1")):
+    """Two submissions with their graded notebook, feedback page and gradebook rows, as a run leaves them."""
+    from coursekit import reuse
+    gb = _FakeGradebook()
+    for s in students:
+        _submit(root, s, make_submission(rel, src, None))
+        job = intake.Job(CH, s)
+        for path in (reuse.graded_path(root, job), reuse.feedback_path(root, job)):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("{}")
+        gb.manual[(CH, s)] = None
+    return gb
+
+
+def _sort(root: Path, gb, rules=None):
+    from coursekit import reuse
+    jobs = intake.discover(root)
+    keys = reuse.Keys.of(root, jobs, rules or {"timeout": 600})
+    todo, feedback_only, reused = reuse.sort_out(root, root / ".grading", gb, keys, jobs)
+    return ([j.student for j in todo], [j.student for j in feedback_only], [j.student for j in reused]), jobs
+
+
+def _keep_all(root: Path, gb, rules=None):
+    from coursekit import reuse
+    (root / ".grading").mkdir(exist_ok=True)
+    jobs = intake.discover(root)
+    keys = reuse.Keys.of(root, jobs, rules or {"timeout": 600})
+    for job in jobs:
+        job.key = keys.key(root, job)
+    return reuse.keep(root, root / ".grading", gb, jobs)
+
+
+def test_a_result_is_kept_only_while_nothing_it_depends_on_changed(course):
+    root, rel, src = course
+    gb = _graded_class(root, rel, src)
+    assert _sort(root, gb)[0] == (["s0", "s1"], [], []), "nothing recorded yet: everything is graded"
+    assert _keep_all(root, gb) == 2
+    assert _sort(root, gb)[0] == ([], [], ["s0", "s1"])
+    # a late submission: only its student is graded again
+    nb = make_submission(rel, src, {"softmax": "def softmax(x, dim=-1):\n    return x\n"})
+    nbformat.write(nb, root / "submitted" / "s1" / CH / f"{CH}.ipynb")
+    assert _sort(root, gb)[0] == (["s1"], [], ["s0"])
+    _keep_all(root, gb)
+    # any file of the submission folder counts (a timestamp.txt moves lateness)
+    (root / "submitted" / "s0" / CH / "timestamp.txt").write_text("2026-12-01 10:00:00")
+    assert _sort(root, gb)[0] == (["s0"], [], ["s1"])
+    _keep_all(root, gb)
+    # the run's rules (a new time limit) and the chapter's source change every key
+    assert _sort(root, gb, {"timeout": 60})[0] == (["s0", "s1"], [], [])
+    src_path = root / "source" / CH / f"{CH}.ipynb"
+    src_path.write_text(src_path.read_text().replace("softmax", "softmax ", 1))
+    assert _sort(root, gb)[0] == (["s0", "s1"], [], [])
+
+
+def test_changed_grading_code_or_missing_outputs_grade_again(course):
+    from coursekit import reuse
+    root, rel, src = course
+    gb = _graded_class(root, rel, src)
+    _keep_all(root, gb)
+    (root / "helpers").mkdir()
+    (root / "helpers" / "extra.py").write_text("X = 1\n")   # the course folder's own helpers changed
+    assert _sort(root, gb)[0] == (["s0", "s1"], [], [])
+    _keep_all(root, gb)
+    reuse.feedback_path(root, intake.Job(CH, "s0")).unlink()          # a feedback page was deleted
+    del gb.manual[(CH, "s1")]                                          # a gradebook that lost a student
+    assert _sort(root, gb)[0] == (["s0", "s1"], [], [])
+
+
+def test_new_manual_grades_make_new_feedback_without_grading_again(course):
+    root, rel, src = course
+    gb = _graded_class(root, rel, src)
+    _keep_all(root, gb)
+    gb.manual[(CH, "s1")] = 2.0    # an instructor graded s1's derivation in the formgrader
+    (todo, feedback_only, reused), jobs = _sort(root, gb)
+    assert (todo, feedback_only, reused) == ([], ["s1"], ["s0"])
+    assert all(j.reused for j in jobs)
+
+
+def test_a_result_after_a_machine_failure_is_not_kept(course):
+    from coursekit import reuse
+    root, rel, src = course
+    gb = _graded_class(root, rel, src)
+    (root / ".grading").mkdir()
+    jobs = intake.discover(root)
+    keys = reuse.Keys.of(root, jobs, {})
+    for job in jobs:
+        job.key = keys.key(root, job)
+    jobs[0].flag("scored_empty", "kernel_died")
+    assert reuse.keep(root, root / ".grading", gb, jobs) == 1
+    assert not reuse.record_path(root / ".grading", jobs[0]).exists()
+    assert reuse.record_path(root / ".grading", jobs[1]).exists()
+
+
+def test_a_new_gradebook_gets_the_schema_revision_alembic_itself_reports():
+    """coursekit.warm reads the newest migration in-process instead of starting `alembic heads`."""
+    import subprocess
+
+    import nbgrader.api
+
+    from coursekit import warm
+    ini_of = nbgrader.api._temp_alembic_ini
+    with ini_of("sqlite:////tmp/gradebook.db") as ini:
+        out = subprocess.run([str(Path(sys.executable).parent / "alembic"), "-c", ini, "heads"], capture_output=True,
+                             text=True, check=True).stdout
+    assert warm.alembic_head() == out.split()[0] and len(out.split()[0]) >= 8
+    assert nbgrader.api.get_alembic_version is warm.alembic_head
+
+
+def test_the_environment_key_is_what_is_installed_not_what_sys_path_holds_now(monkeypatch):
+    """Importing setuptools puts its vendored packages on sys.path mid-run; the
+    key of the environment must not move with it (every result would be graded again)."""
+    import setuptools
+
+    from coursekit import reuse
+    before = reuse.environment_digest()
+    vendored = Path(setuptools.__file__).parent / "_vendor"
+    monkeypatch.setattr(sys, "path", [*sys.path, str(vendored)])
+    assert vendored.is_dir() and reuse.environment_digest() == before
