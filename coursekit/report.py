@@ -1,7 +1,7 @@
 """The class report: what the instructor should re-teach.
 
 Reads the gradebook and the autograded notebooks; writes
-reports/class_report.html (plots embedded) with the score distribution per
+reports/class_report.html (charts drawn inline) with the score distribution per
 chapter, the pass rate per exercise, the most frequent diagnosed bugs per
 exercise (read from the checks' ``[bug:KEY]`` tokens), the points awaiting
 grading, and the submissions the grader flagged (in the chapter's language).
@@ -10,10 +10,8 @@ added to grades.csv and the feedback pages.
 """
 from __future__ import annotations
 
-import base64
 import collections
 import html
-import io
 import os
 from pathlib import Path
 
@@ -36,7 +34,7 @@ def collect(root: Path, jobs) -> dict:
     scores[chapter][student] = (score, max_score, points awaiting grading)
     cells[(chapter, grade id)][student] = (score, max_score, awaiting grading?)"""
     data = {"scores": collections.defaultdict(dict), "cells": collections.defaultdict(dict),
-            "bugs": collections.defaultdict(collections.Counter), "flags": {}}
+            "bugs": collections.defaultdict(collections.Counter), "flags": {}, "said": {}}
     with _gradebook(root) as gb:
         for job in jobs:
             data["flags"][(job.student, job.chapter)] = list(job.flags)
@@ -53,25 +51,33 @@ def collect(root: Path, jobs) -> dict:
     for job in jobs:
         path = root / "autograded" / job.student / job.chapter / f"{job.chapter}.ipynb"
         if path.exists():
-            _count_bugs(nbformat.read(path, as_version=4), job.chapter, data["bugs"])
+            _count_bugs(nbformat.read(path, as_version=4), job.chapter, data["bugs"], data["said"])
     return data
 
 
-def _count_bugs(nb, chapter: str, bugs) -> None:
+def _count_bugs(nb, chapter: str, bugs, said: dict | None = None) -> None:
+    """Count each diagnosed bug once per student and exercise; ``said`` keeps, per
+    bug, the diagnosis the student read after its token (in the chapter's language)."""
     for cell in nb.cells:
         gid = cell.metadata.get("nbgrader", {}).get("grade_id")
         if not gid:
             continue
+        seen = set()
         for o in cell.get("outputs", []):
             text = o.get("text", "") + o.get("evalue", "") + "\n".join(o.get("traceback", []))
-            for key in set(protocol.bugs_in(text)):
-                bugs[(chapter, gid)][key] += 1
+            for key in protocol.bugs_in(text):
+                if said is not None and not said.get(key):
+                    said[key] = diagnosis_after(text, key)
+                seen.add(key)
+        for key in seen:   # once per student, however many outputs name it
+            bugs[(chapter, gid)][key] += 1
 
 
-def _png(fig) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    return base64.b64encode(buf.getvalue()).decode()
+def diagnosis_after(text: str, key: str) -> str:
+    """The sentence a check printed after a bug's token (what the student was told)."""
+    i = text.find(f"[bug:{key}]")
+    line = text[i + len(key) + 6:].split("\n", 1)[0] if i >= 0 else ""
+    return protocol.VERDICT_TOKEN_RE.sub("", line).strip()
 
 
 def _rates(data, chapter: str) -> tuple[list[str], list[float], list[int]]:
@@ -87,26 +93,49 @@ def _rates(data, chapter: str) -> tuple[list[str], list[float], list[int]]:
 
 
 def _chapter_plots(data, chapter: str) -> str:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """The chapter's score distribution and pass rate per exercise, drawn as
+    inline SVG (no image files, nothing to load; the page works offline)."""
     pct = [100 * s / m for s, m, _ in data["scores"][chapter].values() if m]
+    counts = [sum(1 for p in pct if lo <= p < lo + 10 or (lo == 90 and p == 100)) for lo in range(0, 100, 10)]
     cells, rates, waiting = _rates(data, chapter)
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.2))
-    a1.hist(pct, bins=[0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100.01], color="#4c72b0")
-    a1.set_xlabel("score so far (% of points)")
-    a1.set_ylabel("students")
-    a1.set_title("score distribution")
     labels = [g + (f" ({n} awaiting grading)" if n else "") for g, n in zip(cells, waiting)]
-    a2.barh(labels, rates, color="#55a868")
-    a2.set_xlim(0, 100)
-    a2.set_xlabel("full marks (% of graded students)")
-    a2.set_title("pass rate per exercise")
-    fig.tight_layout()
-    img = f"<img src='data:image/png;base64,{_png(fig)}'/>"
-    plt.close(fig)
-    return img
+    return (f"<div class='charts'>{_histogram_svg(counts)}{_bars_svg(labels, rates)}</div>")
+
+
+def _histogram_svg(counts: list[int]) -> str:
+    w, h, left, bottom = 420, 220, 40, 40
+    top = max(counts + [1])
+    bw = (w - left - 10) / len(counts)
+    parts = [f"<svg class='chart' width='{w}' height='{h}' role='img' aria-label='score distribution'>",
+             f"<text x='{w / 2}' y='14' text-anchor='middle' font-weight='bold'>score distribution</text>"]
+    for i, n in enumerate(counts):
+        bh = (h - bottom - 24) * n / top
+        x, y = left + i * bw, h - bottom - bh
+        parts.append(f"<rect x='{x + 1:.1f}' y='{y:.1f}' width='{bw - 2:.1f}' height='{bh:.1f}' fill='#4c72b0'>"
+                     f"<title>{i * 10}–{i * 10 + 10}%: {n}</title></rect>")
+        if n:
+            parts.append(f"<text x='{x + bw / 2:.1f}' y='{y - 3:.1f}' text-anchor='middle' font-size='11'>{n}</text>")
+        parts.append(f"<text x='{x:.1f}' y='{h - bottom + 14}' font-size='10' text-anchor='middle'>{i * 10}</text>")
+    parts.append(f"<text x='{left + 10 * bw:.1f}' y='{h - bottom + 14}' font-size='10' text-anchor='middle'>100</text>")
+    parts.append(f"<line x1='{left}' y1='{h - bottom}' x2='{w - 10}' y2='{h - bottom}' stroke='#333'/>")
+    parts.append(f"<text x='{w / 2}' y='{h - 8}' text-anchor='middle' font-size='12'>score so far (% of points); "
+                 "bars: students</text></svg>")
+    return "".join(parts)
+
+
+def _bars_svg(labels: list[str], rates: list[float]) -> str:
+    row, left, w = 20, 260, 560
+    h = 44 + row * len(labels)
+    parts = [f"<svg class='chart' width='{w}' height='{h}' role='img' aria-label='pass rate per exercise'>",
+             f"<text x='{w / 2}' y='14' text-anchor='middle' font-weight='bold'>full marks (% of graded students)"
+             "</text>"]
+    for i, (label, rate) in enumerate(zip(labels, rates)):
+        y = 24 + i * row
+        bw = (w - left - 50) * rate / 100
+        parts.append(f"<text x='{left - 6}' y='{y + 13}' text-anchor='end' font-size='11'>{html.escape(label)}</text>")
+        parts.append(f"<rect x='{left}' y='{y + 2}' width='{bw:.1f}' height='{row - 5}' fill='#55a868'/>")
+        parts.append(f"<text x='{left + bw + 4:.1f}' y='{y + 13}' font-size='11'>{rate:.0f}%</text>")
+    return "".join(parts) + "</svg>"
 
 
 def _chapter_tables(data, chapter: str) -> list[str]:
@@ -116,8 +145,10 @@ def _chapter_tables(data, chapter: str) -> list[str]:
     for g in cells:
         top = data["bugs"].get((chapter, g), collections.Counter()).most_common(3)
         if top:
-            rows.append(f"<tr><td>{html.escape(g)}</td><td>" +
-                        "<br>".join(f"{html.escape(k)} × {n}" for k, n in top) + "</td></tr>")
+            said = data.get("said", {})
+            rows.append(f"<tr><td>{html.escape(g)}</td><td>" + "<br>".join(
+                f"{html.escape(said.get(k) or k)} <small>({html.escape(k)})</small> × {n}" for k, n in top)
+                + "</td></tr>")
     if rows:
         parts.append("<h3>Most frequent diagnosed bugs (re-teach these)</h3>"
                      "<table><tr><th>exercise</th><th>bug × students</th></tr>" + "".join(rows) + "</table>")
@@ -169,7 +200,13 @@ def _student_table(data, langs: dict) -> str:
             link = f"../feedback/{student}/{ch}/{ch}.html"
             cells.append(f"<td>{text}<br><a href='{html.escape(link)}'>feedback</a></td>")
         rows.append(f"<tr><th>{html.escape(student)}</th>{''.join(cells)}</tr>")
-    return ("<h2>Students</h2><table><tr><th>student</th>" + head + "</tr>" + "".join(rows) + "</table>")
+    # a course of twelve chapters is wider than the page: the table scrolls, the page does not
+    return ("<h2>Students</h2><div class='wide'><table><tr><th>student</th>" + head + "</tr>" + "".join(rows)
+            + "</table></div>")
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def _similarity_section(root: Path, chapters, top: int = 5) -> str:
@@ -203,9 +240,9 @@ def write_report(root: Path, jobs, langs: dict | None = None) -> Path:
     langs = langs or {}
     parts = ["<html><head><meta charset='utf-8'><title>Class report</title>",
              "<style>body{font-family:sans-serif;max-width:1000px;margin:auto}table{border-collapse:collapse}"
-             "td,th{border:1px solid #ccc;padding:4px 8px}th{background:#f4f4f4}.flag{color:#b00}</style>",
+             "td,th{border:1px solid #ccc;padding:4px 8px}th{background:#f4f4f4}.flag{color:#b00}.charts{display:flex;flex-wrap:wrap;gap:12px}.wide{overflow-x:auto}</style>",
              "</head><body><h1>Class report</h1>",
-             f"<p>{len({j.student for j in jobs})} students, {len(jobs)} notebooks graded.</p>"]
+             f"<p>{_count(len({j.student for j in jobs}), 'student')}, {_count(len(jobs), 'notebook')} graded.</p>"]
     from .export import titles_for
     titles = titles_for(root, sorted(data["scores"]))
     parts.append(_student_table(data, langs))
@@ -242,7 +279,10 @@ def summary_table(root: Path, jobs, langs: dict | None = None) -> str:
                 shown = score.render(lang)
             except Exception:  # noqa: BLE001 (never graded)
                 shown = "—"
-            lines.append(f"{job.student:<24} {job.chapter:<20} {shown:>12}  {render_all(job.flags, lang)}")
+            kept = (["（沿用上次结果）" if lang == "zh" else "(kept from an earlier run)"]
+                    if getattr(job, "reused", False) else [])
+            lines.append(f"{job.student:<24} {job.chapter:<20} {shown:>12}  "
+                         + "; ".join(kept + [render_all(job.flags, lang)] if job.flags else kept))
     return "\n".join(lines)
 
 
@@ -259,13 +299,17 @@ def csv_with_pending(root: Path, text: str) -> str:
         return pending.annotate_csv(text, lookup)
 
 
-def mark_pending_feedback(root: Path, chapters, lang_of) -> None:
-    """Show each feedback page's ungraded manual cells as awaiting grading."""
+def mark_pending_feedback(root: Path, notebooks, lang_of) -> None:
+    """Show the ungraded manual cells of the feedback pages of ``notebooks``
+    ((chapter, student) pairs, pages just made) as awaiting grading."""
+    by_chapter: dict[str, set[str]] = {}
+    for ch, student in notebooks:
+        by_chapter.setdefault(ch, set()).add(student)
     with _gradebook(root) as gb:
-        for ch in chapters:
+        for ch, students in sorted(by_chapter.items()):
             for student, st in pending.standings(gb, ch).items():
                 path = root / "feedback" / student / ch / f"{ch}.html"
-                if st.final or not path.exists():
+                if student not in students or st.final or not path.exists():
                     continue
                 text = path.read_text(encoding="utf-8")
                 new = pending.annotate_feedback(text, st, lang_of(ch))

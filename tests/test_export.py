@@ -212,7 +212,7 @@ def test_side_by_side_view_marks_the_shared_code_and_says_it_is_no_proof(tmp_pat
 def report_data():
     import collections
     data = {"scores": collections.defaultdict(dict), "cells": collections.defaultdict(dict),
-            "bugs": collections.defaultdict(collections.Counter), "flags": {}}
+            "bugs": collections.defaultdict(collections.Counter), "flags": {}, "said": {}}
     data["scores"][CH] = {"alice": (7.0, 10.0, 3.0), "bob": (3.0, 10.0, 0.0)}
     data["cells"][(CH, "test_softmax")] = {"alice": (3.0, 3.0, False), "bob": (3.0, 3.0, False)}
     data["cells"][(CH, "test_attention")] = {"alice": (4.0, 4.0, False), "bob": (0.0, 4.0, False)}
@@ -239,6 +239,23 @@ def test_report_rates_each_exercise_by_full_marks_and_mean():
     # a cell still awaiting grading is left out of its own difficulty, not counted as 0
     derivation = page[page.index("练习 4：推导"):].split("</tr>")[0]
     assert "0%" in derivation and "0.00 / 3" in derivation     # only bob's graded 0 counts
+
+
+def test_report_names_each_diagnosed_bug_as_the_student_was_told_it():
+    import nbformat
+
+    from coursekit import report
+    data = report_data()
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("check()", metadata={"nbgrader": {"grade_id": "test_attention"}})
+    said = "softmax 的维度不对：每一行（每个查询）的权重之和应为 1。"
+    cell.outputs = [nbformat.v4.new_output("error", ename="GradingFailure", evalue=f"x [bug:att_softmax_dim] {said}"),
+                    nbformat.v4.new_output("stream", text="[bug:att_softmax_dim] again\n")]
+    nb.cells.append(cell)
+    report._count_bugs(nb, CH, data["bugs"], data["said"])
+    assert data["bugs"][(CH, "test_attention")]["att_softmax_dim"] == 1   # once per notebook, not per output
+    page = "".join(report._chapter_tables(data, CH))
+    assert f"{said} <small>(att_softmax_dim)</small> × 1" in page
 
 
 def test_report_lists_similar_pairs_with_the_caveat(tmp_path):
