@@ -77,6 +77,7 @@ def diagnosis_after(text: str, key: str) -> str:
     """The sentence a check printed after a bug's token (what the student was told)."""
     i = text.find(f"[bug:{key}]")
     line = text[i + len(key) + 6:].split("\n", 1)[0] if i >= 0 else ""
+    line = line.split("\x1b", 1)[0].split("✗", 1)[0]   # the check's own next line may follow on it
     return protocol.VERDICT_TOKEN_RE.sub("", line).strip()
 
 

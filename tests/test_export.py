@@ -249,7 +249,8 @@ def test_report_names_each_diagnosed_bug_as_the_student_was_told_it():
     nb = nbformat.v4.new_notebook()
     cell = nbformat.v4.new_code_cell("check()", metadata={"nbgrader": {"grade_id": "test_attention"}})
     said = "softmax 的维度不对：每一行（每个查询）的权重之和应为 1。"
-    cell.outputs = [nbformat.v4.new_output("error", ename="GradingFailure", evalue=f"x [bug:att_softmax_dim] {said}"),
+    cell.outputs = [nbformat.v4.new_output("error", ename="GradingFailure",
+                                           evalue=f"x [bug:att_softmax_dim] {said}\x1b[31m✗\x1b[0m attention: n=4"),
                     nbformat.v4.new_output("stream", text="[bug:att_softmax_dim] again\n")]
     nb.cells.append(cell)
     report._count_bugs(nb, CH, data["bugs"], data["said"])
