@@ -110,7 +110,7 @@ def _histogram_svg(counts: list[int]) -> str:
     parts = [f"<svg class='chart' width='{w}' height='{h}' role='img' aria-label='score distribution'>",
              f"<text x='{w / 2}' y='14' text-anchor='middle' font-weight='bold'>score distribution</text>"]
     for i, n in enumerate(counts):
-        bh = (h - bottom - 24) * n / top
+        bh = (h - bottom - 38) * n / top   # room above the tallest bar for its count
         x, y = left + i * bw, h - bottom - bh
         parts.append(f"<rect x='{x + 1:.1f}' y='{y:.1f}' width='{bw - 2:.1f}' height='{bh:.1f}' fill='#4c72b0'>"
                      f"<title>{i * 10}–{i * 10 + 10}%: {n}</title></rect>")
