@@ -107,6 +107,7 @@ class Run:
     langs: dict[str, str] = field(default_factory=dict)   # chapter -> its language
     reused: list[Job] = field(default_factory=list)         # kept as they were graded before
     feedback_only: list[Job] = field(default_factory=list)  # kept, but their manual grades changed
+    expected: dict = field(default_factory=dict)            # chapter -> the checks its test cells seal
 
     @property
     def everyone(self) -> list[Job]:
@@ -317,8 +318,12 @@ def longest_first(run: Run) -> list[Job]:
         seen = json.loads((run.state / SECONDS).read_text())
     except (OSError, ValueError):
         seen = {}
-    size = {ch: (run.root / "source" / ch / f"{ch}.ipynb").stat().st_size / 1e5 for ch in run.chapters}
-    return sorted(run.jobs, key=lambda j: -float(seen.get(j.chapter, size[j.chapter])))
+    return sorted(run.jobs, key=lambda j: -float(seen.get(j.chapter, source_size(run, j.chapter) / 1e5)))
+
+
+def source_size(run: Run, chapter: str) -> int:
+    """A chapter's cost, roughly: the size of its source notebook."""
+    return (run.root / "source" / chapter / f"{chapter}.ipynb").stat().st_size
 
 
 def remember_seconds(run: Run) -> None:
@@ -388,17 +393,17 @@ def check_seals(run: Run, job: Job, gb) -> None:
 
 def expected_checks(run: Run, chapter: str):
     """The checks each test cell of the chapter's source must seal (read once a run)."""
-    cache = run.__dict__.setdefault("_expected_checks", {})
-    if chapter not in cache:
-        cache[chapter] = seals.expected_checks(seals.read(run.root / "source" / chapter / f"{chapter}.ipynb"))
-    return cache[chapter]
+    if chapter not in run.expected:
+        run.expected[chapter] = seals.expected_checks(seals.read(run.root / "source" / chapter / f"{chapter}.ipynb"))
+    return run.expected[chapter]
 
 
 def step_feedback(run: Run) -> None:
     """The feedback pages of what this run graded (and of notebooks whose manual
     grades changed), one process per worker, each making many pages."""
     from . import report as report_mod
-    todo = [j for j in by_feedback_cost(run, run.jobs + run.feedback_only) if run.graded_path(j).exists()]
+    todo = sorted((j for j in run.jobs + run.feedback_only if run.graded_path(j).exists()),
+                  key=lambda j: -source_size(run, j.chapter))   # the biggest pages first
     shares = [todo[i::run.workers] for i in range(run.workers)]
     shares = [s for s in shares if s]
 
@@ -415,12 +420,6 @@ def step_feedback(run: Run) -> None:
     report_mod.mark_pending_feedback(run.root, {(j.chapter, j.student) for j in todo}, run.lang)
     for job in run.jobs:  # only this run's keys: another grader may be running on other chapters
         run.key_file(job).unlink(missing_ok=True)
-
-
-def by_feedback_cost(run: Run, jobs: list[Job]) -> list[Job]:
-    """``jobs`` in the order of the feedback's cost (a chapter's size)."""
-    size = {j.chapter: (run.root / "source" / j.chapter / f"{j.chapter}.ipynb").stat().st_size for j in jobs}
-    return sorted(jobs, key=lambda j: -size[j.chapter])
 
 
 def step_export(run: Run) -> None:

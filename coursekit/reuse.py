@@ -31,8 +31,10 @@ from .intake import Job
 
 FOLDER = "reuse"
 SKIP = {"__pycache__", ".ipynb_checkpoints"}
-# flags after which a result is not kept: the next run tries again
-TRANSIENT = {"scored_empty", "not_graded", "seals_unchecked", "gradebook_busy", "autograde_failed", "kernel_died"}
+# flags after which a result is not kept: the next run tries again (a time limit may have been
+# the machine's load as much as the student's loop)
+TRANSIENT = {"scored_empty", "not_graded", "seals_unchecked", "gradebook_busy", "autograde_failed", "kernel_died",
+             "notebook_time_limit", "cell_time_limit"}
 
 
 def digest_paths(paths: list[Path]) -> str:

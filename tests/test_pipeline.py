@@ -491,6 +491,9 @@ def test_a_result_after_a_machine_failure_is_not_kept(course):
     assert reuse.keep(root, root / ".grading", gb, jobs) == 1
     assert not reuse.record_path(root / ".grading", jobs[0]).exists()
     assert reuse.record_path(root / ".grading", jobs[1]).exists()
+    jobs[1].flag("notebook_time_limit", 600)   # a loop, or a machine that was too busy: tried again next run
+    assert reuse.keep(root, root / ".grading", gb, jobs) == 0
+    assert not reuse.record_path(root / ".grading", jobs[1]).exists()
 
 
 def test_a_new_gradebook_gets_the_schema_revision_alembic_itself_reports():
@@ -508,13 +511,16 @@ def test_a_new_gradebook_gets_the_schema_revision_alembic_itself_reports():
     assert nbgrader.api.get_alembic_version is warm.alembic_head
 
 
-def test_the_environment_key_is_what_is_installed_not_what_sys_path_holds_now(monkeypatch):
+def test_the_environment_key_is_what_is_installed_not_what_sys_path_holds_now(monkeypatch, tmp_path):
     """Importing setuptools puts its vendored packages on sys.path mid-run; the
     key of the environment must not move with it (every result would be graded again)."""
-    import setuptools
+    from importlib import metadata
 
     from coursekit import reuse
     before = reuse.environment_digest()
-    vendored = Path(setuptools.__file__).parent / "_vendor"
+    vendored = tmp_path / "_vendor"
+    (vendored / "vendored_thing-1.0.dist-info").mkdir(parents=True)
+    (vendored / "vendored_thing-1.0.dist-info" / "METADATA").write_text("Name: vendored_thing\nVersion: 1.0\n")
     monkeypatch.setattr(sys, "path", [*sys.path, str(vendored)])
-    assert vendored.is_dir() and reuse.environment_digest() == before
+    assert "vendored_thing" in {d.metadata["Name"] for d in metadata.distributions()}   # on sys.path now
+    assert reuse.environment_digest() == before
