@@ -42,7 +42,8 @@ def assignments(payload: dict) -> int:
     writing the release to ``payload["release"]`` (a scratch folder)."""
     from nbgrader.converters import GenerateAssignment
     chapters = payload["chapters"]
-    sub = _app("generate_assignment", chapters[0], [f"--CourseDirectory.release_directory={payload['release']}"])
+    sub = _app("generate_assignment", chapters[0], [f"--CourseDirectory.release_directory={payload['release']}",
+                                                     *payload.get("extra", [])])
     return _each(GenerateAssignment, sub, chapters, lambda ch: {"assignment_id": ch})
 
 

@@ -17,8 +17,7 @@ def cmd_source(args) -> int:
 
 def cmd_release(args) -> int:
     names = args.chapters or build.chapters()
-    for ch in names:
-        path = release.generate_release(ch)
+    for path in release.generate_releases(names):
         print(f"release: {path.relative_to(build.ROOT)}")
     return 0
 

@@ -51,7 +51,7 @@ def _student_release(lang: str, work: Path) -> Path:
     shutil.copy(build.ROOT / "nbgrader_config.py", work / "nbgrader_config.py")
     for ch in build.chapters():
         build.write_source(ch, lang, course_root=work)
-        release.generate_release(ch, course_root=work)
+    release.generate_releases(build.chapters(), course_root=work)
     return work / "release"
 
 

@@ -65,7 +65,9 @@ def test_font_ships_with_its_licence():
     assert plots.FONT_FILE.stat().st_size < 1_000_000       # a subset, not the 16 MB font
 
 
-def _system_cjk_fonts() -> list:
+@lru_cache(maxsize=None)
+def _system_cjk_fonts() -> tuple:
+    """The installed fonts with Chinese glyphs (each font file is opened once per run)."""
     ours = str(plots.FONT_FILE)
     out = []
     for entry in font_manager.fontManager.ttflist:
@@ -74,7 +76,7 @@ def _system_cjk_fonts() -> list:
         with contextlib.suppress(Exception):
             if 0x4E00 in _cmap(entry.fname):
                 out.append(entry)
-    return out
+    return tuple(out)
 
 
 class _GlyphLog(logging.Handler):
@@ -95,7 +97,8 @@ def only_course_font():
     missing-glyph messages seen inside the block."""
     manager = font_manager.fontManager
     saved = list(manager.ttflist)
-    manager.ttflist = [f for f in saved if f not in _system_cjk_fonts()]
+    system = _system_cjk_fonts()
+    manager.ttflist = [f for f in saved if f not in system]
     font_manager._get_font.cache_clear()
     manager._findfont_cached.cache_clear()
     handler = _GlyphLog()
