@@ -104,7 +104,7 @@ def graded(tmp_path_factory):
     (d / f"{CH}.ipynb").write_text('{"cells": [ this is not json')
     before = {"source": _hash_tree(root / "source"), "release": _hash_tree(root / "release"),
               "good": _hash_tree(root / "submitted" / "good"), "submitted": _hash_tree(root / "submitted")}
-    jobs = pipeline.grade(root, sandbox=True, cell_timeout=15, timeout=240, quiet=True)
+    jobs = pipeline.grade(root, sandbox=True, cell_timeout=10, timeout=40, quiet=True)
     return root, {j.student: j for j in jobs}, before
 
 
