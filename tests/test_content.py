@@ -382,6 +382,16 @@ def test_ch07_reference_run_is_the_one_kept_in_bench_results():
         assert all(needle in t for t in text.values()), needle
 
 
+def test_ch07_head_scores_in_the_text_are_the_kept_runs():
+    kept = json.loads((ROOT / "bench" / "results" / "ch07_head_report.json").read_text())["runs"]
+    best = sorted(r["previous_character"][0][1] for r in kept)
+    baseline = kept[0]["uniform_baseline"]
+    assert all(b > 5 * baseline for b in best) and all(b < 0.8 for b in best)   # well above uniform, no clean line
+    zh, en = prose("ch07_gpt", "zh"), prose("ch07_gpt", "en")
+    assert f"分别是 {best[0]:.2f} 和 {best[1]:.2f}，远高于均匀对照（约 {baseline:.2f}）" in zh
+    assert f"gave {best[0]:.2f} and {best[1]:.2f}, far above the uniform baseline (about {baseline:.2f})" in en
+
+
 def test_ch07_recipe_reasons_match_the_training_code():
     from helpers import training
     recipe = training.COURSE_RECIPE
