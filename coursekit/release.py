@@ -5,35 +5,25 @@ import shutil
 from pathlib import Path
 
 from .build import ROOT, text_stub
-from .nbgrader_run import nbgrader
 
 
-def generate_release(chapter: str, course_root: Path = ROOT, db: bool = False) -> Path:
-    """Regenerate release/<chapter>/ from source/<chapter>/. Without ``db`` the
-    gradebook is left alone (the release itself does not depend on it)."""
-    course_root = Path(course_root)
-    dest = course_root / "release" / chapter
-    if dest.exists():
-        shutil.rmtree(dest)
-    # the hand-graded cells' stub in the chapter's language ("YOUR ANSWER HERE" is nbgrader's English)
-    args = ["generate_assignment", chapter, "--force", "--log-level=WARN",
-            f"--ClearSolutions.text_stub={text_stub(chapter, course_root)}"]
-    if not db:
-        args.append("--no-db")
-    nbgrader(args, course_root)
-    return dest / f"{chapter}.ipynb"
+def generate_release(chapter: str, course_root: Path = ROOT) -> Path:
+    """Regenerate release/<chapter>/ from source/<chapter>/ (the gradebook is left alone)."""
+    return generate_releases([chapter], course_root)[0]
 
 
 def generate_releases(chapters: list[str], course_root: Path = ROOT) -> list[Path]:
-    """generate_release for many chapters, in one nbgrader process per
-    hand-graded stub language (nbgrader's app and configuration load once,
-    not once per chapter). The gradebook is left alone."""
+    """Regenerate release/<chapter>/ for many chapters, in one nbgrader process
+    per hand-graded stub language (nbgrader's app and configuration load once,
+    not once per chapter). The gradebook is left alone: the release does not
+    depend on it."""
     from .nbgrader_run import env_with_bin
     from .runner import run_forked
 
     course_root = Path(course_root)
     by_stub: dict[str, list[str]] = {}
     for ch in chapters:
+        # the hand-graded cells' stub in the chapter's language ("YOUR ANSWER HERE" is nbgrader's English)
         by_stub.setdefault(text_stub(ch, course_root), []).append(ch)
         shutil.rmtree(course_root / "release" / ch, ignore_errors=True)
     log = course_root / ".grading" / "logs" / "release.log"

@@ -4,7 +4,7 @@ waits for; nothing else about a cell changes (helpers/run_all.py).
 The guard is first tested on small cells in an in-process IPython shell, then
 every release notebook is run top to bottom, untouched, in a real kernel, as a
 student's Run All would (ch09 is left out: its toy model trains for a minute
-whatever the student has written; it was run by hand, see the issue's note).
+whatever the student has written).
 """
 from __future__ import annotations
 
