@@ -195,20 +195,28 @@ def close_menu(page, menu) -> None:
     raise AssertionError("a menu does not close")
 
 
-def open_palette(page):
-    """The command palette's search box, visible. Ctrl+Shift+C is lost when it
-    lands while a closing menu still holds the focus: press again until it shows."""
+def palette_results(page, query: str) -> str:
+    """What the command palette lists for ``query``. The palette is a modal
+    that closes when the focus moves: Ctrl+Shift+C is lost when it lands while
+    a closing menu still holds the focus, and an open palette can close again
+    before it is typed into. So open, type and read are tried together, again
+    until the palette still shows the query when its results are read."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
     search = page.locator(".lm-CommandPalette-input")
-    for _ in range(5):
-        page.locator("#jp-main-statusbar").click()
-        page.keyboard.press("Control+Shift+C")
+    results = page.locator(".lm-CommandPalette-content")
+    for _ in range(6):
         try:
-            search.wait_for(state="visible", timeout=5_000)
-            return search
+            if not search.is_visible():
+                page.locator("#jp-main-statusbar").click()
+                page.keyboard.press("Control+Shift+C")
+                search.wait_for(state="visible", timeout=5_000)
+            search.fill(query, timeout=5_000)
+            text = results.inner_text(timeout=5_000)
+            if search.is_visible() and search.input_value(timeout=1_000) == query:
+                return text
         except PlaywrightTimeout:
             continue
-    raise AssertionError("the command palette does not open")
+    raise AssertionError("the command palette does not stay open to be searched")
 
 
 def short_exercise(workspace) -> str:
@@ -308,9 +316,7 @@ def test_zh_pack_shows_a_chinese_student_lab_without_instructor_tools(context, t
             items = visible_items(menu)
             assert items and not INSTRUCTOR_WORDS.search(" ".join(items)), (top, items)
             close_menu(page, menu)
-        search = open_palette(page)
-        search.fill("nbgrader")
-        palette = page.locator(".lm-CommandPalette-content").inner_text()
+        palette = palette_results(page, "nbgrader")
         assert not INSTRUCTOR_WORDS.search(palette), palette
         page.keyboard.press("Escape")
         tabs = " ".join(page.locator(".lm-TabBar-tab").all_inner_texts() +
