@@ -205,41 +205,32 @@ def step_preflight(run: Run) -> None:
     if run.zygote is not None:
         with run.clock("kernel factory start (waiting)"):
             run.zygote_socket = run.zygote.wait(run.say)
-    with cf.ThreadPoolExecutor(run.workers) as pool:
-        failures = list(pool.map(lambda ch: probe(run, ch), run.chapters))
-    for ch, why in zip(run.chapters, failures):
+    jobs = [Job(ch, "_preflight") for ch in run.chapters]
+    try:
+        failures = pre.run_probes([probe_request(run, job) for job in jobs], at_once=run.workers)
+    finally:
+        for job in jobs:
+            run.key_file(job).unlink(missing_ok=True)
+    for job, why in zip(jobs, failures):
         if why is not None:
+            if run.zygote is not None and run.zygote.log.exists():
+                why += run.zygote.log.read_text(errors="replace")[-3000:]   # a forked kernel's last words
             kind = pre.classify(why)
             raise pre.GradingStopped(pre.message(kind if kind in pre.INFRASTRUCTURE else "kernel_start",
-                                                 f"the preflight kernel of {ch}", why))
+                                                 f"the preflight kernel of {job.chapter}", why))
 
 
-def probe(run: Run, ch: str) -> str | None:
-    """The preflight of one chapter: None, or what went wrong."""
-    job = Job(ch, "_preflight")
+def probe_request(run: Run, job: Job) -> dict:
+    """What the preflight kernel of ``job``'s chapter is started with: its own
+    seal key, uid, socket folder and copy of the release folder."""
     run.new_key(job)
     runtime = kernels.socket_folder(run.base, uid(job))
-    workdir = pre.workdir_for(run.base, run.root, ch)
+    workdir = pre.workdir_for(run.base, run.root, job.chapter)
     if os.geteuid() == 0:
         os.chown(workdir, uid(job), uid(job))
-    env = runner.without_grader_secrets(run.kernel_env(job, runtime))
-    out = run.log(job, ".result")
-    out.unlink(missing_ok=True)
-    payload = {"spec_dir": str(run.state / "kernels" / "kernels"), "env": env, "workdir": str(workdir),
-               "code": pre.probe_code(run.root, ch), "log": str(run.log(job)), "ipc_ip": str(runtime / "kernel"),
-               "out": str(out)}
-    # a process per probe: kernel clients in threads of one process take turns
-    rc = runner.run_forked("coursekit.preflight:probe_main", payload, run.root, env_with_bin(),
-                           run.log(job, ".probe.log"), timeout=120)
-    why = out.read_text(encoding="utf-8") if out.exists() else None
-    if rc != 0 or why is None:
-        probe_log = run.log(job, ".probe.log")
-        why = (probe_log.read_text(errors="replace") if probe_log.exists() else "") + f"preflight probe exit {rc}"
-    why = why or None
-    run.key_file(job).unlink(missing_ok=True)
-    if why is not None and run.zygote is not None and run.zygote.log.exists():
-        why += run.zygote.log.read_text(errors="replace")[-3000:]   # a forked kernel's last words
-    return why
+    return {"spec_dir": run.state / "kernels" / "kernels", "workdir": workdir,
+            "env": runner.without_grader_secrets(run.kernel_env(job, runtime)),
+            "code": pre.probe_code(run.root, job.chapter), "log": run.log(job), "ipc_ip": str(runtime / "kernel")}
 
 
 def step_gradebook(run: Run) -> None:
@@ -511,7 +502,8 @@ def check(root: Path = ROOT, chapter: str | None = None, sandbox: bool = True, w
     root = Path(root).resolve()
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     _refuse_without_sandbox(sandbox, say)
-    run = Run(root, discover(root, chapter), sandbox=sandbox, warm=warm, say=say)
+    run = Run(root, discover(root, chapter), sandbox=sandbox, warm=warm, say=say,
+              workers=max(1, os.cpu_count() or 1))
     if not run.jobs:
         return []
     _prepare(run)

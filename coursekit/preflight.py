@@ -79,45 +79,62 @@ def _grading_module_exists(chapter: str) -> bool:
     return importlib.util.find_spec(f"grading.{chapter}") is not None
 
 
-def run_probe(spec_dir: Path, env: dict, workdir: Path, code: str, log: Path, ipc_ip: str,
-              timeout: float = 90) -> str | None:
+async def _probe(spec_dir: Path, env: dict, workdir: Path, code: str, log: Path, ipc_ip: str,
+                 timeout: float) -> str | None:
     """Start the graded kernel with ``env`` in ``workdir`` and run ``code``;
     None when it printed the ok line, else what went wrong (with the launcher's output)."""
-    from jupyter_client import KernelManager
+    import asyncio
+
+    from jupyter_client import AsyncKernelManager
     from jupyter_client.kernelspec import KernelSpecManager
 
-    km = KernelManager(kernel_name="python3", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(spec_dir)]),
-                       transport="ipc", ip=ipc_ip, connection_file=ipc_ip + ".json")
+    km = AsyncKernelManager(kernel_name="python3", transport="ipc", ip=ipc_ip, connection_file=ipc_ip + ".json",
+                            kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(spec_dir)]))
     out: list[str] = []
     with open(log, "w") as f:
         try:
-            km.start_kernel(env=env, cwd=str(workdir), stdout=f, stderr=f)
-            kc = km.client()
-            kc.start_channels()
-            try:
-                kc.wait_for_ready(timeout=timeout)
-                kc.execute_interactive(code, timeout=timeout, output_hook=lambda m: out.append(_text(m)))
-            finally:
-                kc.stop_channels()
+            async with asyncio.timeout(timeout):
+                await km.start_kernel(env=env, cwd=str(workdir), stdout=f, stderr=f)
+                kc = km.client()
+                kc.start_channels()
+                try:
+                    await kc.wait_for_ready(timeout=timeout)
+                    await kc.execute_interactive(code, timeout=timeout, output_hook=lambda m: out.append(_text(m)))
+                finally:
+                    kc.stop_channels()
+        except TimeoutError:
+            out.append(f"TimeoutError: the preflight kernel did not answer within {timeout:.0f} s\n")
         except Exception as exc:  # noqa: BLE001 (any failure to start or answer is the finding)
-            out.append(f"{type(exc).__name__}: {exc}")
+            out.append(f"{type(exc).__name__}: {exc}\n")
         finally:
             if km.has_kernel:
-                km.shutdown_kernel(now=True)
+                await km.shutdown_kernel(now=True)
     text = "".join(out)
     if "preflight: ok" in text:
         return None
     return log.read_text(errors="replace") + text
 
 
-def probe_main(payload: dict) -> int:
-    """run_probe in a process of its own (coursekit.runner.run_forked): a kernel
-    client per process, so that the chapters' probes really run side by side.
-    What went wrong, if anything, goes to ``payload["out"]``."""
-    why = run_probe(Path(payload["spec_dir"]), payload["env"], Path(payload["workdir"]), payload["code"],
-                    Path(payload["log"]), payload["ipc_ip"])
-    Path(payload["out"]).write_text("" if why is None else why, encoding="utf-8")
-    return 0
+def run_probes(probes: list[dict], at_once: int, timeout: float = 120) -> list[str | None]:
+    """Each probe (the keyword arguments of one chapter's kernel: ``spec_dir``,
+    ``env``, ``workdir``, ``code``, ``log``, ``ipc_ip``), at most ``at_once`` side
+    by side, in this process: the kernels start while nbgrader's fork server is
+    still importing, and need none of it. Returns None or what went wrong, per
+    probe. The event loop has a thread of its own, so that a caller that runs
+    one (an instructor's notebook) is left alone."""
+    import asyncio
+    import concurrent.futures as cf
+
+    async def all_of_them():
+        gate = asyncio.Semaphore(max(1, at_once))
+
+        async def one(p):
+            async with gate:
+                return await _probe(**p, timeout=timeout)
+        return await asyncio.gather(*(one(p) for p in probes))
+
+    with cf.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, all_of_them()).result()
 
 
 def _text(msg) -> str:

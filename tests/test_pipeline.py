@@ -287,6 +287,49 @@ def test_probe_runs_the_release_notebooks_first_cell_and_imports_the_checks(cour
     assert code.rstrip().endswith("print('preflight: ok')")
 
 
+def _plain_kernel_spec(folder: Path) -> Path:
+    """A kernel spec like the pipeline's, without the sandbox (this file needs no bubblewrap)."""
+    spec = folder / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({"argv": [sys.executable, "-m", "ipykernel_launcher", "-f",
+                                                           "{connection_file}"], "language": "python",
+                                                  "display_name": "probe"}))
+    return folder / "kernels"
+
+
+def test_probes_run_side_by_side_and_report_what_went_wrong(tmp_path):
+    """Two chapters' probes overlap in time (each notes when it ran); a failing
+    probe returns its error and a silent one its timeout, and neither leaves a kernel."""
+    spec = _plain_kernel_spec(tmp_path)
+    stamp = "import json, time; a = time.time(); time.sleep(2); open({f!r}, 'w').write(json.dumps([a, time.time()]))\n"
+
+    def probe(name: str, code: str) -> dict:
+        (tmp_path / name).mkdir()
+        return {"spec_dir": spec, "env": dict(os.environ), "workdir": tmp_path / name, "code": code,
+                "log": tmp_path / f"{name}.log", "ipc_ip": str(tmp_path / name / "kernel")}
+
+    ok = [probe(n, stamp.format(f=str(tmp_path / f"{n}.json")) + "print('preflight: ok')") for n in ("a", "b")]
+    assert preflight.run_probes(ok, at_once=2) == [None, None]
+    (a0, a1), (b0, b1) = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("a", "b"))
+    assert a0 < b1 and b0 < a1, "the two probes ran one after the other"
+
+    broken = probe("c", "import torch_that_is_not_there\nprint('preflight: ok')")
+    silent = probe("d", "import time; time.sleep(60)")
+    why_broken, why_silent = preflight.run_probes([broken, silent], at_once=2, timeout=8)
+    assert "ModuleNotFoundError: No module named 'torch_that_is_not_there'" in why_broken
+    assert preflight.classify(why_broken) == "course_import"
+    assert "did not answer within 8 s" in why_silent
+    left = [pid for pid in os.listdir("/proc") if pid.isdigit() and _cmdline(pid).count(str(tmp_path))]
+    assert left == [], [_cmdline(pid) for pid in left]
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 # ------------------------------------------------------------------ the pipeline as a list of steps
 
 def test_the_steps_run_in_their_documented_order():
