@@ -18,7 +18,7 @@ from grading import protocol
 _NB_PRELOAD = ["nbgrader.apps.nbgraderapp", "nbgrader.apps.autogradeapp", "nbgrader.apps.generatefeedbackapp",
                "nbgrader.apps.generateassignmentapp", "nbgrader.apps.exportapp", "nbgrader.converters",
                "nbgrader.api", "nbgrader.preprocessors", "nbconvert", "nbclient", "jupyter_client",
-               "coursekit.feedback", "coursekit.batch", "coursekit.warm"]
+               "coursekit.feedback", "coursekit.batch", "coursekit.warm", "coursekit.shell_poll"]
 _CTX = None
 
 
@@ -76,6 +76,9 @@ def _forked_main(target: str, payload, root: str, env: dict, log_path: str) -> N
 def nbgrader_command(args: list[str]) -> None:
     """``nbgrader ARGS`` in this process."""
     from nbgrader.apps.nbgraderapp import NbGraderApp
+
+    from . import shell_poll
+    shell_poll.install()           # a reply is never missed for a cell's whole time limit
     sys.argv = ["nbgrader", *args]
     NbGraderApp.launch_instance(argv=args)
 

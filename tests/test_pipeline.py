@@ -6,6 +6,7 @@ reached through a symlink."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import json
 import os
@@ -328,6 +329,76 @@ def _cmdline(pid: str) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+def test_a_reply_whose_wake_up_was_missed_is_found_within_a_second():
+    """The grader's nbgrader polls a kernel's sockets in slices: a poll that
+    misses a reply already there (as pyzmq's can while nbclient answers an
+    Output widget on the same socket) costs a second, not the cell's 120 s;
+    with no reply at all the wait still ends at its timeout."""
+    import asyncio
+    import time
+    from queue import Empty
+
+    from jupyter_client.channels import AsyncZMQSocketChannel
+
+    from coursekit import shell_poll
+
+    class Socket:
+        def __init__(self, missed: int, there: bool = True):
+            self.missed, self.there, self.waited = missed, there, []
+
+        async def poll(self, timeout_ms):
+            self.waited.append(timeout_ms)
+            if self.missed > 0 or not self.there:   # the wake-up is lost: wait it out
+                self.missed -= 1
+                await asyncio.sleep(timeout_ms / 1000)
+                return 0
+            return 1
+
+    class Channel:
+        def __init__(self, socket):
+            self.socket = socket
+
+        async def _recv(self):
+            return {"msg_type": "execute_reply"}
+
+    shell_poll.install()
+    shell_poll.install()
+    get_msg = AsyncZMQSocketChannel.get_msg
+    assert get_msg.in_slices
+
+    sock = Socket(missed=1)
+    t = time.monotonic()
+    assert asyncio.run(get_msg(Channel(sock), timeout=120)) == {"msg_type": "execute_reply"}
+    assert time.monotonic() - t < 3 and max(sock.waited) <= 1000, sock.waited
+
+    sock = Socket(missed=0, there=False)
+    t = time.monotonic()
+    with pytest.raises(Empty):
+        asyncio.run(get_msg(Channel(sock), timeout=1.5))
+    assert 1.4 < time.monotonic() - t < 3 and len(sock.waited) >= 2
+
+
+def _nbgrader_then_say_how_it_polls(payload) -> int:
+    from jupyter_client.channels import AsyncZMQSocketChannel
+
+    from coursekit import runner
+    before = getattr(AsyncZMQSocketChannel.get_msg, "in_slices", False)
+    with contextlib.suppress(SystemExit):
+        runner.nbgrader_command(["--version"])
+    print(f"slices before: {before}, after: {getattr(AsyncZMQSocketChannel.get_msg, 'in_slices', False)}")
+    return 0
+
+
+def test_every_nbgrader_command_of_the_grader_polls_in_slices(tmp_path):
+    """nbgrader runs in processes forked from the grader's fork server: the
+    command itself puts the slices in place, whatever its process had before."""
+    from coursekit import runner
+    log = tmp_path / "log"
+    rc = runner.run_forked(f"{__name__}:_nbgrader_then_say_how_it_polls", None, tmp_path, dict(os.environ), log,
+                           timeout=60)
+    assert rc == 0 and "slices before: False, after: True" in log.read_text(), log.read_text()
 
 
 # ------------------------------------------------------------------ the pipeline as a list of steps
