@@ -44,7 +44,7 @@ from grading import protocol
 PRELOAD = ("torch", "numpy", "matplotlib", "matplotlib.pyplot", "matplotlib_inline.backend_inline",
            "IPython", "ipykernel.kernelapp", "ipykernel.ipkernel", "ipywidgets", "tqdm", "tqdm.auto",
            "helpers", "helpers.checks", "helpers.ch12_quiz", "grading", "grading.protocol", "grading.core",
-           "grading.guard", "grading.cases")
+           "grading.guard", "grading.cases", "torch._dynamo")
 
 
 def preload() -> None:
