@@ -24,9 +24,12 @@ UNTOUCHED = [ch for ch in build.chapters() if ch != "ch09_inside_gpt"]
 
 @pytest.fixture
 def shell(monkeypatch):
-    """An IPython shell with the guard, as a student's kernel has it after `import helpers`."""
+    """An IPython shell with the guard, as a student's kernel has it after `import helpers`.
+    The shell takes over ``sys.modules["__main__"]`` and its reset empties it (no ``__spec__``
+    left, which multiprocessing needs): the test process gets its own back afterwards."""
     from IPython.core.interactiveshell import InteractiveShell
 
+    monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])
     monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
     ip = InteractiveShell.instance()
     ip.reset(new_session=False)
