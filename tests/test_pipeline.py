@@ -364,9 +364,9 @@ def test_a_reply_whose_wake_up_was_missed_is_found_within_a_second():
             return {"msg_type": "execute_reply"}
 
     shell_poll.install()
-    shell_poll.install()
     get_msg = AsyncZMQSocketChannel.get_msg
-    assert get_msg.in_slices
+    shell_poll.install()
+    assert get_msg.in_slices and AsyncZMQSocketChannel.get_msg is get_msg, "a second install wrapped it again"
 
     sock = Socket(missed=1)
     t = time.monotonic()
