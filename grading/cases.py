@@ -25,6 +25,7 @@ with its caller's name): ``Check`` only counts.
 from __future__ import annotations
 
 import contextlib
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -32,7 +33,8 @@ import torch
 
 from helpers.i18n import t
 
-from .core import Bug, GradingFailure, as_f64, call, diagnose, ensure_untampered, failure, forbidden
+from .core import Bug, GradingFailure, as_f64, call, diagnose, ensure_untampered, failure, forbidden, stand_in
+from .protocol import NOT_IMPLEMENTED, verdicts_in
 
 # ------------------------------------------------------------------ tolerances
 
@@ -192,12 +194,18 @@ COMMON_HINTS = [
 
 @dataclass(frozen=True)
 class Earlier:
-    """An earlier exercise the student's function calls by name: when a case
-    fails, ``probe(their_fn)`` (True = it works) tells whether that exercise is
-    the cause, so the message can say which one to fix first."""
+    """An earlier exercise that a later one calls by name (attention calls the
+    student's ``softmax``; a block builds their ``FeedForward``).
+
+    probe     -- ``probe(theirs)`` is True when the student's own version works
+    reference -- a correct version with the same interface, written from basic
+                 operations and keeping its input's dtype: it stands in for the
+                 student's while the later exercise is checked (``on_its_own``)
+    """
     name: str
     exercise: int
     probe: Callable[[Callable], bool]
+    reference: Callable
 
 
 def _namespace(fn) -> dict:
@@ -209,27 +217,100 @@ def _namespace(fn) -> dict:
     return {}
 
 
-def broken_earlier(fn, earlier: Sequence[Earlier]) -> Earlier | None:
+def _works(e: Earlier, theirs) -> bool:
+    try:
+        with torch.no_grad():
+            return bool(e.probe(theirs))
+    except Exception:  # noqa: BLE001 - a crash (or a stub) of the earlier function is its breakage
+        return False
+
+
+def _names(swapped) -> str:
+    return t("、", ", ").join(e.name for e in swapped)
+
+
+def _exercises(swapped) -> str:
+    return t("、", ", ").join(str(e.exercise) for e in swapped)
+
+
+def given_correct_line(swapped) -> str:
+    """Said under a passed check that ran with stand-ins."""
+    return t(f"  用正确的 {_names(swapped)} 代替你的之后，这一题是对的；练习 {_exercises(swapped)} 还需要修改。",
+             f"  Correct when given a correct {_names(swapped)}; exercise {_exercises(swapped)} still needs fixing.")
+
+
+def also_wrong_line(swapped) -> str:
+    """Said under a failed check that ran with stand-ins: the failure is this exercise's own."""
+    return t(f"  （这项检查已经用正确的 {_names(swapped)} 代替了你的，所以上面的错误出在这一题本身；"
+             f"练习 {_exercises(swapped)} 也还需要修改。）",
+             f"  (This check already used a correct {_names(swapped)} in place of yours, so the failure above is "
+             f"this exercise's own; exercise {_exercises(swapped)} needs fixing too.)")
+
+
+def _after_this_cell(fn) -> None:
+    """Run ``fn`` when the notebook cell now running ends (at once outside IPython)."""
+    try:
+        from IPython import get_ipython
+        shell = get_ipython()
+        running = shell.run_code.__func__.__code__ if shell is not None else None
+    except Exception:  # noqa: BLE001 - no IPython: there is no cell to wait for
+        shell = running = None
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code is not running:
+        frame = frame.f_back
+    if frame is None:                         # not inside a cell (a test calling the check directly)
+        fn()
+        return
+
+    def once(*_):
+        shell.events.unregister("post_run_cell", once)
+        fn()
+    shell.events.register("post_run_cell", once)
+
+
+@contextlib.contextmanager
+def on_its_own(fn, earlier: Sequence[Earlier]):
+    """Check ``fn`` on its own, apart from the earlier exercises it uses.
+
+    Each earlier exercise whose own answer is wrong or not done is replaced, in
+    the student's namespace, by its reference while the block runs, so that a
+    wrong earlier answer costs only its own points. When the block passes, the
+    student reads that the exercise is correct given a correct earlier piece,
+    and the stand-ins stay until the cell ends, so that the cell's visible tests
+    see the same; when it fails, the student's own versions come back at once
+    and the message says the failure is this exercise's own. An exercise that is
+    not implemented is said to be so, and nothing more.
+    """
     space = _namespace(fn)
+    swapped, restore = [], []
     for e in earlier:
         theirs = space.get(e.name)
-        if theirs is None or not callable(theirs):
+        if theirs is None or _works(e, theirs):
             continue
-        try:
-            with torch.no_grad():
-                ok = bool(e.probe(theirs))
-        except Exception:  # noqa: BLE001 - a crash of the earlier function is its breakage
-            ok = False
-        if not ok:
-            return e
-    return None
+        obj, retire = stand_in(e.reference)
+        space[e.name] = obj
+        swapped.append(e)
+        restore.append((e.name, theirs, obj, retire))
 
+    def put_back() -> None:
+        for name, theirs, obj, retire in restore:
+            retire()
+            if space.get(name) is obj:
+                space[name] = theirs
 
-def earlier_line(e: Earlier) -> str:
-    return t(f"  先修好练习 {e.exercise}：你的 {e.name} 本身就不对（它在单独测试时给出错误结果或报错），"
-             f"这里的错误很可能是它引起的。",
-             f"  Fix Exercise {e.exercise} first: your {e.name} is itself wrong (on its own it gives wrong results or "
-             "raises), and it most likely causes this failure.")
+    try:
+        yield tuple(swapped)
+    except GradingFailure as err:
+        put_back()
+        if swapped and NOT_IMPLEMENTED not in verdicts_in(str(err)):
+            raise GradingFailure(f"{err}\n{also_wrong_line(swapped)}") from None
+        raise
+    except BaseException:
+        put_back()
+        raise
+    if swapped:
+        print(given_correct_line(swapped))
+        _after_this_cell(put_back)
 
 
 # ------------------------------------------------------------------ cases and the runner
@@ -263,25 +344,18 @@ class Check:
     """One exercise's hidden check: calls, compares, diagnoses, counts (``n``)."""
 
     def __init__(self, what: str, fn, *, reference: Callable | None = None, forbid=None,
-                 hints=(), earlier: Sequence[Earlier] = (), dtype_follows: int | None = 0):
+                 hints=(), dtype_follows: int | None = 0):
         self.what, self.fn, self.reference = what, fn, reference
-        self.forbid, self.hints, self.earlier = forbid, list(hints) + COMMON_HINTS, tuple(earlier)
+        self.forbid, self.hints = forbid, list(hints) + COMMON_HINTS
         self.dtype_follows = dtype_follows   # index of the argument whose dtype the output keeps
         self.n = 0
 
     def call(self, *args, label: str, fn=None, **kwargs):
         full = f"{self.what}: {label}"
         guard = forbidden(self.forbid, self.what) if self.forbid else contextlib.nullcontext()
-        try:
-            with guard:
-                return call(fn or self.fn, *(_clone(a) for a in args), what=full, hints=self.hints,
-                            **{k: _clone(v) for k, v in kwargs.items()})
-        except GradingFailure as err:
-            raise self._with_earlier(err) from None
-
-    def _with_earlier(self, err: GradingFailure) -> GradingFailure:
-        e = broken_earlier(self.fn, self.earlier)
-        return GradingFailure(f"{err}\n{earlier_line(e)}") if e is not None else err
+        with guard:
+            return call(fn or self.fn, *(_clone(a) for a in args), what=full, hints=self.hints,
+                        **{k: _clone(v) for k, v in kwargs.items()})
 
     def expect(self, label: str, got, expected, *, tol: Tol = F32, bugs=(), bug_args=(), bug_kwargs=None,
                part: Callable | None = None, hint: str | None = None, dtype=None, count: bool = True) -> None:
@@ -301,8 +375,7 @@ class Check:
             pick = part or (lambda x: x)
             bug = diagnose(got, list(bugs), *bug_args, expected=expected, **(bug_kwargs or {}),
                            match=lambda a, b: same(a, pick(b), FINGERPRINT))
-        err = value_failure(f"{self.what}: {label}", got, expected, tol, v, bug, hint)
-        raise self._with_earlier(err) if bug is None else err
+        raise value_failure(f"{self.what}: {label}", got, expected, tol, v, bug, hint)
 
     def case(self, case: Case):
         """Run one table row against the reference; return the student's output."""

@@ -9,7 +9,8 @@ done yet (outside nbgrader only: Validate and grading still fail on it).
 from __future__ import annotations
 
 import contextlib
-import traceback
+import re
+import sys
 import unicodedata
 
 import torch
@@ -20,10 +21,19 @@ from .runtime import under_nbgrader
 
 
 class CheckFailed(AssertionError):
-    """A visible test failed. Shown without a long traceback."""
+    """A visible test failed. Shown as the course's message alone: no traceback,
+    no class name."""
 
     def _render_traceback_(self):  # IPython shows just the message
-        return [f"\x1b[31m{type(self).__name__}\x1b[0m: {self}"]
+        return [f"\x1b[31m✗\x1b[0m {self}"]
+
+
+class NotDoneYet(NotImplementedError):
+    """Under nbgrader (Validate, grading): an exercise's test ran into a stub.
+    Still a NotImplementedError (the cell fails as it must), shown as one line."""
+
+    def _render_traceback_(self):
+        return [f"\x1b[31m…\x1b[0m {self}"]
 
 
 def _fmt(x) -> str:
@@ -162,22 +172,99 @@ def from_scratch(names, exercise: str):
         yield
 
 
-# ------------------------------------------------------------------ exercises not done yet
+# ------------------------------------------------------------------ exercises not done yet, or wrong
+
+_OUTCOME: dict[int, str] = {}      # exercise number -> "passed", "failed" or "not done" (this kernel, so far)
+_NAMES: dict[int, tuple[str, ...]] = {}
+
+
+def _uses(obj) -> set[str]:
+    """Global names a student's function or class refers to (its methods' and
+    nested functions' too)."""
+    codes = []
+    if isinstance(obj, type):
+        codes = [getattr(m, "__code__", None) for m in vars(obj).values()]
+    else:
+        codes = [getattr(obj, "__code__", None)]
+    names, todo = set(), [c for c in codes if c is not None]
+    while todo:
+        code = todo.pop()
+        names.update(code.co_names)
+        todo.extend(c for c in code.co_consts if hasattr(c, "co_names"))
+    return names
+
+
+def _unfinished_earlier(number: int, names: tuple[str, ...], space: dict) -> list[tuple[int, str, str]]:
+    """Earlier exercises of this notebook that did not pass and that the
+    function(s) under test use: (number, name, outcome)."""
+    used = set()
+    for name in names:
+        if name in space:
+            used |= _uses(space[name])
+    out = []
+    for k in sorted(_OUTCOME):
+        if k < number and _OUTCOME[k] != "passed":
+            hit = next((n for n in _NAMES.get(k, ()) if n in used), None)
+            if hit:
+                out.append((k, hit, _OUTCOME[k]))
+    return out
+
+
+def earlier_note(found: list[tuple[int, str, str]]) -> str:
+    """The line under a failed visible test that uses an earlier exercise which did not pass."""
+    shown = t("、", ", ").join(t(f"练习 {k}（{name}）", f"exercise {k} ({name})") for k, name, _ in found)
+    return t(f"  注意：这里用到了{shown}，而它上面的测试没有通过。先修好它，这里的错误可能就是它引起的。",
+             f"  Note: this uses {shown}, which did not pass its own test above. Fix that first: it may "
+             "cause this failure.")
+
+
+def _stub_owner(exc: BaseException) -> str | None:
+    """The function or class whose code raised: ``softmax``, or ``FeedForward``
+    for a stub in ``FeedForward.forward``."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return None
+    return tb.tb_frame.f_code.co_qualname.rsplit("<locals>.", 1)[-1].split(".")[0]
+
 
 @contextlib.contextmanager
 def exercise(number: int, name: str):
-    """Around a visible test: an answer that still raises NotImplementedError
-    prints "not done yet: exercise N" (so Run All goes on) — except under
-    nbgrader, where the test fails as it must. Wrong answers always fail."""
+    """Around a visible test of exercise ``number`` (the function(s) ``name``).
+
+    An answer that still raises NotImplementedError prints "not done yet:
+    exercise N" so Run All goes on; under nbgrader (Validate, grading) the test
+    still fails, with that line as its message. A failure in a test whose
+    function uses an earlier exercise that did not pass its own test says so.
+    """
     note_exercise(number, name)
+    names = tuple(re.findall(r"[A-Za-z_]\w*", name))
+    _NAMES[number] = names
+    space = sys._getframe(2).f_globals            # the cell's namespace (frames: here, __enter__, the cell)
     try:
         yield
     except NotImplementedError as exc:
+        _OUTCOME[number] = "not done"
+        where = _stub_owner(exc) or name
+        if where in names or where == "<module>":
+            line = t(f"… 还没有完成：练习 {number}（{name}）。", f"… not done yet: exercise {number} ({name}).")
+        else:
+            owner = next((k for k, ns in _NAMES.items() if where in ns), None)
+            needed = t(f"练习 {owner}（{where}）", f"exercise {owner} ({where})") if owner else where
+            line = t(f"… 还没有完成：练习 {number}（{name}）要用到的{needed}还是 raise NotImplementedError()。",
+                     f"… not done yet: exercise {number} ({name}) uses {needed}, which still raises "
+                     "NotImplementedError().")
         if under_nbgrader():
-            raise
-        frames = traceback.extract_tb(exc.__traceback__)
-        where = frames[-1].name if frames else name
-        also = t(f"——它用到的 {where} 仍然是 raise NotImplementedError()", f" — it uses {where}, which still raises "
-                 "NotImplementedError()") if where not in (name, "<module>", "__init__", "forward") else ""
-        print(t(f"… 还没有完成：练习 {number}（{name}）{also}。完成后重新运行这个单元格。",
-                f"… not done yet: exercise {number} ({name}){also}. Run this cell again once it is done."))
+            raise NotDoneYet(line.lstrip("… ")) from None
+        print(line + t("完成后重新运行这个单元格。", " Run this cell again once it is done."))
+    except Exception as exc:
+        _OUTCOME[number] = "failed"
+        found = _unfinished_earlier(number, names, space)
+        if found and isinstance(exc, CheckFailed):
+            exc.args = (f"{exc}\n{earlier_note(found)}",)
+        elif found:
+            exc.add_note(earlier_note(found).strip())
+        raise
+    else:
+        _OUTCOME[number] = "passed"

@@ -37,13 +37,18 @@ class Variant:
 
     name     -- student id (letters, digits, underscores)
     replace  -- grade id of an answer cell -> the code the student wrote there
-    lose     -- grade ids of test cells that must score below full marks
+    lose     -- grade ids of test cells that must score below full marks; every
+                other auto-graded cell must keep its full marks (an earlier
+                exercise's mistake is not charged again to a later one)
     words    -- strings the feedback of those cells must contain (zh build)
+    said     -- grade id of a cell that keeps its marks -> strings its feedback
+                must contain (zh build): "correct given a correct softmax"
     """
     name: str
     replace: dict[str, str]
     lose: tuple[str, ...] = ()
     words: tuple[str, ...] = ()
+    said: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass

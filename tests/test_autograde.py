@@ -58,6 +58,16 @@ def test_known_bug_loses_points_and_is_named(chapter, variant, tmp_path_factory)
         text = res.feedback[gid]
         for word in variant.words:
             assert word in text, f"feedback of {gid} for {variant.name} lacks {word!r}:\n{text}"
+    # a wrong answer costs its own points once: every other auto-graded cell keeps full marks
+    import nbformat
+    from harness import ROOT
+    for gid in auto_graded_ids(nbformat.read(ROOT / "source" / chapter / f"{chapter}.ipynb", as_version=4)):
+        if gid not in variant.lose:
+            score, max_score = res.scores[gid]
+            assert score == max_score, f"{variant.name} also lost points on {gid}:\n{res.feedback[gid]}"
+    for gid, words in variant.said.items():
+        for word in words:
+            assert word in res.feedback[gid], f"feedback of {gid} for {variant.name} lacks {word!r}:\n{res.feedback[gid]}"
 
 
 @pytest.mark.parametrize("chapter,variant", cases("CORRECT"))

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from grading.cases import EXACT, F32, LOOSE, RELATIVE, Case, Check, Earlier, compare, same
+from grading.cases import EXACT, F32, LOOSE, RELATIVE, Case, Check, Earlier, compare, on_its_own, same
 from grading.core import SOFTMAX_FAMILY, Bug, GradingFailure
 from helpers import set_language
 
@@ -87,19 +87,75 @@ def test_from_scratch_calls_fail_with_the_rule():
         check.case(Case("x", (torch.randn(2, 3),)))
 
 
-def test_a_broken_earlier_exercise_is_named():
+SOFTMAX_SRC = {"right": "def softmax(x, dim=-1):\n    e = torch.exp(x - x.amax(dim, keepdim=True))\n"
+                        "    return e / e.sum(dim, keepdim=True)\n",
+               "wrong": "def softmax(x, dim=-1):\n    return torch.exp(x)\n",
+               "stub": "def softmax(x, dim=-1):\n    raise NotImplementedError()\n"}
+ATTENTION_SRC = {"right": "def attention(q, k):\n    return softmax(q @ k.transpose(-2, -1), dim=-1)\n",
+                 "wrong": "def attention(q, k):\n    return softmax(q @ k.transpose(-2, -1), dim=-2)\n",
+                 "stub": "def attention(q, k):\n    raise NotImplementedError()\n",
+                 "library": "def attention(q, k):\n    softmax(q, dim=-1)\n"
+                            "    return torch.softmax(q @ k.transpose(-2, -1), dim=-1)\n"}
+
+
+def _softmax_works(f):
+    x = torch.tensor([[1.0, 2.0], [1000.0, 1001.0]])
+    return same(f(x), ref_softmax(x))
+
+
+EARLIER_SOFTMAX = (Earlier("softmax", 1, _softmax_works, lambda x, dim=-1: ref_softmax(x, dim).to(x.dtype)),)
+
+
+def _attention_check(softmax: str, attention: str):
+    """Run a small hidden check of ``attention`` (which calls the student's softmax) on its own."""
+    from grading.core import SOFTMAX_FAMILY
     ns = {"torch": torch, "math": math}
-    exec("def softmax(x, dim=-1):\n    return torch.exp(x)\n"
-         "def attention(q, k):\n    return softmax(q @ k.transpose(-2, -1))\n", ns)
-    probe = Earlier("softmax", 1, lambda f: same(f(torch.tensor([[1.0, 2.0]])), ref_softmax(torch.tensor([[1.0, 2.0]]))))
-    check = Check("attention", ns["attention"], earlier=(probe,))
-    q = torch.randn(3, 4)
-    with pytest.raises(GradingFailure, match="Fix Exercise 1 first: your softmax"):
+    notebook_cell(SOFTMAX_SRC[softmax] + ATTENTION_SRC[attention], ns)
+    theirs = ns["softmax"]
+    q = torch.randn(3, 4, generator=torch.Generator().manual_seed(0))
+    with on_its_own(ns["attention"], EARLIER_SOFTMAX):
+        check = Check("attention", ns["attention"], forbid=SOFTMAX_FAMILY)
         check.expect("q", check.call(q, q, label="q"), ref_softmax(q @ q.T))
-    exec("def softmax(x, dim=-1):\n    return torch.exp(x) / torch.exp(x).sum(dim, keepdim=True)\n", ns)
+    return ns, theirs
+
+
+def test_a_later_exercise_is_graded_on_its_own(capsys):
+    set_language("en")
+    for earlier in ("wrong", "stub"):
+        ns, theirs = _attention_check(earlier, "right")                 # right given a right softmax: passes
+        out = capsys.readouterr().out
+        assert "Correct when given a correct softmax; exercise 1 still needs fixing." in out, out
+        assert ns["softmax"] is theirs                                   # the student's own is back (no IPython cell)
+        with pytest.raises(GradingFailure) as err:                       # its own bug is its own
+            _attention_check(earlier, "wrong")
+        assert "this exercise's own; exercise 1 needs fixing too" in str(err.value)
+        with pytest.raises(GradingFailure) as err:                       # not implemented is said as such
+            _attention_check(earlier, "stub")
+        assert "not implemented yet" in str(err.value) and "exercise 1" not in str(err.value)
+        with pytest.raises(GradingFailure) as err:                       # a stand-in gives no right to torch.softmax
+            _attention_check(earlier, "library")
+        assert "from scratch: calling torch.softmax" in str(err.value)
+    _attention_check("right", "right")
+    assert "given a correct" not in capsys.readouterr().out             # nothing to say when softmax works
     with pytest.raises(GradingFailure) as err:
-        check.expect("q", check.call(q, q, label="q") * 2, ref_softmax(q @ q.T))
-    assert "Fix Exercise" not in str(err.value)
+        _attention_check("right", "wrong")
+    assert "exercise 1" not in str(err.value)
+
+
+def test_a_stand_in_kept_by_a_student_gives_no_rights_later():
+    from grading import core, guard
+    from grading.ch01_attention import ref_softmax as graders_softmax
+    guard.boot(None)                      # as in a graded kernel: the grading modules' code is known
+    obj, retire = core.stand_in(graders_softmax)
+    x = torch.randn(2, 3)
+    with core.forbidden(core.SOFTMAX_FAMILY, "kept"):
+        # while its check is on, the stand-in's calls are the grader's own; the student's are not
+        assert same(core.call(lambda: obj(x), what="kept"), ref_softmax(x))
+        with pytest.raises(GradingFailure, match="from scratch"):
+            core.call(lambda: obj(x) + torch.softmax(x, -1), what="kept")
+    retire()
+    with pytest.raises(GradingFailure, match="calls a function of the grading module"):
+        core.call(lambda: obj(x), what="kept")
 
 
 def notebook_cell(src: str, ns: dict) -> None:
@@ -190,10 +246,11 @@ def test_unfinished_exercise_prints_outside_nbgrader_and_fails_under_it(monkeypa
 
     def attention(x):
         return softmax(x)
+    monkeypatch.setattr(checks, "_NAMES", {})           # a fresh kernel: no exercise has been seen yet
     monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
     with checks.exercise(3, "attention"):
         attention(1)
-    assert "not done yet: exercise 3 (attention) — it uses softmax" in capsys.readouterr().out
+    assert "not done yet: exercise 3 (attention) uses softmax, which still raises" in capsys.readouterr().out
     with pytest.raises(checks.CheckFailed):                            # a wrong answer still fails
         with checks.exercise(3, "attention"):
             checks.expect_true(False, "wrong")
@@ -201,3 +258,50 @@ def test_unfinished_exercise_prints_outside_nbgrader_and_fails_under_it(monkeypa
     with pytest.raises(NotImplementedError):
         with checks.exercise(1, "softmax"):
             softmax(1)
+
+
+def test_a_visible_test_says_when_an_earlier_exercise_it_uses_did_not_pass():
+    from helpers import checks
+    set_language("en")
+    checks._OUTCOME.clear()
+    ns = {"torch": torch, "checks": checks}
+    notebook_cell(SOFTMAX_SRC["wrong"] + ATTENTION_SRC["right"] + "def other(q, k):\n    return q @ k.T\n", ns)
+    test = ("with checks.exercise({n}, {name!r}):\n"
+            "    checks.expect_close({call}, torch.tensor([[0.5, 0.5]]), 'out')\n")
+    for n, name, call in ((1, "softmax", "softmax(torch.zeros(1, 2))"),
+                          (3, "attention", "attention(torch.zeros(1, 2), torch.zeros(2, 2))"),
+                          (4, "other", "other(torch.zeros(1, 2), torch.zeros(2, 2))")):
+        with pytest.raises(checks.CheckFailed) as err:
+            notebook_cell(test.format(n=n, name=name, call=call), ns)
+        note = "Note: this uses exercise 1 (softmax), which did not pass its own test above"
+        assert (note in str(err.value)) == (name == "attention"), str(err.value)   # only where it is used
+    notebook_cell(SOFTMAX_SRC["right"], ns)
+    notebook_cell(test.format(n=1, name="softmax", call="softmax(torch.zeros(1, 2))"), ns)
+    with pytest.raises(checks.CheckFailed) as err:                      # once it passes, nothing more is said
+        notebook_cell(test.format(n=3, name="attention", call="attention(torch.zeros(1, 2), torch.zeros(2, 2)) * 2"),
+                      ns)
+    assert "Note:" not in str(err.value)
+
+
+def test_stand_ins_last_until_the_cell_ends_in_a_kernel(monkeypatch):
+    """In IPython the stand-in stays for the rest of the test cell (its visible tests see
+    it) and the student's own function is back for the next cell."""
+    import sys
+
+    from IPython.core.interactiveshell import InteractiveShell
+    monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])
+    ip = InteractiveShell.instance()
+    ip.reset(new_session=False)
+    set_language("en")
+    ip.run_cell(SOFTMAX_SRC["wrong"] + ATTENTION_SRC["right"], store_history=False).raise_error()
+    ip.user_ns.update(torch=torch, on_its_own=on_its_own, EARLIER=EARLIER_SOFTMAX, Check=Check, ref=ref_softmax)
+    theirs = ip.user_ns["softmax"]
+    cell = ("q = torch.eye(3)\n"
+            "with on_its_own(attention, EARLIER):\n"
+            "    c = Check('attention', attention)\n"
+            "    c.expect('q', c.call(q, q, label='q'), ref(q @ q.T))\n"
+            "during = softmax\n")
+    ip.run_cell(cell, store_history=False).raise_error()
+    assert ip.user_ns["during"] is not theirs                  # the visible part of the cell sees the stand-in
+    assert ip.user_ns["softmax"] is theirs                     # the next cell sees the student's own
+    ip.reset(new_session=False)

@@ -55,7 +55,7 @@ def params(attr):
 
 
 @pytest.mark.parametrize("chapter,variant,lang", params("BUGS"))
-def test_bug_fails_hidden_check_with_diagnosis(chapter, variant: Variant, lang):
+def test_bug_fails_hidden_check_with_diagnosis(chapter, variant: Variant, lang, capsys):
     set_language(lang)
     ns = solution_namespace(chapter, variant.replace)
     for gid in variant.lose:
@@ -63,10 +63,22 @@ def test_bug_fails_hidden_check_with_diagnosis(chapter, variant: Variant, lang):
             run_check(chapter, gid, ns)
         msg = str(err.value)
         if lang == "zh":
-            for word in variant.words:
+            for word in variant.words + variant.said.get(gid, ()):
                 assert word in msg, f"{variant.name}: {word!r} missing from:\n{msg}"
         else:
             assert not CJK.search(msg), f"English feedback contains Chinese:\n{msg}"
+    for gid, words in variant.said.items():     # a later exercise that keeps its marks, and says why
+        if gid in variant.lose:
+            continue
+        capsys.readouterr()
+        run_check(chapter, gid, ns)
+        out = capsys.readouterr().out
+        assert "✓" in out, out
+        if lang == "zh":
+            for word in words:
+                assert word in out, f"{variant.name}: {word!r} missing from:\n{out}"
+        else:
+            assert not CJK.search(out), f"English feedback contains Chinese:\n{out}"
 
 
 @pytest.mark.parametrize("chapter,variant,lang", params("CORRECT"))
@@ -94,6 +106,8 @@ def visible_part(chapter: str, test_id: str) -> str:
 
 
 def visible_ns(chapter: str, replace: dict[str, str]) -> dict:
+    from helpers import checks
+    checks._OUTCOME.clear()               # a fresh kernel: no exercise has run yet
     ns = solution_namespace(chapter, replace)
     exec("from helpers.checks import expect_close, expect_shape, expect_true, passed\nfrom helpers import t\n", ns)
     nb = nbformat.read(ROOT / "source" / chapter / f"{chapter}.ipynb", as_version=4)

@@ -38,7 +38,7 @@ def test_expect_close_reports_nan_and_shape():
 
 def test_check_failures_render_without_traceback():
     err = checks.CheckFailed("boom")
-    assert err._render_traceback_() == ["\x1b[31mCheckFailed\x1b[0m: boom"]
+    assert err._render_traceback_() == ["\x1b[31m✗\x1b[0m boom"]
 
 
 def test_label_falls_back_to_english_without_cjk_font(monkeypatch):

@@ -28,22 +28,25 @@ ATT_OK = """    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     return w @ v, w
 """
 
+# a wrong softmax costs exercise 1 alone: attention that calls it keeps its marks, and says why
+KEPT = {"test_attention": ("用正确的 softmax 代替你的之后，这一题是对的", "练习 1 还需要修改")}
+
 BUGS = [
     # softmax
     Variant("sm_no_max", sm("    e = torch.exp(x)\n    return e / e.sum(dim=dim, keepdim=True)\n"),
-            lose=("test_softmax",), words=("没有先减去每行的最大值", "nan")),
+            said=KEPT, lose=("test_softmax",), words=("没有先减去每行的最大值", "nan")),
     Variant("sm_global_max", sm("    e = torch.exp(x - x.max())\n    return e / e.sum(dim=dim, keepdim=True)\n"),
-            lose=("test_softmax",), words=("整个张量的最大值",)),
+            said=KEPT, lose=("test_softmax",), words=("整个张量的最大值",)),
     Variant("sm_wrong_dim", sm("    e = torch.exp(x - x.amax(dim=0, keepdim=True))\n"
                                "    return e / e.sum(dim=0, keepdim=True)\n"),
-            lose=("test_softmax",), words=("错误的维度",)),
+            said=KEPT, lose=("test_softmax",), words=("错误的维度",)),
     Variant("sm_no_keepdim", sm("    e = torch.exp(x - x.amax(dim=dim, keepdim=True))\n    return e / e.sum(dim=dim)\n"),
-            lose=("test_softmax",), words=("keepdim=True",)),
+            said=KEPT, lose=("test_softmax",), words=("keepdim=True",)),
     Variant("sm_uses_torch", sm("    return torch.softmax(x, dim=dim)\n"),
-            lose=("test_softmax",), words=("从零实现", "torch.softmax")),
+            said=KEPT, lose=("test_softmax",), words=("从零实现", "torch.softmax")),
     Variant("sm_uses_functional_alias",
             {"softmax": "from torch.nn.functional import softmax as _sm\n" + SM_HEAD + "    return _sm(x, dim)\n"},
-            lose=("test_softmax",), words=("从零实现", "torch.nn.functional.softmax")),
+            said=KEPT, lose=("test_softmax",), words=("从零实现", "torch.nn.functional.softmax")),
     # score_variance
     Variant("var_ignores_scaled", var("    q = torch.randn(n_samples, d_k, generator=generator)\n"
                                       "    k = torch.randn(n_samples, d_k, generator=generator)\n"
@@ -90,6 +93,16 @@ BUGS = [
 """), lose=("test_attention",), words=("从零实现",)),
     Variant("att_uses_torch_softmax", att(ATT_OK.replace("softmax(s, dim=-1)", "torch.softmax(s, dim=-1)")),
             lose=("test_attention",), words=("从零实现", "torch.softmax")),
+    # chains: each exercise graded on its own
+    Variant("sm_not_done_att_right", sm("    raise NotImplementedError()\n"), lose=("test_softmax",),
+            words=("还没有实现",), said=KEPT),
+    Variant("sm_wrong_att_wrong", {**sm("    e = torch.exp(x)\n    return e / e.sum(dim=dim, keepdim=True)\n"),
+                                   **att(ATT_OK.replace(" / math.sqrt(q.shape[-1])", ""))},
+            lose=("test_softmax", "test_attention"),
+            said={"test_softmax": ("没有先减去每行的最大值",),
+                  "test_attention": ("没有除以 √d_k", "已经用正确的 softmax 代替了你的", "出在这一题本身")}),
+    Variant("sm_wrong_att_not_done", {**sm("    return torch.exp(x)\n"), **att("    raise NotImplementedError()\n")},
+            lose=("test_softmax", "test_attention"), said={"test_attention": ("还没有实现",)}),
 ]
 
 CORRECT = [

@@ -30,9 +30,11 @@ ATT_OK = """    q, k, v = x @ w_q, x @ w_k, x @ w_v
 
 BUGS = [
     Variant("diagonal_masked", mask("    return torch.ones(n, n, dtype=torch.bool, device=device).tril(diagonal=-1)\n"),
-            lose=("test_causal_mask", "test_attention"), words=("对角线也被遮住了",)),
+            lose=("test_causal_mask",), words=("对角线也被遮住了",),
+            said={"test_attention": ("用正确的 causal_mask 代替你的之后，这一题是对的", "练习 1 还需要修改")}),
     Variant("anti_causal", mask("    return torch.ones(n, n, dtype=torch.bool, device=device).triu()\n"),
-            lose=("test_causal_mask", "test_attention"), words=("上三角", "看未来")),
+            lose=("test_causal_mask",), words=("上三角", "看未来"),
+            said={"test_attention": ("用正确的 causal_mask 代替你的之后，这一题是对的",)}),
     Variant("mask_inverted", apply("    return scores.masked_fill(mask, float('-inf'))\n"),
             lose=("test_apply_mask",), words=("掩码的含义反了",)),
     Variant("zero_fill", apply("    return scores.masked_fill(~mask, 0.0)\n"),

@@ -43,11 +43,13 @@ def attn(code: str) -> dict:
 
 BUGS = [
     Variant("split_view_no_transpose", split("    return x.view(B, h, N, d // h)\n"),
-            lose=("test_split_heads", "test_causal_self_attention"), words=("没有先变成 (B, N, h, d_k) 再 transpose",)),
+            lose=("test_split_heads",), words=("没有先变成 (B, N, h, d_k) 再 transpose",),
+            said={"test_causal_self_attention": ("用正确的 split_heads 代替你的之后，这一题是对的", "练习 1 还需要修改")}),
     Variant("split_interleaved", split("    return x.view(B, N, d // h, h).permute(0, 3, 1, 2)\n"),
             lose=("test_split_heads",), words=("交错",)),
     Variant("merge_no_transpose", merge("    return x.reshape(B, N, h * d_k)\n"),
-            lose=("test_merge_heads", "test_causal_self_attention"), words=("没有先 transpose(1, 2)",)),
+            lose=("test_merge_heads",), words=("没有先 transpose(1, 2)",),
+            said={"test_causal_self_attention": ("用正确的 merge_heads 代替你的之后，这一题是对的", "练习 2 还需要修改")}),
     Variant("merge_view_non_contiguous", merge("    return x.transpose(1, 2).view(B, N, h * d_k)\n"),
             lose=("test_merge_heads",), words=("contiguous",)),
     Variant("inline_view_no_transpose", attn(ATT_OK.replace(
