@@ -1,0 +1,89 @@
+"""How often the hidden checks name the mistake: wrong answers written apart
+from the catalogues (bench/wild/chNN_name.py, a list ``WILD`` of Variants), each
+run in-process against the hidden checks of the cells it must lose, in the zh
+build; the message a student would read is sorted into
+
+* named   -- a diagnosis or a hint line, a rule the exercise states (a forbidden
+             call, a shape, a dtype, a type), or "not implemented";
+* unnamed -- the check failed but only with expected/got values or a raw error;
+* escaped -- the check passed: the wrong answer kept its points.
+
+    .venv/bin/python bench/diagnosis_rate.py [chNN_name ...] [--out bench/results/diagnosis_rate.json]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import io
+import json
+import sys
+from contextlib import redirect_stdout
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+NAMED_MARKS = ("诊断：", "提示：", "形状", "dtype", "应返回", "不能调用", "还没有实现", "要求从零实现",
+               "允许", "类型")
+
+
+def load_wild(chapter: str):
+    path = ROOT / "bench" / "wild" / f"{chapter}.py"
+    spec = importlib.util.spec_from_file_location(f"wild_{chapter}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.WILD
+
+
+def classify(message: str | None) -> str:
+    if message is None:
+        return "escaped"
+    return "named" if any(mark in message for mark in NAMED_MARKS) else "unnamed"
+
+
+def run_chapter(chapter: str) -> dict:
+    from test_grading_inprocess import run_check, solution_namespace
+
+    from helpers import set_language
+    set_language("zh")
+    rows = []
+    for v in load_wild(chapter):
+        ns = solution_namespace(chapter, v.replace)
+        for gid in v.lose:
+            message = None
+            try:
+                with redirect_stdout(io.StringIO()):
+                    run_check(chapter, gid, ns)
+            except AssertionError as exc:
+                message = str(exc)
+            except Exception as exc:  # noqa: BLE001 - a check that crashes is a finding too
+                message = f"(the check itself crashed: {type(exc).__name__}: {exc})"
+            rows.append({"variant": v.name, "cell": gid, "verdict": classify(message),
+                         "message": (message or "")[:400]})
+    counts = {k: sum(r["verdict"] == k for r in rows) for k in ("named", "unnamed", "escaped")}
+    total = len(rows) or 1
+    return {"chapter": chapter, "cells": len(rows), **counts, "named_share": round(counts["named"] / total, 3),
+            "rows": rows}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("chapters", nargs="*")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    chapters = args.chapters or sorted(p.stem for p in (ROOT / "bench" / "wild").glob("ch[0-9][0-9]_*.py"))
+    results = [run_chapter(ch) for ch in chapters]
+    for r in results:
+        print(f"{r['chapter']:<24} {r['cells']:4d} cells  named {r['named']:4d} ({r['named_share']:.0%})  "
+              f"unnamed {r['unnamed']:3d}  escaped {r['escaped']:3d}")
+        for row in r["rows"]:
+            if row["verdict"] != "named":
+                first = row["message"].splitlines()[0] if row["message"] else ""
+                print(f"    {row['verdict']:<8} {row['variant']} / {row['cell']}: {first[:110]}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
