@@ -1,6 +1,14 @@
-"""Hidden tests of ch07_gpt: CharTokenizer, get_batch, GPT (structure,
-loss, causality, memorising a batch) and generate (cropping, greedy,
-temperature, top-k, sampling statistics with a fixed generator)."""
+"""Hidden tests of ch07_gpt: CharTokenizer, get_batch, cross_entropy (from
+scratch, against a float64 reference), GPT (structure, loss, causality,
+memorising a batch), generate (cropping, greedy, temperature, top-k, sampling
+statistics with a fixed generator), and the training loop: learning_rate,
+train_step (against the grader's own step and its known wrong versions),
+evaluate (eval mode, no gradients, the mode restored) and the checkpoint (a
+resumed run's losses equal an uninterrupted run's).
+
+Exercises that call earlier ones are graded on their own (``on_its_own``):
+GPT and the loop call the student's cross_entropy, train_step their
+learning_rate, load_checkpoint their CharTokenizer."""
 from __future__ import annotations
 
 import copy
@@ -13,8 +21,20 @@ import torch.nn.functional as F
 
 from helpers.i18n import t
 
-from .cases import F32, compare, value_failure
-from .core import Bug, ForbiddenCall, GradingFailure, call, failure, passed, seeded, show
+from .cases import F32, Check, Earlier, Tol, compare, on_its_own, same, value_failure
+from .core import (
+    SOFTMAX_FAMILY,
+    Bug,
+    ForbiddenCall,
+    GradingFailure,
+    as_f64,
+    call,
+    expect_autograd,
+    failure,
+    passed,
+    seeded,
+    show,
+)
 
 _RAISED = object()
 
@@ -399,6 +419,11 @@ def _gpt_dropout_eval(GPT, GPTConfig, V, C) -> None:
 
 
 def check_gpt(GPT, GPTConfig) -> None:
+    with on_its_own(GPT, (CE_EARLIER,)):
+        _check_gpt(GPT, GPTConfig)
+
+
+def _check_gpt(GPT, GPTConfig) -> None:
     V, C, L, H, D = 37, 16, 2, 4, 32
     torch.manual_seed(0)
     label = f"GPT(GPTConfig(vocab_size={V}, n_ctx={C}, n_layer={L}, n_head={H}, d_model={D}))"
@@ -471,6 +496,11 @@ def _gpt_memorises(GPT, GPTConfig) -> None:
 
 
 def check_gpt_causal(GPT, GPTConfig) -> None:
+    with on_its_own(GPT, (CE_EARLIER,)):
+        _check_gpt_causal(GPT, GPTConfig)
+
+
+def _check_gpt_causal(GPT, GPTConfig) -> None:
     V = 23
     torch.manual_seed(5)
     model = _build(GPT, GPTConfig, f"GPT(GPTConfig(vocab_size={V}, n_ctx=12, n_layer=2, n_head=2, d_model=16))",
@@ -672,3 +702,570 @@ def check_generate(generate) -> None:
     _gen_sampling(generate, table)
     _gen_cold_and_seeded(generate, table)
     passed("generate", 7)
+
+
+# ================================================================= cross_entropy
+
+CE_FORBIDDEN = SOFTMAX_FAMILY | frozenset({"cross_entropy", "nll_loss", "nll_loss_nd", "nll_loss2d", "binary_cross_entropy"})
+
+
+def ref_cross_entropy(logits, targets) -> torch.Tensor:
+    """Mean cross-entropy in float64, from log-sum-exp."""
+    z = as_f64(logits).reshape(-1, logits.shape[-1])
+    ids = targets.reshape(-1)
+    m = z.max(dim=-1, keepdim=True).values
+    lse = m.squeeze(-1) + torch.log(torch.exp(z - m).sum(-1))
+    return (lse - z[torch.arange(z.shape[0]), ids]).mean()
+
+
+def _ce_naive(logits, targets):
+    z = logits.reshape(-1, logits.shape[-1])
+    return (torch.log(torch.exp(z).sum(-1)) - z[torch.arange(z.shape[0]), targets.reshape(-1)]).mean()
+
+
+def _ce_sum(logits, targets):
+    z = as_f64(logits).reshape(-1, logits.shape[-1])
+    return (torch.logsumexp(z, -1) - z[torch.arange(z.shape[0]), targets.reshape(-1)]).sum()
+
+
+def _ce_wrong_axis(logits, targets):
+    """log-sum-exp over the positions (the first axis of the flattened rows) instead of the vocabulary."""
+    z = as_f64(logits).reshape(-1, logits.shape[-1])
+    return (torch.logsumexp(z, 0)[targets.reshape(-1)] - z[torch.arange(z.shape[0]), targets.reshape(-1)]).mean()
+
+
+def _ce_batch_mean_only(logits, targets):
+    """Summed over the positions of each sequence, averaged over the batch."""
+    z = as_f64(logits)
+    lse = torch.logsumexp(z, -1)
+    right = z.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return (lse - right).sum(-1).mean() if z.dim() == 3 else (lse - right).mean()
+
+
+def _ce_no_lse(logits, targets):
+    z = as_f64(logits).reshape(-1, logits.shape[-1])
+    return (-z[torch.arange(z.shape[0]), targets.reshape(-1)]).mean()
+
+
+CE_BUGS = [
+    Bug("ce_sum_not_mean", "这是所有位置损失的和：要取平均（.mean()）。",
+        "this is the sum of the losses over all positions: take the mean (.mean()).", _ce_sum),
+    Bug("ce_wrong_axis", "log-sum-exp 沿错了维度：要对词表那一维（最后一维，dim=-1）求和，每个位置各自归一化。",
+        "the log-sum-exp runs over the wrong axis: sum over the vocabulary, the last axis (dim=-1), so that each "
+        "position is normalised on its own.", _ce_wrong_axis),
+    Bug("ce_mean_over_batch_only", "每个序列内的损失是加起来的，只对批量取了平均：要对所有 B·T 个位置取平均。",
+        "the losses are summed within each sequence and averaged over the batch only: average over all B·T positions.",
+        _ce_batch_mean_only),
+    Bug("ce_missing_log_sum_exp", "只取了正确 token 的分数（取负），少了 ln Σ exp(z) 那一项：没有归一化成概率。",
+        "only the right token's score (negated) is there; the ln Σ exp(z) term is missing, so nothing is normalised "
+        "into probabilities.", _ce_no_lse),
+]
+CE_OVERFLOW = Bug("ce_overflow", "e^z 溢出成了 inf（或下溢成 0 取 log 得 -inf）：先减去每一行的最大值 m，"
+                  "ln Σ exp(z) = m + ln Σ exp(z - m)（log-sum-exp 技巧）。",
+                  "e^z overflows to inf (or underflows to 0, whose log is -inf): subtract each row's maximum m first, "
+                  "ln Σ exp(z) = m + ln Σ exp(z - m) (the log-sum-exp trick).", _ce_naive)
+
+
+def _ce_cases():
+    g = seeded(301)
+    big = torch.randn(2, 7, 11, generator=g) * 3
+    yield (t("(N, V) = (5, 9) 的 logits", "logits of shape (N, V) = (5, 9)"),
+           torch.randn(5, 9, generator=g), torch.randint(9, (5,), generator=g), CE_BUGS)
+    yield (t("(B, T, V) = (2, 7, 11) 的 logits", "logits of shape (B, T, V) = (2, 7, 11)"),
+           big, torch.randint(11, (2, 7), generator=g), CE_BUGS)
+    yield (t("float64 的 logits (3, 4, 6)", "float64 logits (3, 4, 6)"),
+           torch.randn(3, 4, 6, generator=g, dtype=torch.float64), torch.randint(6, (3, 4), generator=g), CE_BUGS)
+    z = torch.randn(4, 8, generator=g) * 600
+    z[0, 3] = 5000.0
+    yield (t("极端的 logits（±数千）", "extreme logits (± thousands)"), z, torch.tensor([3, 0, 7, 2]), CE_BUGS + [CE_OVERFLOW])
+
+
+def cross_entropy_works(theirs) -> bool:
+    g = seeded(302)
+    z, y = torch.randn(2, 3, 5, generator=g), torch.randint(5, (2, 3), generator=g)
+    z[0, 0, 0] = 200.0
+    return same(theirs(z, y), ref_cross_entropy(z, y))
+
+
+def cross_entropy_stand_in(logits, targets):
+    """A correct cross_entropy for a student's GPT or step to call (keeps dtype and autograd)."""
+    z = logits.reshape(-1, logits.shape[-1])
+    m = z.max(dim=-1, keepdim=True).values.detach()
+    lse = m.squeeze(-1) + torch.log(torch.exp(z - m).sum(-1))
+    return (lse - z[torch.arange(z.shape[0]), targets.reshape(-1)]).mean()
+
+
+def check_cross_entropy(cross_entropy) -> None:
+    what = "cross_entropy"
+    check = Check(what, cross_entropy, forbid=CE_FORBIDDEN)
+    for label, z, y, bugs in _ce_cases():
+        got = check.call(z, y, label=label)
+        check.tensor(label, got, (), hint=t("返回一个标量（0 维张量）：所有位置损失的平均。",
+                                            "return a scalar (a 0-dimensional tensor): the mean over all positions."),
+                     bug=CE_BUGS[2] if isinstance(got, torch.Tensor) and got.dim() == 1 else None)
+        check.expect(label, got, ref_cross_entropy(z, y), bugs=bugs, bug_args=(z, y), dtype=z.dtype)
+    # a uniform model scores ln V
+    for V in (16, 65):
+        label = t(f"全零的 logits、V = {V}", f"all-zero logits, V = {V}")
+        got = check.call(torch.zeros(3, 4, V), torch.randint(V, (3, 4), generator=seeded(V)), label=label)
+        check.expect(label, got, torch.tensor(math.log(V), dtype=torch.float64),
+                     hint=t(f"均匀的模型给每个 token 的概率都是 1/V，损失应是 ln V = {math.log(V):.4f}。",
+                            f"a uniform model gives every token probability 1/V, so the loss is ln V = {math.log(V):.4f}."))
+    # the gradient is softmax − one-hot, divided by the number of positions
+    g = seeded(303)
+    z = torch.randn(3, 5, 7, generator=g, dtype=torch.float64, requires_grad=True)
+    y = torch.randint(7, (3, 5), generator=g)
+    label = t("对 logits 的梯度", "gradient with respect to the logits")
+    out = check.call(z, y, label=label)
+    expect_autograd(out, f"{what}: {label}")
+    grad, = torch.autograd.grad(out, z)
+    p = torch.exp(z.detach() - torch.logsumexp(z.detach(), -1, keepdim=True))
+    want = (p - F.one_hot(y, 7).double()) / y.numel()
+    check.expect(label, grad, want, hint=t("梯度应是 (softmax(z) − one_hot(y)) / 位置数：检查 log-sum-exp 有没有断开计算图。",
+                                           "the gradient is (softmax(z) − one_hot(y)) / number of positions: check that "
+                                           "the log-sum-exp stays in the graph."))
+    passed(what, check.n)
+
+
+# ================================================================= learning_rate
+
+def ref_learning_rate(step, max_steps, warmup_steps, peak_lr, min_lr) -> float:
+    if step < warmup_steps:
+        return peak_lr * (step + 1) / warmup_steps
+    if step >= max_steps:
+        return min_lr
+    progress = (step - warmup_steps) / (max_steps - warmup_steps)
+    return min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (peak_lr - min_lr)
+
+
+def _lr_warmup_from_zero(step, max_steps, warmup_steps, peak_lr, min_lr):
+    if step < warmup_steps:
+        return peak_lr * step / warmup_steps
+    return ref_learning_rate(step, max_steps, warmup_steps, peak_lr, min_lr)
+
+
+def _lr_shifted(step, max_steps, warmup_steps, peak_lr, min_lr):
+    return ref_learning_rate(step + 1, max_steps, warmup_steps, peak_lr, min_lr)
+
+
+def _lr_no_floor_clamp(step, max_steps, warmup_steps, peak_lr, min_lr):
+    if step < warmup_steps:
+        return peak_lr * (step + 1) / warmup_steps
+    progress = (step - warmup_steps) / (max_steps - warmup_steps)
+    return min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (peak_lr - min_lr)
+
+
+def _lr_decay_over_max_steps(step, max_steps, warmup_steps, peak_lr, min_lr):
+    if step < warmup_steps:
+        return peak_lr * (step + 1) / warmup_steps
+    if step >= max_steps:
+        return min_lr
+    progress = (step - warmup_steps) / max_steps
+    return min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (peak_lr - min_lr)
+
+
+def _lr_to_zero(step, max_steps, warmup_steps, peak_lr, min_lr):
+    return ref_learning_rate(step, max_steps, warmup_steps, peak_lr, 0.0)
+
+
+LR_BUGS = [
+    Bug("lr_warmup_starts_at_zero", "预热差了一步：第 0 步的学习率是 0（这一步白走了），第 warmup_steps 步才到峰值。"
+        "第 0 步已经在学习：用 peak_lr * (step + 1) / warmup_steps。",
+        "the warm-up is one step off: step 0 runs at rate 0 (a wasted step) and the peak comes only at step "
+        "warmup_steps. Step 0 already learns: use peak_lr * (step + 1) / warmup_steps.", _lr_warmup_from_zero),
+    Bug("lr_one_step_ahead", "整个计划提前了一步：第 s 步用的是第 s + 1 步的学习率。",
+        "the whole schedule runs one step ahead: step s uses the rate of step s + 1.", _lr_shifted),
+    Bug("lr_no_floor_after_max_steps", "过了 max_steps 之后余弦又升回去了：s ≥ max_steps 时应一直是 min_lr。",
+        "past max_steps the cosine climbs back up: for s ≥ max_steps the rate must stay at min_lr.", _lr_no_floor_clamp),
+    Bug("lr_never_reaches_floor", "衰减到不了底：进度除的是 max_steps 而不是 max_steps - warmup_steps，"
+        "直到第 max_steps 步学习率都还高于 min_lr，然后一下子跳到 min_lr。",
+        "the decay never reaches its floor: the progress is divided by max_steps instead of max_steps - "
+        "warmup_steps, so the rate is still above min_lr right up to step max_steps, then jumps down.",
+        _lr_decay_over_max_steps),
+    Bug("lr_decays_to_zero", "余弦衰减到了 0 而不是 min_lr：lr = min_lr + ½(1 + cos(π·p))(peak_lr − min_lr)。",
+        "the cosine decays to 0 instead of min_lr: lr = min_lr + ½(1 + cos(π·p))(peak_lr − min_lr).", _lr_to_zero),
+]
+
+
+def _lr_value(check, learning_rate, args, label):
+    out = check.call(*args, label=label)
+    try:
+        return float(out)
+    except (TypeError, ValueError):
+        raise check.fail(label, t("一个数（float）", "a number (float)"), type(out).__name__) from None
+
+
+def check_learning_rate(learning_rate) -> None:
+    what = "learning_rate"
+    check = Check(what, learning_rate, dtype_follows=None)
+    for max_steps, warmup, peak, floor in ((100, 10, 1e-3, 1e-4), (37, 5, 4e-3, 4e-4), (12, 1, 0.5, 0.0)):
+        steps = sorted({0, 1, warmup - 1, warmup, warmup + 1, (warmup + max_steps) // 2, max_steps - 1, max_steps,
+                        max_steps + 1, max_steps + (max_steps - warmup) // 2, 2 * max_steps} - {-1})
+        args_of = [(s, max_steps, warmup, peak, floor) for s in steps]
+        label = f"learning_rate(step, max_steps={max_steps}, warmup_steps={warmup}, peak_lr={peak}, min_lr={floor})"
+        got = torch.tensor([_lr_value(check, learning_rate, a, f"{label}, step={a[0]}") for a in args_of],
+                           dtype=torch.float64)
+        want = torch.tensor([ref_learning_rate(*a) for a in args_of], dtype=torch.float64)
+        if not same(got, want, F32):
+            bug = next((b for b in LR_BUGS if not same(torch.tensor([b.impl(*a) for a in args_of],
+                                                                      dtype=torch.float64), want, F32)
+                        and same(got, torch.tensor([b.impl(*a) for a in args_of], dtype=torch.float64), F32)), None)
+            bad = next(i for i in range(len(steps)) if not same(got[i:i + 1], want[i:i + 1], F32))
+            raise failure(f"{what}: {label}, step={steps[bad]}", f"{float(want[bad]):.6g}", f"{float(got[bad]):.6g}", bug,
+                          hint=t("对照上面的公式逐段检查：预热、余弦衰减、max_steps 之后。",
+                                 "check each piece against the formula above: warm-up, cosine decay, after max_steps."))
+        check.n += 1
+    passed(what, check.n)
+
+
+def learning_rate_works(theirs) -> bool:
+    return all(abs(float(theirs(s, 20, 4, 1e-2, 1e-3)) - ref_learning_rate(s, 20, 4, 1e-2, 1e-3)) < 1e-9
+               for s in (0, 3, 4, 11, 19, 20, 31))
+
+
+def learning_rate_stand_in(step, max_steps, warmup_steps, peak_lr, min_lr):
+    """A correct learning_rate for a student's step to call."""
+    if step < warmup_steps:
+        return peak_lr * (step + 1) / warmup_steps
+    if step >= max_steps:
+        return min_lr
+    return min_lr + 0.5 * (1 + math.cos(math.pi * (step - warmup_steps) / (max_steps - warmup_steps))) * (peak_lr - min_lr)
+
+
+def tokenizer_works(theirs) -> bool:
+    tok = theirs("hello world")
+    return tok.vocab_size == 8 and list(tok.encode(" dehl")) == [0, 1, 2, 3, 4] and \
+        tok.decode(tok.encode("hello")) == "hello"
+
+
+class _TokenizerStandIn:
+    """A correct CharTokenizer for a student's load_checkpoint to build."""
+
+    def __init__(self, text):
+        self.chars = sorted(set(text))
+        self.stoi = {c: i for i, c in enumerate(self.chars)}
+        self.vocab_size = len(self.chars)
+
+    def encode(self, s):
+        return [self.stoi[c] for c in s]
+
+    def decode(self, ids):
+        return "".join(self.chars[int(i)] for i in ids)
+
+
+CE_EARLIER = Earlier("cross_entropy", 3, cross_entropy_works, cross_entropy_stand_in)
+LR_EARLIER = Earlier("learning_rate", 6, learning_rate_works, learning_rate_stand_in)
+TOK_EARLIER = Earlier("CharTokenizer", 1, tokenizer_works, _TokenizerStandIn)
+
+
+# ================================================================= train_step
+
+def _toy(V: int = 6, d: int = 8, seed: int = 0, dropout: float = 0.0) -> nn.Module:
+    """A small model with the GPT's interface (``model(idx) -> (logits, loss)``).
+    Built here, inside a function, so that the student's code may call it."""
+
+    class Toy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            g = seeded(seed)
+            self.emb = nn.Parameter(torch.randn(V, d, generator=g))
+            self.out = nn.Parameter(torch.randn(d, V, generator=g) * 0.7)
+            self.bias = nn.Parameter(torch.randn(V, generator=g) * 0.1)
+            self.drop = nn.Dropout(dropout)
+            self.seen = []                              # (grad enabled, training) at each forward
+
+        def forward(self, idx, targets=None):
+            self.seen.append((torch.is_grad_enabled(), self.training))
+            logits = self.drop(torch.tanh(self.emb[idx])) @ self.out + self.bias
+            loss = None if targets is None else F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+            return logits, loss
+
+    return Toy()
+
+
+def _plan(**kw):
+    from helpers.training import Plan
+    return Plan(**{**dict(max_steps=8, warmup_steps=2, lr=0.5, min_lr=0.05, grad_clip=0.05), **kw})
+
+
+def _ref_step(model, opt, x, y, step, plan, *, zero=True, clip=True, lr_of=None, targets_are_inputs=False) -> float:
+    """The grader's own training step, and its known wrong versions."""
+    lr = ref_learning_rate(step, plan.max_steps, plan.warmup_steps, plan.lr, plan.min_lr) if lr_of is None else lr_of(step)
+    if lr is not None:
+        for group in opt.param_groups:
+            group["lr"] = lr
+    if zero:
+        opt.zero_grad(set_to_none=True)
+    logits, _ = model(x)
+    V = logits.shape[-1]
+    loss = F.cross_entropy(logits.reshape(-1, V), (x if targets_are_inputs else y).reshape(-1))
+    loss.backward()
+    if clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), plan.grad_clip)
+    opt.step()
+    return loss.item()
+
+
+def _batch_of_step(step: int, V: int = 6):
+    g = seeded(500 + step)
+    return torch.randint(V, (3, 5), generator=g), torch.randint(V, (3, 5), generator=g)
+
+
+def _params(model) -> torch.Tensor:
+    return torch.cat([p.detach().double().flatten() for p in model.parameters()])
+
+
+def _ref_lr(plan, shift):
+    def lr_of(step):
+        if step + shift < 0:
+            return None                               # the optimizer's own initial rate
+        return ref_learning_rate(step + shift, plan.max_steps, plan.warmup_steps, plan.lr, plan.min_lr)
+    return lr_of
+
+
+STEP_BUGS = {
+    "no_zero": Bug("step_gradients_not_zeroed", "梯度没有清零：.grad 是累加的，这一步的梯度加上了之前所有步的。"
+                   "每一步开头（backward 之前）调用 optimizer.zero_grad()。",
+                   "the gradients are never zeroed: .grad accumulates, so this step's gradient is added to those of all "
+                   "the steps before. Call optimizer.zero_grad() at the start of every step (before backward).", None),
+    "clip_after": Bug("step_clip_after_update", "梯度裁剪没有作用在这一步的更新上（在 optimizer.step() 之后才裁剪，或者根本没裁剪）："
+                      "裁剪要放在 loss.backward() 之后、optimizer.step() 之前。",
+                      "the gradient clipping does not act on this step's update (it comes after optimizer.step(), or "
+                      "not at all): clip after loss.backward() and before optimizer.step().", None),
+    "ahead": Bug("step_schedule_one_ahead", "学习率提前了一步：第 s 步用的是 learning_rate(s + 1)（例如 scheduler.step() "
+                 "放在了 optimizer.step() 之前）。",
+                 "the learning rate is one step ahead: step s uses learning_rate(s + 1) (for example scheduler.step() "
+                 "called before optimizer.step()).", None),
+    "behind": Bug("step_schedule_one_behind", "学习率落后了一步：在 optimizer.step() 之后才设下一步的学习率，"
+                  "所以第 s 步用的是第 s − 1 步的（第 0 步用的是优化器自己的初始学习率）。要在更新之前设好这一步的学习率。",
+                  "the learning rate is one step behind: it is set after optimizer.step(), for the next step, so step s "
+                  "uses the rate of step s − 1 (and step 0 the optimizer's initial rate). Set this step's rate before "
+                  "the update.", None),
+    "constant": Bug("step_schedule_not_used", "学习率一直没变：没有把 learning_rate(step, ...) 写进 "
+                    "optimizer.param_groups 里每一组的 \"lr\"。",
+                    "the learning rate never changes: learning_rate(step, ...) is not written into the \"lr\" of each "
+                    "group in optimizer.param_groups.", None),
+    "inputs": Bug("step_targets_not_shifted", "损失是拿 x 当目标算的：目标是 y（x 向右挪一格），"
+                  "cross_entropy(logits, y)。拿 x 当目标，模型只要抄下当前的字符，学不到预测下一个。",
+                  "the loss uses x as its targets: the targets are y (x shifted by one), cross_entropy(logits, y). "
+                  "With x as targets the model only has to copy the current character and never learns to predict "
+                  "the next one.", None),
+}
+
+
+def _step_variants(plan):
+    return [("no_zero", dict(zero=False)), ("clip_after", dict(clip=False)), ("ahead", dict(lr_of=_ref_lr(plan, 1))),
+            ("behind", dict(lr_of=_ref_lr(plan, -1))), ("constant", dict(lr_of=lambda s: None)),
+            ("inputs", dict(targets_are_inputs=True))]
+
+
+def _simulate(plan, upto: int, **kw):
+    model = _toy()
+    opt = torch.optim.SGD(model.parameters(), lr=0.123)     # not a rate of the schedule: a step that never sets one shows
+    losses = [_ref_step(model, opt, *_batch_of_step(s), s, plan, **kw) for s in range(upto + 1)]
+    return _params(model), losses
+
+
+def _step_checks(what, train_step) -> int:
+    plan = _plan()
+    model = _toy()
+    opt = torch.optim.SGD(model.parameters(), lr=0.123)     # not a rate of the schedule: a step that never sets one shows
+    n = 0
+    for s in range(6):
+        x, y = _batch_of_step(s)
+        label = t(f"第 {s} 步（SGD，max_steps=8，warmup_steps=2，peak 0.5，min 0.05，grad_clip=0.05）",
+                  f"step {s} (SGD, max_steps=8, warmup_steps=2, peak 0.5, min 0.05, grad_clip=0.05)")
+        out = call(train_step, model, opt, x.clone(), y.clone(), s, plan, what=f"{what}: {label}")
+        if isinstance(out, torch.Tensor) or not isinstance(out, (float, int)):
+            raise failure(t(f"{what}: {label}：返回值", f"{what}: {label}: the value returned"),
+                          t("一个 Python 的 float（loss.item()）", "a Python float (loss.item())"), type(out).__name__,
+                          hint=t("返回 loss.item()：张量会把整张计算图一直留在内存里。",
+                                 "return loss.item(): a tensor keeps the whole graph in memory."))
+        want_params, want_losses = _simulate(plan, s)
+        got_params = _params(model)
+        n += 1
+        bug = None
+        if not same(got_params, want_params, Tol(1e-4, 1e-5)) or abs(out - want_losses[-1]) > 1e-4:
+            for key, kw in _step_variants(plan):
+                bug_params, bug_losses = _simulate(plan, s, **kw)
+                if same(bug_params, want_params, Tol(1e-4, 1e-5)) and abs(bug_losses[-1] - want_losses[-1]) <= 1e-4:
+                    continue                             # this bug does not show yet
+                if same(got_params, bug_params, Tol(1e-4, 1e-5)) and abs(out - bug_losses[-1]) <= 1e-4:
+                    bug = STEP_BUGS[key]
+                    break
+            if abs(out - want_losses[-1]) > 1e-4:
+                raise failure(t(f"{what}: {label}：返回的损失", f"{what}: {label}: the loss returned"),
+                              f"{want_losses[-1]:.6g}", f"{float(out):.6g}", bug,
+                              hint=t("返回的是这一步更新之前、这一批上的平均交叉熵 cross_entropy(logits, y)。",
+                                     "return this batch's mean cross-entropy before the update, cross_entropy(logits, y)."))
+            v = compare(got_params, want_params, Tol(1e-4, 1e-5))
+            raise value_failure(t(f"{what}: {label}：更新之后的参数", f"{what}: {label}: the parameters after the update"),
+                                got_params, want_params, Tol(1e-4, 1e-5), v, bug,
+                                hint=t("对照六个步骤的顺序：设学习率、清零梯度、前向与损失、backward、裁剪、optimizer.step()。",
+                                       "go through the six parts in order: set the rate, zero the gradients, forward and "
+                                       "loss, backward, clip, optimizer.step()."))
+    return n
+
+
+def check_train_step(train_step) -> None:
+    what = "train_step"
+    with on_its_own(train_step, (CE_EARLIER, LR_EARLIER)):
+        passed(what, _step_checks(what, train_step))
+
+
+# ================================================================= evaluate
+
+EVAL_BUGS = {
+    "train_mode": Bug("eval_in_train_mode", "评估时模型还在训练模式：dropout 还在随机丢弃，量出来的损失带着噪声。"
+                      "先 model.eval()，量完再恢复原来的模式。",
+                      "the model is still in training mode during the evaluation: dropout still drops at random and "
+                      "the loss carries noise. Call model.eval() first and restore the mode afterwards.", None),
+    "grad": Bug("eval_with_gradients", "评估时梯度是开着的：每次前向都为反向传播保存中间结果，白费内存和时间。"
+                "把前向放进 with torch.no_grad(): 里（或用 @torch.no_grad() 装饰）。",
+                "gradients are on during the evaluation: every forward keeps what a backward pass would need, which "
+                "wastes memory and time. Run the forward passes inside with torch.no_grad(): (or decorate with "
+                "@torch.no_grad()).", None),
+    "not_restored": Bug("eval_mode_not_restored", "评估之后模型没有回到训练模式：之后的训练里 dropout 就不起作用了。"
+                        "记下 was_training = model.training，最后 model.train(was_training)。",
+                        "after the evaluation the model is not back in training mode, so dropout is off for the rest "
+                        "of training. Note was_training = model.training and end with model.train(was_training).", None),
+    "forced_train": Bug("eval_always_train_after", "评估之前模型在 eval 模式，评估之后却被改成了训练模式：要恢复它原来的模式"
+                        "（model.train(was_training)），而不是一律 model.train()。",
+                        "the model was in eval mode before the evaluation and is in training mode after it: restore the "
+                        "mode it was in (model.train(was_training)) rather than always calling model.train().", None),
+    "sum": Bug("eval_sum_of_batches", "返回的是各批损失的和，应取平均。", "this is the sum of the batch losses; take their mean.",
+               None),
+}
+
+
+def check_evaluate(evaluate) -> None:
+    what = "evaluate"
+    with on_its_own(evaluate, (CE_EARLIER,)):
+        V = 6
+        model = _toy(V, dropout=0.5).train()
+        batches = [_batch_of_step(s, V) for s in range(4)]
+        with torch.no_grad():
+            model.eval()
+            each = [float(ref_cross_entropy(model(x)[0], y)) for x, y in batches]
+            model.train()
+        model.seen.clear()
+        label = t("带 dropout=0.5 的模型（训练模式）、4 批", "a model with dropout=0.5 (in training mode), 4 batches")
+        out = call(evaluate, model, [(x.clone(), y.clone()) for x, y in batches], what=f"{what}: {label}")
+        if isinstance(out, torch.Tensor) or not isinstance(out, (float, int)):
+            raise failure(t(f"{what}: {label}：返回值", f"{what}: {label}: the value returned"),
+                          t("一个 Python 的 float", "a Python float"), type(out).__name__,
+                          hint=t("用 .item() 把每批的损失变成数，再取平均。", "turn each batch's loss into a number with .item(), then average."))
+        seen = list(model.seen)
+        want = sum(each) / len(each)
+        if abs(out - want) > 1e-5:
+            bug = EVAL_BUGS["train_mode"] if any(tr for _, tr in seen) else \
+                EVAL_BUGS["sum"] if abs(out - sum(each)) < 1e-5 else None
+            raise failure(f"{what}: {label}", f"{want:.6g}", f"{float(out):.6g}", bug,
+                          hint=t("各批损失（你的 cross_entropy）的平均。", "the mean of the batches' losses (your cross_entropy)."))
+        if any(g for g, _ in seen):
+            raise failure(t(f"{what}: {label}：前向时 torch.is_grad_enabled()", f"{what}: {label}: torch.is_grad_enabled() during the forward passes"),
+                          "False", "True", EVAL_BUGS["grad"])
+        if not model.training:
+            raise failure(t(f"{what}: {label}：评估之后 model.training", f"{what}: {label}: model.training after the evaluation"),
+                          "True", "False", EVAL_BUGS["not_restored"])
+        model.eval()
+        label = t("同一个模型，已经在 eval 模式", "the same model, already in eval mode")
+        out = call(evaluate, model, batches, what=f"{what}: {label}")
+        if model.training:
+            raise failure(t(f"{what}: {label}：评估之后 model.training", f"{what}: {label}: model.training after the evaluation"),
+                          "False", "True", EVAL_BUGS["forced_train"])
+        if abs(float(out) - want) > 1e-5:
+            raise failure(f"{what}: {label}", f"{want:.6g}", f"{float(out):.6g}")
+        passed(what, 5)
+
+
+# ================================================================= checkpoint
+
+CKPT_BUGS = {
+    "optimizer": Bug("resume_forgets_optimizer", "读档之后优化器从头开始了：AdamW 的梯度滑动平均和平方的滑动平均没有存下来"
+                     "（或没有装回去），续上的训练和没停过的不一样。存 optimizer.state_dict()，读档时 optimizer.load_state_dict(...)。",
+                     "after loading, the optimizer starts from scratch: AdamW's moving averages of the gradient and of its "
+                     "square were not saved (or not put back), so the resumed run differs from one that never stopped. "
+                     "Save optimizer.state_dict() and call optimizer.load_state_dict(...) when loading.", None),
+    "step": Bug("resume_forgets_step", "读档返回的步数不对：学习率计划由步数决定，步数丢了，续上的训练又从预热开始。"
+                "把 step 存进检查点，读档时原样返回。",
+                "loading returns the wrong step: the learning-rate schedule depends on it, so a lost step makes the "
+                "resumed run warm up all over again. Save step in the checkpoint and return it when loading.", None),
+    "model": Bug("resume_forgets_model", "读档之后模型的参数没有恢复：要存 model.state_dict()，读档时 model.load_state_dict(...)。",
+                 "after loading, the model's parameters are not restored: save model.state_dict() and call "
+                 "model.load_state_dict(...) when loading.", None),
+}
+
+
+def _ckpt_run(model, opt, first: int, last: int, plan) -> list[float]:
+    return [_ref_step(model, opt, *_batch_of_step(s), s, plan) for s in range(first, last)]
+
+
+def _ckpt_pair(seed: int):
+    model = _toy(seed=seed)
+    return model, torch.optim.AdamW(model.parameters(), lr=0.05, weight_decay=0.1, betas=(0.9, 0.99))
+
+
+def check_checkpoint(save_checkpoint, load_checkpoint) -> None:
+    import tempfile
+    from pathlib import Path
+
+    from helpers import training
+    what = "save_checkpoint / load_checkpoint"
+    with on_its_own(load_checkpoint, (TOK_EARLIER,)):
+        space = _namespace_of(load_checkpoint)
+        plan = _plan(max_steps=10, warmup_steps=2, lr=0.05, min_lr=0.005, grad_clip=1.0)
+        recipe = training.scaled(training.COURSE_RECIPE, name="checked", lr=0.05, n_layer=1)
+        tok = call(space.get("CharTokenizer"), "the quick brown fox\n", what=f"{what}: CharTokenizer")
+        straight, opt = _ckpt_pair(0)
+        straight_losses = _ckpt_run(straight, opt, 0, 7, plan)
+        first, opt = _ckpt_pair(0)
+        losses = _ckpt_run(first, opt, 0, 4, plan)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = str(Path(tmp) / "run.pt")
+            label = t("第 4 步存档（AdamW，weight_decay=0.1）", "saved at step 4 (AdamW, weight_decay=0.1)")
+            call(save_checkpoint, path, first, opt, 4, recipe, tok, what=f"{what}: {label}")
+            if not Path(path).is_file():
+                raise _fail(f"{what}：save_checkpoint 没有在给定的路径上写出文件。",
+                            f"{what}: save_checkpoint wrote no file at the path it was given.")
+            second, opt2 = _ckpt_pair(1)                    # other weights: loading must replace them
+            label = t("读档到一个新模型和新优化器", "loaded into a new model and a new optimizer")
+            out = call(load_checkpoint, path, second, opt2, what=f"{what}: {label}")
+        if not (isinstance(out, tuple) and len(out) == 3):
+            raise failure(t(f"{what}: {label}：返回值", f"{what}: {label}: the value returned"), "(step, recipe, tokenizer)",
+                          type(out).__name__)
+        step, recipe_back, tok_back = out
+        if step != 4:
+            raise failure(t(f"{what}: {label}：返回的步数", f"{what}: {label}: the step returned"), "4", repr(step),
+                          CKPT_BUGS["step"])
+        if recipe_back != recipe:
+            raise failure(t(f"{what}: {label}：返回的配方", f"{what}: {label}: the recipe returned"), repr(recipe)[:120],
+                          repr(recipe_back)[:120], hint=t("存 recipe.as_dict()，读档时 Recipe(**d)。",
+                                                          "save recipe.as_dict(); load with Recipe(**d)."))
+        text = "fox the brown quick\n"
+        try:
+            same_tok = list(tok_back.encode(text)) == list(tok.encode(text)) and tok_back.vocab_size == tok.vocab_size
+        except Exception:  # noqa: BLE001 - a tokenizer that cannot encode is not the same tokenizer
+            same_tok = False
+        if not same_tok:
+            raise _fail(f"{what}：读回的分词器和存进去的编码结果不同（或不能编码）。词表按编号排好就是 "
+                        "tokenizer.decode(list(range(tokenizer.vocab_size)))，用 CharTokenizer(这个字符串) 重建。",
+                        f"{what}: the tokenizer read back encodes differently from the one saved (or cannot encode). Its "
+                        "vocabulary in id order is tokenizer.decode(list(range(tokenizer.vocab_size))); rebuild it with "
+                        "CharTokenizer(that string).")
+        resumed = losses + _ckpt_run(second, opt2, 4, 7, plan)
+        if resumed != straight_losses:
+            loaded = copy.deepcopy(first)
+            fresh_opt = torch.optim.AdamW(loaded.parameters(), lr=0.05, weight_decay=0.1, betas=(0.9, 0.99))
+            bug = CKPT_BUGS["optimizer"] if losses + _ckpt_run(loaded, fresh_opt, 4, 7, plan) == resumed \
+                else CKPT_BUGS["model"] if abs(resumed[4] - straight_losses[4]) > 1e-3 else None
+            bad = next(i for i in range(7) if resumed[i] != straight_losses[i])
+            raise failure(t(f"{what}：续上的训练第 {bad} 步的损失（应和没停过的完全相同）",
+                            f"{what}: the resumed run's loss at step {bad} (must equal that of a run that never stopped)"),
+                          repr(straight_losses[bad]), repr(resumed[bad]), bug)
+        passed("checkpoint", 5)
+
+
+def _namespace_of(fn) -> dict:
+    from .cases import _namespace
+    return _namespace(fn)

@@ -1,15 +1,23 @@
-"""Chapter 7's trainer: a recipe, a training loop with a progress bar and a
-live loss curve, and a validation loss measured over a whole split.
+"""What chapter 7's training needs that is not the lesson.
 
-The model, the tokenizer and ``get_batch`` are the student's (the notebook's
-exercises); this module only drives them, so the same loop serves the
-notebook and ``bench/train_gpt.py``.
+The loss, the learning-rate schedule, the training step, the evaluation and
+the checkpoint are the student's (the chapter's exercises). This module keeps
+the rest: the recipes, the optimizer's parameter groups, the time budget with
+its progress bar and live loss curve (``Run``), a thread count chosen from the
+CPUs that are actually free and checked again during the run, and the closing
+line that says when the machine, not the recipe, was the limit.
+
+``train`` is a complete reference trainer of its own, for the chapters that
+need a trained model without teaching how (ch09, ch10) and for nanoGPT's
+recipe in ``bench/train_gpt.py``.
 """
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 
 import torch
 
@@ -34,7 +42,7 @@ class Recipe:
     beta2: float = 0.99
     grad_clip: float = 1.0
     dropout: float = 0.0
-    threads: int = 2
+    threads: int | None = None      # None: chosen from the CPUs that are free (``choose_threads``)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -131,7 +139,7 @@ def train(model, get_batch, train_data: torch.Tensor, val_data: torch.Tensor, re
     budget, as in nanoGPT) and ``on_eval(history)`` is called (the live plot)."""
     # while grading, the grader gives each kernel its share of the cores: taking more would make
     # the kernels graded side by side fight over them (several times slower)
-    torch.set_num_threads(min(recipe.threads, torch.get_num_threads()) if under_nbgrader() else recipe.threads)
+    torch.set_num_threads(recipe.threads and min(recipe.threads, cpu_limit()) or choose_threads())
     gen = torch.Generator().manual_seed(seed)
     opt = make_optimizer(model, recipe)
     hist = History()
@@ -255,3 +263,351 @@ def live_loss_plot():
             state["handle"].update(fig)
 
     return on_eval
+
+
+# ------------------------------------------------------------------ threads: only as many as are free
+
+_TORCH_DEFAULT_THREADS = torch.get_num_threads()    # PyTorch's own choice at import: the physical cores
+
+
+def _cgroup_quota() -> float | None:
+    """CPUs a container may use by its quota (cgroup v2 ``cpu.max``, or v1's
+    ``cfs_quota_us / cfs_period_us``); None when there is no quota."""
+    root = Path("/sys/fs/cgroup")
+    places = [root / "cpu.max"]
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            if line.startswith("0::"):
+                places.append(root / line[3:].lstrip("/") / "cpu.max")
+    except OSError:
+        pass
+    for path in places:
+        try:
+            quota, period = path.read_text().split()[:2]
+        except (OSError, ValueError):
+            continue
+        return None if quota == "max" else int(quota) / int(period)
+    try:
+        quota = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
+        period = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def cpu_limit() -> int:
+    """The most threads worth asking for: the CPUs this process may run on
+    (``os.sched_getaffinity``), no more than a container's CPU quota, and no
+    more than PyTorch's default (the physical cores). Under nbgrader, the
+    threads the grader gave this kernel."""
+    if under_nbgrader():
+        return max(1, torch.get_num_threads())
+    n = os.cpu_count() or 1
+    try:
+        n = min(n, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        pass
+    quota = _cgroup_quota()
+    if quota is not None:
+        n = min(n, max(1, int(quota)))
+    return max(1, min(n, _TORCH_DEFAULT_THREADS))
+
+
+def _own_running() -> int | None:
+    """Threads of this process that are running right now (Linux), else None."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    n = 0
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/stat") as f:
+                n += f.read().rsplit(")", 1)[1].split()[0] == "R"
+        except (OSError, IndexError):
+            continue
+    return n
+
+
+def busy_elsewhere(samples: int = 8, gap: float = 0.005) -> float:
+    """How many CPUs other programs keep busy right now.
+
+    On Linux: the runnable tasks of the whole machine (``/proc/loadavg``)
+    minus this process's own running threads, averaged over a few samples a
+    few milliseconds apart (immediate, unlike the load average). Elsewhere: the
+    one-minute load average (0 where there is none, as on Windows)."""
+    readings = []
+    for i in range(samples):
+        try:
+            with open("/proc/loadavg") as f:
+                running = int(f.read().split()[3].split("/")[0])
+        except (OSError, ValueError, IndexError):
+            break
+        own = _own_running()
+        if own is None:
+            break
+        readings.append(max(0, running - max(own, 1)))
+        if i + 1 < samples:
+            time.sleep(gap)
+    if readings:
+        return sum(readings) / len(readings)
+    try:
+        return max(0.0, os.getloadavg()[0])
+    except (AttributeError, OSError):
+        return 0.0
+
+
+def choose_threads(elsewhere: float | None = None, limit: int | None = None) -> int:
+    """Threads for training: the CPUs left free by other programs, at least 1,
+    at most ``cpu_limit()``. Asking for more threads than there are free CPUs
+    is worse than asking for fewer: PyTorch's threads wait for each other at
+    every operation, so one thread that loses its CPU holds all the others up
+    (two busy programs on two cores: 8,020 tokens/s with 2 threads, 17,455
+    with 1; bench/results/)."""
+    limit = cpu_limit() if limit is None else limit
+    if under_nbgrader():
+        return limit
+    elsewhere = busy_elsewhere() if elsewhere is None else elsewhere
+    return max(1, min(limit, math.floor(limit - elsewhere + 0.5)))
+
+
+# ------------------------------------------------------------------ the chapter's training run
+
+@dataclass(frozen=True)
+class Plan:
+    """What one training step needs to know about the whole run: the
+    schedule's length and shape, and the gradient clipping threshold."""
+    max_steps: int          # the schedule reaches its floor here
+    warmup_steps: int
+    lr: float               # the peak
+    min_lr: float           # the floor
+    grad_clip: float = 1.0
+
+
+def plan_for(recipe: Recipe, max_steps: int) -> Plan:
+    """``recipe``'s schedule stretched over ``max_steps`` steps (its warm-up a
+    fraction of them, at least one step)."""
+    warmup = max(1, round(recipe.warmup * max_steps)) if recipe.warmup < 1 else int(recipe.warmup)
+    return Plan(max_steps=max(int(max_steps), warmup + 1), warmup_steps=warmup, lr=recipe.lr,
+                min_lr=recipe.min_lr, grad_clip=recipe.grad_clip)
+
+
+def step_generator(step: int, seed: int = 0) -> torch.Generator:
+    """The random generator of one step's batch. Each step has its own, so a
+    run resumed from a checkpoint at step k draws the same batches as a run
+    that never stopped."""
+    return torch.Generator().manual_seed(seed * 1_000_003 + step)
+
+
+def fixed_batches(get_batch, data: torch.Tensor, block_size: int, n: int = 8, batch_size: int = 64,
+                  seed: int = 1234) -> list:
+    """The same ``n`` batches every time: an evaluation on them costs a fixed,
+    small time, and two evaluations differ only because the model did."""
+    gen = torch.Generator().manual_seed(seed)
+    return [get_batch(data, block_size, batch_size, generator=gen) for _ in range(n)]
+
+
+class Run:
+    """The time budget of a training loop written in the notebook, and
+    everything around it that is not the lesson.
+
+        run = training.Run(recipe, seconds=180)
+        step = 0
+        while run.going(step):
+            x, y = get_batch(train_data, recipe.n_ctx, recipe.batch_size, generator=training.step_generator(step))
+            loss = train_step(model, optimizer, x, y, step, run.plan(step))
+            step += 1
+            run.log(step, loss, x.numel())
+            if run.time_to_evaluate(step):
+                run.evaluated(step, evaluate(model, val_batches))
+        history = run.finish(step, evaluate(model, val_batches))
+
+    With ``seconds``, ``plan(step)`` stretches the schedule over the steps
+    that fit into the time left (measured as the run goes), so the learning
+    rate reaches its floor when the time runs out, and ``going`` stops early
+    enough for the last evaluation to fit inside the budget as well. With
+    ``steps``, the run is exactly that many steps. The thread count is chosen
+    from the free CPUs and checked again at every evaluation. Everything runs
+    in the caller's thread: the cell stays busy until ``finish``."""
+
+    def __init__(self, recipe: Recipe, seconds: float | None = None, steps: int | None = None,
+                 eval_every: float = 10.0, progress: bool = True, plot: bool = True, start_step: int = 0):
+        if (seconds is None) == (steps is None):
+            raise ValueError("give either seconds or steps")
+        self.recipe, self.seconds, self.steps, self.eval_every = recipe, seconds, steps, eval_every
+        self.history = History()
+        self.limit = cpu_limit()
+        self.fixed = recipe.threads is not None
+        self.threads = min(recipe.threads, self.limit) if self.fixed else choose_threads(limit=self.limit)
+        torch.set_num_threads(self.threads)
+        self.thread_log: list[tuple[float, int, float]] = []     # (seconds into the run, threads, busy elsewhere)
+        self.on_eval = live_loss_plot() if plot else None
+        self.start_step = self.step = start_step
+        self.ema = None
+        self.eval_seconds = 0.0              # the last evaluation's duration: kept free at the end
+        self.step_seconds = None             # moving average of one step's duration
+        self._cpu0, self._last_cpu = time.process_time(), None
+        self.bar = None
+        if progress:
+            from tqdm.auto import tqdm
+            if seconds is not None:
+                self.bar = tqdm(total=round(seconds), leave=True, desc=t("训练", "training"),
+                                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s {postfix}")
+            else:
+                self.bar = tqdm(total=steps, unit="step", leave=True, desc=t("训练", "training"))
+        self.start = self._last = self._last_eval = time.perf_counter()
+        self._eval_started = None
+
+    # -- the loop's questions
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def going(self, step: int) -> bool:
+        """Whether to take step ``step``: there are steps left, or time left
+        for one more step and the final evaluation."""
+        if self.steps is not None:
+            return step < self.start_step + self.steps
+        if step == self.start_step:
+            return True
+        return self.elapsed() + (self.step_seconds or 0.0) + self.eval_seconds < self.seconds
+
+    def plan(self, step: int) -> Plan:
+        """The schedule for this run as it looks at step ``step``."""
+        if self.steps is not None:
+            return plan_for(self.recipe, self.start_step + self.steps)
+        left = max(0.0, self.seconds - self.elapsed() - self.eval_seconds)
+        per_step = self.step_seconds or 0.1
+        return plan_for(self.recipe, step + 1 + int(left / per_step))
+
+    def log(self, step: int, loss: float, tokens: int) -> None:
+        """After a step: its training loss and the tokens it saw."""
+        now = time.perf_counter()
+        took = now - self._last
+        self._last = now
+        if step > self.start_step + 1:      # the first step pays for warming up PyTorch
+            self.step_seconds = took if self.step_seconds is None else 0.9 * self.step_seconds + 0.1 * took
+        self.step = step
+        self.history.tokens += tokens
+        loss = float(loss)
+        self.ema = loss if self.ema is None else 0.9 * self.ema + 0.1 * loss
+        if self.bar is not None:
+            if self.seconds is not None:
+                self.bar.n = min(self.elapsed(), self.seconds)
+            else:
+                self.bar.update(1)
+            if step % 10 == 0 or step == self.start_step + 1:
+                self.bar.set_postfix(step=step, loss=f"{self.ema:.3f}")
+
+    def time_to_evaluate(self, step: int) -> bool:
+        """Every ``eval_every`` seconds, and after the first step."""
+        due = step == self.start_step + 1 or time.perf_counter() - self._last_eval >= self.eval_every
+        if due:
+            self._eval_started = time.perf_counter()
+        return due
+
+    def evaluated(self, step: int, val_loss: float) -> None:
+        """Record an evaluation, redraw the plot, and check the threads again."""
+        now = time.perf_counter()
+        if self._eval_started is not None:
+            self.eval_seconds = now - self._eval_started
+        self.history.steps.append(step)
+        self.history.train.append(self.ema)
+        self.history.val_steps.append(step)
+        self.history.val.append(float(val_loss))
+        if self.on_eval is not None:
+            self.on_eval(self.history)
+        self._recheck_threads()
+        self._last_eval = self._last = time.perf_counter()
+
+    def _recheck_threads(self) -> None:
+        if under_nbgrader():
+            return
+        elsewhere = busy_elsewhere()
+        self.thread_log.append((self.elapsed(), self.threads, elsewhere))
+        if self.fixed:
+            return
+        wanted = choose_threads(elsewhere, self.limit)
+        if wanted != self.threads:
+            self.threads = wanted
+            torch.set_num_threads(wanted)
+
+    # -- the end
+    def finish(self, step: int, val_loss: float) -> History:
+        """After the last step and the final evaluation: close the bar at
+        100% and print the closing line."""
+        self.history.seconds = self.elapsed()
+        if not self.history.val_steps or self.history.val_steps[-1] != step:
+            self.history.steps.append(step)
+            self.history.train.append(self.ema)
+            self.history.val_steps.append(step)
+            self.history.val.append(float(val_loss))
+            if self.on_eval is not None:
+                self.on_eval(self.history)
+        else:
+            self.history.val[-1] = float(val_loss)
+        if self.bar is not None:
+            if self.seconds is not None:
+                self.bar.n = self.bar.total
+            self.bar.set_postfix(step=step, loss=f"{self.ema:.3f}" if self.ema is not None else "-")
+            self.bar.refresh()
+            self.bar.close()
+        print(self.closing_line(step, float(val_loss)))
+        return self.history
+
+    def cpu_share(self) -> float:
+        """CPU time this process got per thread-second of the run (1.0: every
+        thread ran all the time)."""
+        wall = max(self.history.seconds or self.elapsed(), 1e-9)
+        mean_threads = self._mean_threads()
+        return (time.process_time() - self._cpu0) / (wall * mean_threads)
+
+    def _mean_threads(self) -> float:
+        if not self.thread_log:
+            return float(self.threads)
+        return sum(n for _, n, _ in self.thread_log) / len(self.thread_log)
+
+    def busy_note(self) -> str | None:
+        """A sentence when the machine, not the recipe, was the limit: other
+        programs kept CPUs busy, or this run got much less CPU time than it
+        asked for."""
+        if under_nbgrader() or self.history.seconds < 5:
+            return None
+        elsewhere = [e for _, _, e in self.thread_log]
+        busy = sum(elsewhere) / len(elsewhere) if elsewhere else 0.0
+        share = self.cpu_share()
+        if busy < 0.5 and share > 0.7:
+            return None
+        return t(f"这台机器很忙：别的程序平均占着约 {busy:.1f} 个 CPU（这次最多能用 {self.limit} 个），训练得到的 CPU 时间"
+                 f"只有它要的 {share:.0%}，所以走的步数少、损失偏高——这不是配方的问题。关掉别的程序（或等它们结束）再运行一次，"
+                 "或者把 TRAIN_SECONDS 调大来补上。",
+                 f"The machine was busy: other programs kept about {busy:.1f} CPUs busy (this run could use at most "
+                 f"{self.limit}), and training got {share:.0%} of the CPU time it asked for, so it took fewer steps and "
+                 "the loss is higher than the recipe gives on a quiet machine. Close other programs (or wait for them "
+                 "to finish) and run this cell again, or raise TRAIN_SECONDS to make up for it.")
+
+    def closing_line(self, step: int, val_loss: float) -> str:
+        steps = step - self.start_step
+        rate = self.history.tokens / max(self.history.seconds, 1e-9)
+        threads = sorted({n for _, n, _ in self.thread_log} | {self.threads})
+        shown = "–".join(str(n) for n in (threads[0], threads[-1])) if len(threads) > 1 else str(threads[0])
+        line = t(f"{steps:,} 步，{self.history.seconds:.0f} 秒，{rate:,.0f} token/秒，{shown} 个线程；验证损失 {val_loss:.3f}",
+                 f"{steps:,} steps in {self.history.seconds:.0f} s, {rate:,.0f} tokens/s, {shown} thread"
+                 f"{'s' if shown != '1' else ''}; validation loss {val_loss:.3f}")
+        note = self.busy_note()
+        return line + ("\n" + note if note else "")
+
+
+# ------------------------------------------------------------------ handing the model on to chapter 9
+
+MODEL_FILE = "ch07_model.pt"
+
+
+def save_model(model, tokenizer, path: str | Path = MODEL_FILE) -> Path:
+    """Save a trained chapter 7 GPT where chapter 9 looks for it (next to this
+    notebook): its state dict, its sizes and its vocabulary in id order."""
+    c = model.config
+    config = dict(vocab_size=c.vocab_size, n_ctx=c.n_ctx, n_layer=c.n_layer, n_head=c.n_head, d_model=c.d_model)
+    chars = tokenizer.decode(list(range(tokenizer.vocab_size)))
+    path = Path(path)
+    torch.save({"config": config, "state_dict": model.state_dict(), "chars": chars}, path)
+    return path
