@@ -270,13 +270,12 @@ def live_loss_plot():
 _TORCH_DEFAULT_THREADS = torch.get_num_threads()    # PyTorch's own choice at import: the physical cores
 
 
-def _cgroup_quota() -> float | None:
+def _cgroup_quota(root: Path = Path("/sys/fs/cgroup"), own: Path = Path("/proc/self/cgroup")) -> float | None:
     """CPUs a container may use by its quota (cgroup v2 ``cpu.max``, or v1's
     ``cfs_quota_us / cfs_period_us``); None when there is no quota."""
-    root = Path("/sys/fs/cgroup")
     places = [root / "cpu.max"]
     try:
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
+        for line in own.read_text().splitlines():
             if line.startswith("0::"):
                 places.append(root / line[3:].lstrip("/") / "cpu.max")
     except OSError:

@@ -254,3 +254,204 @@ def test_generate_names_a_top_k_threshold_that_does_not_broadcast(lang, word):
     with pytest.raises(GradingFailure) as err:
         grading_ch07.check_generate(_generate_1d_threshold)
     assert "generate_topk_threshold_shape" in str(err.value) and word in str(err.value)
+
+
+# ------------------------------------------------------------------ threads: only as many as are free
+
+def test_threads_never_exceed_the_free_cpus():
+    assert training.choose_threads(elsewhere=2.0, limit=2) == 1          # two busy programs on two cores
+    assert training.choose_threads(elsewhere=1.0, limit=2) == 1
+    assert training.choose_threads(elsewhere=0.3, limit=2) == 2
+    assert training.choose_threads(elsewhere=0.0, limit=8) == 8
+    assert training.choose_threads(elsewhere=7.0, limit=8) == 1
+    assert training.choose_threads(elsewhere=3.2, limit=8) == 5
+
+
+def test_cpu_limit_follows_affinity(monkeypatch):
+    monkeypatch.setattr(training.os, "sched_getaffinity", lambda pid: {3}, raising=False)
+    assert training.cpu_limit() == 1
+
+
+@pytest.mark.parametrize("files,cpus", [({"cpu.max": "150000 100000\n"}, 1.5), ({"cpu.max": "max 100000\n"}, None),
+                                        ({"cpu/cpu.cfs_quota_us": "200000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 2.0),
+                                        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None)])
+def test_container_quota_is_read(tmp_path, files, cpus):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert training._cgroup_quota(tmp_path, tmp_path / "no-such-file") == cpus
+
+
+def test_busy_elsewhere_sees_busy_processes():
+    import subprocess
+    import sys
+    import time
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        time.sleep(0.5)
+        seen = training.busy_elsewhere(samples=20)
+    finally:
+        for p in procs:
+            p.kill()
+    assert seen >= 1.5, seen
+
+
+# ------------------------------------------------------------------ the chapter's run: time budget and closing line
+
+def _loop(run, model, opt, data, recipe, evaluate):
+    step = 0
+    while run.going(step):
+        x, y = _batch(data, recipe.n_ctx, recipe.batch_size, generator=training.step_generator(step))
+        plan = run.plan(step)
+        assert plan.warmup_steps < plan.max_steps and step < plan.max_steps
+        for group in opt.param_groups:
+            group["lr"] = plan.lr
+        opt.zero_grad()
+        _, loss = model(x, y)
+        loss.backward()
+        opt.step()
+        step += 1
+        run.log(step, loss.item(), x.numel())
+        if run.time_to_evaluate(step):
+            run.evaluated(step, evaluate())
+    return step, run.finish(step, evaluate())
+
+
+def test_run_keeps_the_last_evaluation_inside_the_time_budget(capsys):
+    import time
+    torch.manual_seed(0)
+    model, data = _Tiny(), torch.randint(12, (2_000,), generator=torch.Generator().manual_seed(0))
+    recipe = training.scaled(training.COURSE_RECIPE, n_ctx=8, batch_size=4, threads=1)
+    opt = torch.optim.AdamW(model.parameters())
+
+    def slow_evaluate():                     # an evaluation that takes 0.3 s
+        time.sleep(0.3)
+        return 2.0
+
+    start = time.perf_counter()
+    run = training.Run(recipe, seconds=2.0, eval_every=0.5, plot=False)
+    step, hist = _loop(run, model, opt, data, recipe, slow_evaluate)
+    took = time.perf_counter() - start
+    assert took < 2.0 + 0.3, took                         # the final evaluation fits in the budget (one step of slack)
+    assert took > 1.2, took                               # and the run used it
+    assert hist.val_steps[-1] == step and hist.steps[-1] == step
+    out = capsys.readouterr()
+    bar = out.err.replace("\r", "\n").strip().splitlines()[-1]
+    assert "100%" in bar and "2/2 s" in bar, bar         # the bar ends at 100% after the last evaluation
+    assert f"{step:,} steps" in out.out or f"{step:,} 步" in out.out, out.out
+
+
+def test_run_with_steps_plans_exactly_that_many():
+    recipe = training.scaled(training.COURSE_RECIPE, threads=1)
+    run = training.Run(recipe, steps=40, progress=False, plot=False)
+    plan = run.plan(0)
+    assert (plan.max_steps, plan.warmup_steps, plan.lr, plan.min_lr) == (40, 1, recipe.lr, recipe.min_lr)
+    assert run.going(39) and not run.going(40)
+    resumed = training.Run(recipe, steps=10, progress=False, plot=False, start_step=30)
+    assert resumed.plan(30).max_steps == 40 and resumed.going(39) and not resumed.going(40)
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_closing_line_says_when_the_machine_was_the_limit(lang):
+    from helpers import set_language
+    set_language(lang)
+    try:
+        run = training.Run(training.scaled(training.COURSE_RECIPE, threads=1), seconds=60, progress=False, plot=False)
+        run.history.seconds, run.history.tokens = 60.0, 300_000
+        run.thread_log = [(10.0, 1, 1.8), (20.0, 1, 2.2)]
+        busy = run.closing_line(500, 2.1)
+        run.thread_log = [(10.0, 1, 0.0), (20.0, 1, 0.1)]
+        run._cpu0 = training.time.process_time() - 60.0          # as if this run had its CPU all the time
+        quiet = run.closing_line(500, 2.1)
+    finally:
+        set_language("zh")
+    assert "5,000" in busy and "2.100" in busy                   # tokens/s, the loss
+    word = "很忙" if lang == "zh" else "busy"
+    assert word in busy and "TRAIN_SECONDS" in busy and "2.0" in busy
+    assert word not in quiet and "\n" not in quiet
+
+
+# ------------------------------------------------------------------ a checkpoint resumes exactly, in a new process
+
+RESUME = r"""
+import json, sys, torch
+sys.path.insert(0, {root!r}); sys.path.insert(0, {bench!r})
+from train_gpt import chapter_code
+from helpers import training
+torch.set_num_threads(1)
+ns = chapter_code(("tokenizer", "get_batch", "cross_entropy", "gpt", "learning_rate", "train_step", "evaluate", "checkpoint"))
+text = "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n" * 30
+tok = ns["CharTokenizer"](text)
+data = torch.tensor(tok.encode(text))
+recipe = training.scaled(training.COURSE_RECIPE, n_layer=2, d_model=32, n_head=2, n_ctx=16, batch_size=4, threads=1,
+                         dropout=0.0)
+mode, path, first, last = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+torch.manual_seed(0)
+model = ns["GPT"](ns["GPTConfig"](vocab_size=tok.vocab_size, n_ctx=recipe.n_ctx, n_layer=recipe.n_layer,
+                                  n_head=recipe.n_head, d_model=recipe.d_model))
+optimizer = training.make_optimizer(model, recipe)
+step = 0
+if mode == "resume":
+    torch.manual_seed(123)                          # the checkpoint, not the seed, must decide the weights
+    model = ns["GPT"](model.config)
+    optimizer = training.make_optimizer(model, recipe)
+    step, recipe, tok = ns["load_checkpoint"](path, model, optimizer)
+run = training.Run(recipe, steps=last - step, progress=False, plot=False, start_step=step)
+losses = []
+while run.going(step):
+    x, y = ns["get_batch"](data, recipe.n_ctx, recipe.batch_size, generator=training.step_generator(step))
+    losses.append(ns["train_step"](model, optimizer, x, y, step, training.plan_for(recipe, 12)))
+    step += 1
+    if mode == "first" and step == first:
+        ns["save_checkpoint"](path, model, optimizer, step, recipe, tok)
+        break
+print(json.dumps(losses))
+"""
+
+
+def test_a_checkpoint_resumed_in_a_fresh_process_continues_with_the_same_losses(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    code = RESUME.format(root=str(root), bench=str(root / "bench"))
+    path = str(tmp_path / "run.pt")
+
+    def run(*args):
+        out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=root, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    straight = run("straight", path, "0", "12")
+    first = run("first", path, "5", "12")
+    resumed = run("resume", path, "5", "12")
+    assert len(straight) == 12 and len(first) == 5 and len(resumed) == 7
+    assert first + resumed == straight                   # exactly: the same floats, step for step
+    assert straight[0] > straight[-1]                    # and it did train
+
+
+def test_the_trained_model_is_saved_where_chapter_9_reads_it(tmp_path, monkeypatch, capsys):
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root / "bench"))
+    from train_gpt import chapter_code
+
+    from helpers import ch09_inside_gpt as inside
+    ns = chapter_code(("tokenizer", "gpt", "cross_entropy"))
+    tok = ns["CharTokenizer"]("hello, world\n")
+    torch.manual_seed(0)
+    model = ns["GPT"](ns["GPTConfig"](vocab_size=tok.vocab_size, n_ctx=16, n_layer=2, n_head=2, d_model=16)).eval()
+    monkeypatch.chdir(tmp_path)
+    path = training.save_model(model, tok)
+    loaded, chars, where = inside.load_char_gpt()
+    assert Path(where).resolve() == path.resolve() and chars == tok.decode(range(tok.vocab_size))
+    idx = torch.tensor([tok.encode("hello")])
+    with torch.no_grad():
+        assert torch.allclose(loaded(idx)[0], model(idx)[0], atol=1e-6)
+    # a model whose parameters are named otherwise is not half-loaded: chapter 9 says so and trains its own
+    torch.save({"config": {"vocab_size": 9, "n_ctx": 16, "n_layer": 2, "n_head": 2, "d_model": 16},
+                "state_dict": {"wte.weight": torch.zeros(9, 16)}, "chars": "abcdefghi"}, tmp_path / "ch07_model.pt")
+    assert inside.load_char_gpt() is None
+    out = capsys.readouterr().out
+    assert "could not be loaded" in out or "读不出来" in out, out
