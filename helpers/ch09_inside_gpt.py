@@ -258,10 +258,13 @@ def load_char_gpt(places=CH07_PLACES):
         try:
             saved = torch.load(path, map_location="cpu", weights_only=True)
             model = TinyGPT(char_config(**saved["config"]))
-            model.load_state_dict(saved["state_dict"], strict=False)
+            # strict: a GPT whose parameters are named otherwise would load only in part, its other weights random
+            model.load_state_dict(saved["state_dict"], strict=True)
             return model.eval(), saved["chars"], str(path)
         except Exception as exc:  # noqa: BLE001 (a file from elsewhere: say so and train instead)
-            print(t(f"（{path} 读不出来：{exc}）", f"({path} could not be loaded: {exc})"))
+            first = str(exc).strip().splitlines()[0][:300]
+            print(t(f"（{path} 读不出来，改为在这里训练一个：{first}）",
+                    f"({path} could not be loaded, so one is trained here instead: {first})"))
     return None
 
 
