@@ -142,6 +142,31 @@ def test_a_later_exercise_is_graded_on_its_own(capsys):
     assert "exercise 1" not in str(err.value)
 
 
+def test_a_probe_made_of_the_earlier_checks_stands_in_exactly_when_they_fail():
+    """``passes(verify)``: the earlier exercise's own checks decide, gradients included
+    (on_its_own probes under no_grad), so "exercise N still needs fixing" is always true."""
+    from grading.cases import passes
+    from grading.core import expect_autograd
+
+    def verify(softmax):
+        x = torch.tensor([[1.0, 2.0], [1000.0, 1001.0]], requires_grad=True)
+        out = softmax(x)
+        check = Check("softmax", softmax)
+        check.expect("x", out, ref_softmax(x.detach()))
+        expect_autograd(out, "softmax")                # would fail for every answer under no_grad
+
+    earlier = (Earlier("softmax", 1, passes(verify), lambda x, dim=-1: ref_softmax(x, dim).to(x.dtype)),)
+    right = SOFTMAX_SRC["right"]
+    for src, swapped in ((right, False), (SOFTMAX_SRC["wrong"], True), (SOFTMAX_SRC["stub"], True),
+                         (right.replace("return e / e.sum(dim, keepdim=True)", "return (e / e.sum(dim, keepdim=True)).detach()"),
+                          True)):                                           # the right values, cut off from autograd
+        ns = {"torch": torch, "math": math}
+        notebook_cell(src + ATTENTION_SRC["right"], ns)
+        with on_its_own(ns["attention"], earlier) as got:
+            pass
+        assert bool(got) is swapped, src
+
+
 def test_a_stand_in_kept_by_a_student_gives_no_rights_later():
     from grading import core, guard
     from grading.ch01_attention import ref_softmax as graders_softmax

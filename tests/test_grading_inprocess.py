@@ -54,6 +54,48 @@ def params(attr):
             for lang in ("zh", "en")]
 
 
+# what a chain says (grading.cases.on_its_own), in the catalogue's zh words and in English
+CHAIN_WORDS = [
+    (re.compile(r"用正确的 (.+?) 代替你的之后，这一题是对的"), r"Correct when given a correct \1"),
+    (re.compile(r"练习 (\S+?) 还需要修改"), r"exercise \1 still needs fixing"),
+    (re.compile(r"已经用正确的 (.+?) 代替了你的"), r"already used a correct \1 in place of yours"),
+    (re.compile(r"出在这一题本身"), "this exercise's own"),
+    (re.compile(r"练习 (\S+?) 也还需要修改"), r"exercise \1 needs fixing too"),
+    (re.compile(r"还没有实现"), "not implemented yet"),
+]
+
+
+def english(word: str) -> str | None:
+    """The English counterpart of a chain's zh words, or None for words of a diagnosis."""
+    for zh, en in CHAIN_WORDS:
+        m = zh.fullmatch(word)
+        if m:
+            return m.expand(en).replace("、", ", ")
+    return None
+
+
+def test_chain_words_have_english_counterparts():
+    from grading.cases import Earlier, also_wrong_line, given_correct_line
+    swapped = (Earlier("causal_mask", 1, bool, bool), Earlier("apply_mask", 2, bool, bool))
+    set_language("zh")
+    zh = given_correct_line(swapped) + also_wrong_line(swapped)
+    set_language("en")
+    en = given_correct_line(swapped) + also_wrong_line(swapped)
+    words = ["用正确的 causal_mask、apply_mask 代替你的之后，这一题是对的", "练习 1、2 还需要修改",
+             "已经用正确的 causal_mask、apply_mask 代替了你的", "出在这一题本身", "练习 1、2 也还需要修改"]
+    for word in words:
+        assert word in zh, (word, zh)
+        assert english(word) in en, (english(word), en)
+    assert english("没有先减去每行的最大值") is None
+
+
+def _said_in(lang, variant, gid, words, text):
+    for word in words:
+        shown = word if lang == "zh" else english(word)
+        if shown is not None:
+            assert shown in text, f"{variant.name} ({lang}): {shown!r} missing from:\n{text}"
+
+
 @pytest.mark.parametrize("chapter,variant,lang", params("BUGS"))
 def test_bug_fails_hidden_check_with_diagnosis(chapter, variant: Variant, lang, capsys):
     set_language(lang)
@@ -63,10 +105,11 @@ def test_bug_fails_hidden_check_with_diagnosis(chapter, variant: Variant, lang, 
             run_check(chapter, gid, ns)
         msg = str(err.value)
         if lang == "zh":
-            for word in variant.words + variant.said.get(gid, ()):
+            for word in variant.words:
                 assert word in msg, f"{variant.name}: {word!r} missing from:\n{msg}"
         else:
             assert not CJK.search(msg), f"English feedback contains Chinese:\n{msg}"
+        _said_in(lang, variant, gid, variant.said.get(gid, ()), msg)
     for gid, words in variant.said.items():     # a later exercise that keeps its marks, and says why
         if gid in variant.lose:
             continue
@@ -74,11 +117,53 @@ def test_bug_fails_hidden_check_with_diagnosis(chapter, variant: Variant, lang, 
         run_check(chapter, gid, ns)
         out = capsys.readouterr().out
         assert "✓" in out, out
-        if lang == "zh":
-            for word in words:
-                assert word in out, f"{variant.name}: {word!r} missing from:\n{out}"
-        else:
+        if lang == "en":
             assert not CJK.search(out), f"English feedback contains Chinese:\n{out}"
+        _said_in(lang, variant, gid, words, out)
+
+
+def chains(chapter: str) -> list[tuple[Variant, str, Variant]]:
+    """Each later test cell that a wrong earlier answer leaves with its marks
+    (a BUGS variant whose ``said`` names it "correct given a correct ..."), with
+    the first wrong answer of that later exercise alone (a variant losing only
+    that cell and editing other answer cells)."""
+    bugs = importlib.import_module(f"catalogue.{chapter}").BUGS
+    out, seen = [], set()
+    for v in bugs:
+        for gid, words in v.said.items():
+            if gid in v.lose or gid in seen or not any("代替你的之后" in w for w in words):
+                continue
+            later = next((w for w in bugs if w.lose == (gid,) and not set(w.replace) & set(v.replace)
+                          and len(w.replace) == 1), None)
+            if later is not None:
+                seen.add(gid)
+                out.append((v, gid, later))
+    return out
+
+
+@pytest.mark.parametrize("chapter,lang", [(c, lang) for c in CHAPTERS for lang in ("zh", "en")])
+def test_a_wrong_or_unfinished_later_exercise_is_its_own(chapter, lang):
+    """With a correct earlier piece standing in, a wrong later answer still fails
+    and says the failure is its own; an unfinished one says only that."""
+    set_language(lang)
+    kept = {gid for v in importlib.import_module(f"catalogue.{chapter}").BUGS for gid, words in v.said.items()
+            if gid not in v.lose and any("代替你的之后" in w for w in words)}
+    found = chains(chapter)
+    assert {gid for _, gid, _ in found} == kept, f"{chapter}: a chain without a wrong later answer to prove it"
+    for earlier, gid, later in found:
+        ns = solution_namespace(chapter, {**earlier.replace, **later.replace})
+        with pytest.raises(AssertionError) as err:
+            run_check(chapter, gid, ns)
+        own = "出在这一题本身" if lang == "zh" else "this exercise's own"
+        assert own in str(err.value), f"{earlier.name} + {later.name}:\n{err.value}"
+        (cell,) = later.replace
+        ns = solution_namespace(chapter, {**earlier.replace, cell: _stub(chapter, cell)})
+        with pytest.raises(AssertionError) as err:
+            run_check(chapter, gid, ns)
+        msg = str(err.value)
+        assert ("还没有实现" if lang == "zh" else "not implemented yet") in msg, msg
+        assert not re.search(r"练习 \d|exercise \d|Exercise \d", msg), f"{earlier.name} + stub: blames an earlier " \
+                                                                      f"exercise:\n{msg}"
 
 
 @pytest.mark.parametrize("chapter,variant,lang", params("CORRECT"))
