@@ -47,7 +47,15 @@ BUGS = [
     Variant("sm_uses_functional_alias",
             {"softmax": "from torch.nn.functional import softmax as _sm\n" + SM_HEAD + "    return _sm(x, dim)\n"},
             said=KEPT, lose=("test_softmax",), words=("从零实现", "torch.nn.functional.softmax")),
+    Variant("sm_minus_mean", sm("    e = torch.exp(x - x.mean(dim=dim, keepdim=True))   # centred, not the maximum\n"
+                                "    return e / e.sum(dim=dim, keepdim=True)\n"),
+            said=KEPT, lose=("test_softmax",), words=("除一个之外全是 -inf 的行", "均值，不是最大值")),
     # score_variance
+    Variant("var_returns_tensor", var("    q = torch.randn(n_samples, d_k, generator=generator)\n"
+                                      "    k = torch.randn(n_samples, d_k, generator=generator)\n"
+                                      "    s = (q * k).sum(-1)\n"
+                                      "    return (s / math.sqrt(d_k) if scaled else s).var()\n"),
+            lose=("test_score_variance",), words=("Python 的 float", ".item()")),
     Variant("var_ignores_scaled", var("    q = torch.randn(n_samples, d_k, generator=generator)\n"
                                       "    k = torch.randn(n_samples, d_k, generator=generator)\n"
                                       "    return (q * k).sum(-1).var().item()\n"),
@@ -106,6 +114,16 @@ BUGS = [
 ]
 
 CORRECT = [
+    # judged by the calls it makes, never by its words: comments and strings name the forbidden functions
+    Variant("ok_comments_name_forbidden_calls", {
+        **sm('    """What torch.softmax(x, dim) and F.softmax compute, by hand."""\n'
+             "    # not x.softmax(dim), not torch.nn.functional.softmax: exp, amax and sum only\n"
+             "    e = torch.exp(x - x.amax(dim=dim, keepdim=True))\n"
+             "    return e / e.sum(dim=dim, keepdim=True)\n"),
+        **att('    """The same as F.scaled_dot_product_attention(q, k, v, attn_mask=mask), written out."""\n'
+              '    library = "torch.nn.functional.scaled_dot_product_attention"   # a string, never called\n'
+              + ATT_OK.replace("    w = softmax(s, dim=-1)\n",
+                               "    w = softmax(s, dim=-1)          # my softmax, not torch.softmax\n"))}),
     Variant("ok_einsum", {**sm("    m = x.max(dim=dim, keepdim=True).values\n    e = (x - m).exp()\n"
                                 "    return e / e.sum(dim, keepdim=True)\n"),
                           **att("""    s = torch.einsum("...qd,...kd->...qk", q, k) * q.shape[-1] ** -0.5
@@ -179,6 +197,49 @@ CORRECT = [
     w = softmax(s.to(q.dtype), dim=-1)
     return torch.einsum("...ij,...jd->...id", w, v), w
 """)}),
+]
+
+WORDS_ARE_NOT_CALLS = ("ok_comments_name_forbidden_calls",)
+
+# (the rule as the exercise states it, the check that enforces it, the wrong answer that breaks it)
+RULES = [
+    ("softmax: normalise along the argument dim, other dimensions untouched",
+     "check_softmax: cases with dim=1, dim=0 and dim=-1 against the float64 reference", "sm_wrong_dim"),
+    ("softmax from scratch: torch.softmax, F.softmax, x.softmax are not allowed",
+     "check_softmax runs inside core.forbidden: the call itself raises", "sm_uses_torch"),
+    ("softmax: a row like [1000, 1001, 1002] gives no nan or inf",
+     "check_softmax: the 'large entries' and 'rows of very different magnitude' cases", "sm_no_max"),
+    ("softmax: a row that is -inf everywhere but one entry works (1 at that entry)",
+     "check_softmax: the 'a row of -inf except one entry' case", "sm_minus_mean"),
+    ("score_variance: draw q and k with torch.randn(..., generator=generator)",
+     "check_score_variance: the same seed twice gives the same result, another seed another", "var_no_generator"),
+    ("score_variance: with scaled=True divide the dot products by sqrt(d_k)",
+     "check_score_variance: scaled=True lands within 7 % of 1", "var_ignores_scaled"),
+    ("score_variance: return the variance (about d_k)",
+     "check_score_variance: unscaled lands within 7 % of d_k", "var_std"),
+    ("score_variance: return a Python float",
+     "check_score_variance: the result must be a number, not a tensor", "var_returns_tensor"),
+    ("attention: weights = softmax(q k^T / sqrt(d_k))",
+     "check_attention: weights against the float64 reference", "att_no_scaling"),
+    ("attention: d_k is the last dimension of q and k (not of v)",
+     "check_attention: a case with d_k != d_v", "att_scale_dv"),
+    ("attention: divide by sqrt(d_k), not by d_k",
+     "check_attention: weights against the float64 reference", "att_scale_dk"),
+    ("attention: each query's row of weights adds up to 1 (softmax over the keys)",
+     "check_attention: weights against the float64 reference", "att_softmax_dim"),
+    ("attention: any number of leading batch dimensions, broadcast",
+     "check_attention: batch dims (2, 3) and a broadcast (2, 1, 3, 5) mask", "att_k_T"),
+    ("attention: a boolean mask, True means may attend",
+     "check_attention: causal and random masks", "att_mask_inverted"),
+    ("attention: masked positions get -inf before softmax",
+     "check_attention: masked weights are exact zeros and rows add up to 1", "att_mask_after_softmax"),
+    ("attention: masked scores are -inf, not 0",
+     "check_attention: masked weights are exact zeros", "att_mask_zero"),
+    ("attention from scratch: F.scaled_dot_product_attention is not allowed",
+     "check_attention runs inside core.forbidden: the call itself raises", "att_uses_sdpa"),
+    ("attention: use your softmax, not torch's own",
+     "check_attention runs inside core.forbidden (a correct softmax stands in for a wrong one)",
+     "att_uses_torch_softmax"),
 ]
 
 
