@@ -498,8 +498,11 @@ class Run:
                 self.bar.set_postfix(step=step, loss=f"{self.ema:.3f}")
 
     def time_to_evaluate(self, step: int) -> bool:
-        """Every ``eval_every`` seconds, and after the first step."""
+        """Every ``eval_every`` seconds, and after the first step; not when the
+        final evaluation is close anyway (it would not fit in the budget too)."""
         due = step == self.start_step + 1 or time.perf_counter() - self._last_eval >= self.eval_every
+        if due and self.seconds is not None and step > self.start_step + 1:
+            due = self.elapsed() + 2 * self.eval_seconds + (self.step_seconds or 0.0) < self.seconds
         if due:
             self._eval_started = time.perf_counter()
         return due
