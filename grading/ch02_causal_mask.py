@@ -8,8 +8,8 @@ import torch
 
 from helpers.i18n import t
 
-from .cases import EXACT, LOOSE, Case, Check, Earlier, on_its_own, same
-from .core import ATTENTION_FAMILY, Bug, GradingFailure, close, failure, passed, seeded, show
+from .cases import EXACT, LOOSE, Case, Check, Earlier, on_its_own, passes, same
+from .core import ATTENTION_FAMILY, Bug, GradingFailure, call, close, failure, passed, seeded, show
 
 NEG = float("-inf")
 
@@ -114,6 +114,10 @@ def _honours_device(causal_mask) -> bool:
 
 
 def check_causal_mask(causal_mask) -> None:
+    passed("causal_mask", _mask_checks(causal_mask))
+
+
+def _mask_checks(causal_mask) -> int:
     what = "causal_mask"
     check = Check(what, causal_mask, reference=ref_mask, dtype_follows=None)
     for n in (1, 2, 5, 9):
@@ -129,7 +133,7 @@ def check_causal_mask(causal_mask) -> None:
     if not _honours_device(causal_mask):
         raise check.fail(t("(4, device='meta') 的设备", "device of (4, device='meta')"), "meta",
                          t("别的设备", "another device"), MASK_BUGS["device"])
-    passed(what, check.n + 1)
+    return check.n + 1
 
 
 APPLY_BUGS = [
@@ -139,14 +143,26 @@ APPLY_BUGS = [
     Bug("apply_mask_inverted", "掩码的含义反了：True 表示“可以看”，应该把 False 的位置设为 −∞，你遮住的是 True 的位置。",
         "the mask is inverted: True means 'may attend', so the False positions get −∞; you masked the True ones.",
         lambda s, m: s.masked_fill(m, NEG)),
-    Bug("apply_mask_ignored", "返回的分数没有任何变化：掩码没有起作用。注意 masked_fill 不是原地操作，要用它的返回值"
-        "（或者用 masked_fill_）。",
+    Bug("apply_mask_ignored", "返回的分数没有任何变化：掩码没有起作用。注意 masked_fill 不是原地操作，要用它的返回值。",
         "the scores come back unchanged: the mask had no effect. Note that masked_fill is not in place: use "
-        "what it returns (or masked_fill_).", lambda s, m: s.clone()),
+        "what it returns.", lambda s, m: s.clone()),
     Bug("apply_softmax_inside", "apply_mask 只负责把不可以看的分数设为 −∞；你返回的是 softmax 之后的权重。",
         "apply_mask only sets the forbidden scores to −∞; you returned the weights after softmax.",
         lambda s, m: ref_softmax(s.masked_fill(~m, NEG))),
 ]
+
+APPLY_IN_PLACE = Bug("apply_mask_in_place",
+                     "apply_mask 改写了传入的 scores（masked_fill_ 或 scores[...] = ...）：题目要求返回一个新张量，"
+                     "调用者的 scores 保持不变。用 masked_fill（不带下划线）或 torch.where。",
+                     "apply_mask changed the scores it was given (masked_fill_ or scores[...] = ...): the exercise asks "
+                     "for a new tensor, leaving the caller's scores as they were. Use masked_fill (no underscore) or "
+                     "torch.where.")
+INDEX_NO_BROADCAST = Bug("apply_index_does_not_broadcast",
+                         "布尔掩码当下标用（scores[~mask] = ...）时不会广播：它的形状必须和 scores 完全相同。mask 只是能广播到 "
+                         "scores 的形状，用 masked_fill 或 torch.where（它们会广播），或者先 mask.expand_as(scores)。",
+                         "a boolean mask used as an index (scores[~mask] = ...) does not broadcast: it must have exactly "
+                         "the scores' shape. The mask only broadcasts to it, so use masked_fill or torch.where (they "
+                         "broadcast), or mask.expand_as(scores) first.")
 
 FLOAT_HINTS = [(lambda exc, line: any(p in str(exc) for p in (
     "only implemented on integer and Boolean", "only supported for integer and Boolean",
@@ -169,13 +185,23 @@ def _masked_like_reference(check, label, out, scores, mask) -> None:
                      hint=t("mask 为 False 的位置设成 −∞，其余位置保持不变。",
                             "set the positions where mask is False to −∞ and leave the others unchanged."))
     if out.dtype != scores.dtype:
-        raise check.fail(t(f"{label}：dtype", f"{label}: dtype"), str(scores.dtype), str(out.dtype))
+        raise check.fail(t(f"{label}：dtype", f"{label}: dtype"), str(scores.dtype), str(out.dtype),
+                         hint=t("返回的分数保持 scores 的 dtype（float64 进，float64 出）：不要先 .float()。",
+                                "the result keeps the dtype of scores (float64 in, float64 out): no .float() first."))
     check.n += 1
 
 
+APPLY_HINTS = FLOAT_HINTS + [(lambda exc, line: isinstance(exc, IndexError) and "shape of the mask" in str(exc),
+                              INDEX_NO_BROADCAST)]
+
+
 def check_apply_mask(apply_mask) -> None:
+    passed("apply_mask", _apply_checks(apply_mask))
+
+
+def _apply_checks(apply_mask) -> int:
     what = "apply_mask"
-    check = Check(what, apply_mask, hints=FLOAT_HINTS)
+    check = Check(what, apply_mask, hints=APPLY_HINTS)
     gen = seeded(302)
     rand_mask = torch.rand(4, 6, generator=gen) > 0.5
     rand_mask[:, 0] = True
@@ -188,17 +214,13 @@ def check_apply_mask(apply_mask) -> None:
     ]
     for label, scores, mask in cases:
         _masked_like_reference(check, label, check.call(scores, mask, label=label), scores, mask)
-    passed(what, check.n)
-
-
-def mask_works(their_causal_mask) -> bool:
-    return all(torch.equal(torch.as_tensor(their_causal_mask(n)).cpu(), ref_mask(n)) for n in (1, 4))
-
-
-def apply_works(their_apply_mask) -> bool:
-    s = torch.randn(3, 3, generator=seeded(9))
-    out = their_apply_mask(s.clone(), ref_mask(3))
-    return same(ref_softmax(out), ref_softmax(ref_apply(s, ref_mask(3))))
+    scores = torch.randn(2, 5, 5, generator=gen)               # a new tensor: the caller's scores stay as they were
+    given = scores.clone()
+    label = t("之后调用者的 scores", "the caller's scores afterwards")
+    call(apply_mask, given, ref_mask(5), what=f"{what}: {label}", hints=APPLY_HINTS)
+    if not torch.equal(given, scores):
+        raise check.fail(label, t("保持不变", "unchanged"), t("被改写了", "changed"), APPLY_IN_PLACE)
+    return check.n + 1
 
 
 def causal_mask_stand_in(n, device=None):
@@ -211,8 +233,9 @@ def apply_mask_stand_in(scores, mask):
     return scores.masked_fill(~mask.bool(), float("-inf"))
 
 
-EARLIER = (Earlier("causal_mask", 1, mask_works, causal_mask_stand_in),
-           Earlier("apply_mask", 2, apply_works, apply_mask_stand_in))
+# each probe is the exercise's own hidden check: a stand-in comes in exactly when it lost its points
+EARLIER = (Earlier("causal_mask", 1, passes(_mask_checks), causal_mask_stand_in),
+           Earlier("apply_mask", 2, passes(_apply_checks), apply_mask_stand_in))
 
 
 # ---------------------------------------------------------------- causal_self_attention
