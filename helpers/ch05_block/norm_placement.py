@@ -99,6 +99,43 @@ def _train(make_block, n_layers, d, vocab, n, batch, steps, lr, warmup, seed):
     return losses
 
 
+def first_steps(make_block: Callable[[], nn.Module], steps: int = 3, n_layers: int = 8, d: int = 32,
+                vocab: int = 16, n: int = 16, batch: int = 16, lr: float = 5e-3, seed: int = 0) -> list[dict]:
+    """The first ``steps`` Adam updates of ``train`` (same model, data and
+    learning rate), measured: for each step, the gradient norm of the blocks'
+    parameters, the mean size |Δθ| of one parameter's update, and how far the
+    update moved the model's output (the RMS change of the logits on a fixed
+    batch of 64 sequences)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(seed)
+        model = TinyLM(make_block, n_layers, d, vocab, n)
+        opt = torch.optim.Adam(model.parameters(), lr=lr)
+        gen = torch.Generator().manual_seed(seed + 1)           # the batches ``train`` draws
+        probe, _ = toy_batch(64, n, vocab, torch.Generator().manual_seed(seed + 99))
+        params = list(model.blocks.parameters())
+        rows = []
+        for step in range(1, steps + 1):
+            x, y = toy_batch(batch, n, vocab, gen)
+            with torch.no_grad():
+                before_out = model(probe)
+            before = [p.detach().clone() for p in params]
+            loss = nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+            opt.zero_grad()
+            loss.backward()
+            grad = math.sqrt(sum(float(p.grad.pow(2).sum()) for p in params))
+            opt.step()
+            update = torch.cat([(p.detach() - b).flatten() for p, b in zip(params, before)])
+            with torch.no_grad():
+                moved = float((model(probe) - before_out).pow(2).mean().sqrt())
+            rows.append({"step": step, "grad_norm": grad, "mean_update": float(update.abs().mean()),
+                         "output_change": moved})
+        return rows
+    finally:
+        torch.set_num_threads(threads)
+
+
 def grad_norm_figure(pre: list[float], post: list[float]):
     """Two panels side by side, same scale: gradient norm per layer."""
     import matplotlib.pyplot as plt
