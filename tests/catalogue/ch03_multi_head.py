@@ -69,6 +69,18 @@ BUGS = [
         '        if d % h != 0:\n            raise ValueError(f"d={d} must be divisible by h={h}")\n',
         '        assert d % h == 0, "d must be divisible by h"\n')),
             lose=("test_causal_self_attention",), words=("assert", "ValueError")),
+    Variant("valueerror_without_values", attn(ATT_OK.replace(
+        'raise ValueError(f"d={d} must be divisible by h={h}")', 'raise ValueError("d must be divisible by h")')),
+            lose=("test_causal_self_attention",), words=("ValueError", "d 和 h 的值")),
+    Variant("mask_as_parameter", attn(ATT_OK.replace(
+        "        self.proj = nn.Linear(d, d, bias=bias)\n",
+        "        self.proj = nn.Linear(d, d, bias=bias)\n"
+        "        self.mask = nn.Parameter(torch.tril(torch.ones(64, 64)), requires_grad=False)\n").replace(
+        "~torch.ones(N, N, dtype=torch.bool).tril()", "self.mask[:N, :N] == 0")),
+            lose=("test_causal_self_attention",), words=("参数个数", "register_buffer")),
+    Variant("bias_ignored", attn(ATT_OK.replace("nn.Linear(d, 3 * d, bias=bias)", "nn.Linear(d, 3 * d)")
+                                 .replace("nn.Linear(d, d, bias=bias)", "nn.Linear(d, d)")),
+            lose=("test_causal_self_attention",), words=("bias=False",)),
 ]
 
 CORRECT = [
@@ -103,7 +115,8 @@ CORRECT = [
 ''')),
     Variant("ok_sdpa", attn(ATT_OK.replace(FORWARD, '''        q, k, v = (split_heads(a, self.h) for a in self.qkv(x).chunk(3, dim=-1))
         return self.proj(merge_heads(F.scaled_dot_product_attention(q, k, v, is_causal=True)))
-'''))),    # written the way people write them in the wild: each keeps full marks
+'''))),
+    # written the way people write them in the wild: each keeps full marks
     Variant("ok_float32_inside", {
         **split("    return torch.stack(x.chunk(h, dim=-1), dim=1)\n"),
         **merge("    return torch.cat(x.unbind(dim=1), dim=-1)\n"),
@@ -145,6 +158,37 @@ CORRECT = [
             heads.append(torch.softmax(s, dim=-1) @ vb)
         return self.proj(merge_heads(torch.stack(heads)))
 ''')}),
+]
+
+# (the rule as the exercise states it, the check that enforces it, the wrong answer that breaks it)
+RULES = [
+    ("split_heads: (B, N, d) -> (B, h, N, d_k) by view to (B, N, h, d_k), then transpose(1, 2)",
+     "check_split_heads: the heads against an explicit slicing reference", "split_view_no_transpose"),
+    ("split_heads: head i holds the contiguous channels i*d_k : (i+1)*d_k",
+     "check_split_heads: the heads against an explicit slicing reference", "split_interleaved"),
+    ("merge_heads: the inverse of split_heads, head i back in channels i*d_k : (i+1)*d_k",
+     "check_merge_heads: against concatenating the heads along channels", "merge_no_transpose"),
+    ("merge_heads: works on a transposed (not contiguous) input",
+     "check_merge_heads: a transposed view, like the heads after split", "merge_view_non_contiguous"),
+    ("CausalSelfAttention: ValueError when d is not divisible by h",
+     "check_causal_self_attention: CausalSelfAttention(10, 3) must raise ValueError", "assert_not_valueerror"),
+    ("CausalSelfAttention: the ValueError's message gives the values of d and h",
+     "check_causal_self_attention: '10' and '3' in the message", "valueerror_without_values"),
+    ("CausalSelfAttention: q, k, v in this order along qkv's output",
+     "check_causal_self_attention: weights copied into a head-by-head reference and nn.MultiheadAttention",
+     "qkv_wrong_order"),
+    ("CausalSelfAttention: the output goes through self.proj (W_O)",
+     "check_causal_self_attention: against the reference", "no_output_projection"),
+    ("CausalSelfAttention: no other parameters, 4d^2 + 4d in all",
+     "check_causal_self_attention: sum(p.numel()) for three shapes", "mask_as_parameter"),
+    ("CausalSelfAttention: bias=False gives linear layers without bias (4d^2)",
+     "check_causal_self_attention: self.qkv and self.proj have a bias exactly when bias=True", "bias_ignored"),
+    ("CausalSelfAttention: scores divided by each head's sqrt(d_k), not sqrt(d)",
+     "check_causal_self_attention: against the reference", "scale_sqrt_d"),
+    ("CausalSelfAttention: the causal mask, position i sees only j <= i",
+     "check_causal_self_attention: later tokens changed, earlier outputs unchanged", "no_causal_mask"),
+    ("CausalSelfAttention: split into heads as in exercise 1 (view, then transpose)",
+     "check_causal_self_attention: against the head-by-head reference", "inline_view_no_transpose"),
 ]
 
 
