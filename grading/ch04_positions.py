@@ -8,8 +8,8 @@ import torch
 
 from helpers.i18n import t
 
-from .cases import RELATIVE, Check, Tol
-from .core import Bug, passed, seeded
+from .cases import RELATIVE, Check, Earlier, Tol, on_its_own, passes
+from .core import Bug, call, passed, seeded
 
 F64 = torch.float64
 
@@ -130,6 +130,10 @@ B_ODD = Bug("sinusoidal_no_odd_check",
 
 
 def check_sinusoidal(sinusoidal_encoding) -> None:
+    passed("sinusoidal_encoding", _sin_checks(sinusoidal_encoding))
+
+
+def _sin_checks(sinusoidal_encoding) -> int:
     what = "sinusoidal_encoding"
     check = Check(what, sinusoidal_encoding, reference=ref_sinusoidal, dtype_follows=None)
     formula = t("逐项对照公式：PE[p, 2i] = sin(p / base^(2i/d))，PE[p, 2i+1] = cos(同一个角度)。",
@@ -144,7 +148,7 @@ def check_sinusoidal(sinusoidal_encoding) -> None:
     check.expect("(7, 8)", out, ref_sinusoidal(7, 8), hint=t("base 的默认值是 10000.0。", "the default base is 10000.0."))
     for d in (5, 1):
         check.raises(f"(4, {d})", ValueError, 4, d, bug_if={Exception: B_ODD, None: B_ODD})
-    passed(what, check.n)
+    return check.n
 
 
 # ---------------------------------------------------------------- rope_frequencies
@@ -162,6 +166,10 @@ FREQ_BUGS = [
 
 
 def check_frequencies(rope_frequencies) -> None:
+    passed("rope_frequencies", _freq_checks(rope_frequencies))
+
+
+def _freq_checks(rope_frequencies) -> int:
     what = "rope_frequencies"
     check = Check(what, rope_frequencies, dtype_follows=None)
     for d, base in ((8, 10000.0), (2, 10000.0), (64, 10000.0), (10, 500.0), (128, 500000.0)):
@@ -173,7 +181,7 @@ def check_frequencies(rope_frequencies) -> None:
         check.expect(label, out, ref_frequencies(d, base), tol=RELATIVE, bugs=FREQ_BUGS, bug_args=(d, base))
     check.expect("(16)", check.call(16, label="(16)"), ref_frequencies(16), tol=RELATIVE,
                  hint=t("base 的默认值是 10000.0。", "the default base is 10000.0."))
-    passed(what, check.n)
+    return check.n
 
 
 # ---------------------------------------------------------------- apply_rope
@@ -234,8 +242,9 @@ INPLACE = Bug("rope_modifies_input", "apply_rope 改写了传入的 x（原地�
 
 
 def _rope(check, x, positions, label, base=None):
-    x_in = x.clone()
-    out = check.call(x_in, positions, label=label, **({} if base is None else {"base": base}))
+    x_in = x.clone()        # the student's function gets this very tensor (check.call would hand it a copy)
+    out = call(check.fn, x_in, positions.clone(), what=f"{check.what}: {label}", hints=check.hints,
+               **({} if base is None else {"base": base}))
     if not torch.equal(x_in, x):
         raise check.fail(label, t("x 不变", "x unchanged"), t("x 被修改了", "x was modified"), INPLACE)
     return check.tensor(label, out, x.shape, hint=t("输出和 x 形状相同。", "the output has x's shape."))
@@ -280,6 +289,11 @@ def _rope_properties(check, gen) -> None:
 
 
 def check_rope(apply_rope) -> None:
+    with on_its_own(apply_rope, EARLIER_ROPE):
+        passed("apply_rope", _rope_checks(apply_rope))
+
+
+def _rope_checks(apply_rope) -> int:
     what = "apply_rope"
     check = Check(what, apply_rope)
     gen, rows = _rope_cases()
@@ -289,7 +303,40 @@ def check_rope(apply_rope) -> None:
         check.expect(t(f"{label}：旋转后的值", f"{label}: rotated values"), out, ref_rope(x, pos, b), bugs=ROPE_BUGS,
                      bug_args=(x, pos, b), dtype=x.dtype)
     _rope_properties(check, gen)
-    passed(what, check.n)
+    return check.n
+
+
+# ---------------------------------------------------------------- earlier exercises, standing in for wrong ones
+
+def sinusoidal_stand_in(n, d, base=10000.0):
+    """A correct sinusoidal_encoding for a test cell to call, in the default dtype like the model solution."""
+    if d % 2:
+        raise ValueError(f"d must be even, got {d}")
+    angle = torch.arange(n, dtype=F64)[:, None] * float(base) ** (-torch.arange(0, d, 2, dtype=F64) / d)
+    return torch.stack([torch.sin(angle), torch.cos(angle)], dim=-1).reshape(n, d).to(torch.get_default_dtype())
+
+
+def frequencies_stand_in(d, base=10000.0):
+    """A correct rope_frequencies for a student's apply_rope to call (float64, like the model solution)."""
+    return float(base) ** (-torch.arange(0, d, 2, dtype=F64) / d)
+
+
+def rope_stand_in(x, positions, base=10000.0):
+    """A correct apply_rope for a test cell to call: a new tensor in x's dtype, autograd kept."""
+    angle = torch.as_tensor(positions).to(F64)[:, None] * frequencies_stand_in(x.shape[-1], base)
+    cos, sin = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], dim=-1).flatten(-2)
+
+
+# each probe is the exercise's own hidden check: a stand-in comes in exactly when it lost its points
+SINUSOIDAL = Earlier("sinusoidal_encoding", 1, passes(_sin_checks), sinusoidal_stand_in)
+FREQUENCIES = Earlier("rope_frequencies", 2, passes(_freq_checks), frequencies_stand_in)
+ROPE = Earlier("apply_rope", 3, passes(_rope_checks), rope_stand_in)
+EARLIER_ROPE = (FREQUENCIES,)                      # apply_rope calls rope_frequencies
+# is_permutation_equivariant's test cell adds the encodings of exercises 1 and 3 (and so 2) to attention;
+# rope_frequencies comes before apply_rope, whose probe then runs with a correct one if needed
+EARLIER_PERMUTATION = (SINUSOIDAL, FREQUENCIES, ROPE)
 
 
 # ---------------------------------------------------------------- is_permutation_equivariant
@@ -346,6 +393,12 @@ PERM_BUGS = [
 ]
 
 
+PERM_ELEMENTWISE = Bug("perm_elementwise_tensor",
+                       "返回的是逐元素比较得到的一整个张量：题目要一个 True 或 False。用 .all() 把它合成一个值"
+                       "（再 bool(...) 或 .item()）。",
+                       "you returned the whole element-wise comparison as a tensor: the exercise asks for one True or "
+                       "False. Reduce it with .all() (then bool(...) or .item()).")
+
 DIM0_HINT = [(lambda exc, line: isinstance(exc, IndexError) and "[..." not in line.replace(" ", ""), PERM_BUGS[2])]
 
 
@@ -389,6 +442,11 @@ def _answers_of(bug, cases) -> list:
 
 
 def check_permutation(is_permutation_equivariant) -> None:
+    with on_its_own(is_permutation_equivariant, EARLIER_PERMUTATION):
+        passed("is_permutation_equivariant", _permutation_checks(is_permutation_equivariant))
+
+
+def _permutation_checks(is_permutation_equivariant) -> int:
     what = "is_permutation_equivariant"
     check = Check(what, is_permutation_equivariant, hints=DIM0_HINT)
     cases = _permutation_cases()
@@ -398,7 +456,8 @@ def check_permutation(is_permutation_equivariant) -> None:
         if (isinstance(out, torch.Tensor) and out.numel() == 1) or type(out).__name__ == "bool_":
             out = bool(out)
         if not isinstance(out, bool):
-            raise check.fail(label, "True / False", type(out).__name__)
+            raise check.fail(label, "True / False", type(out).__name__,
+                             PERM_ELEMENTWISE if isinstance(out, torch.Tensor) else None)
         answers.append(out)
         if out != right and first_wrong is None:
             first_wrong = (label, right, out)
@@ -408,4 +467,4 @@ def check_permutation(is_permutation_equivariant) -> None:
         raise check.fail(label, str(right), str(out), bug,
                          hint=t("比较 f(x[..., perm, :]) 与 f(x)[..., perm, :]，允许 atol 以内的差。",
                                 "compare f(x[..., perm, :]) with f(x)[..., perm, :], allowing differences up to atol."))
-    passed(what, len(cases))
+    return len(cases)

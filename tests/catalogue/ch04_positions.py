@@ -48,6 +48,9 @@ def perm(body: str) -> dict:
     return {"permutation": PERM_HEAD + body}
 
 
+# a wrong rope_frequencies costs exercise 2 alone: apply_rope that calls it keeps its marks, and says why
+KEPT = {"test_apply_rope": ("用正确的 rope_frequencies 代替你的之后，这一题是对的", "练习 2 还需要修改")}
+
 BUGS = [
     # sinusoidal_encoding
     Variant("sin_cos_swapped", sin(SIN_OK.replace("torch.sin(p * omega)", "torch.COS(p * omega)")
@@ -70,11 +73,11 @@ BUGS = [
             lose=("test_sinusoidal",), words=("ValueError",)),
     # rope_frequencies
     Variant("freq_wrong_sign", freq("    return base ** (torch.arange(0, d, 2) / d)\n"),
-            lose=("test_rope_frequencies", "test_apply_rope"), words=("指数的符号反了",)),
+            lose=("test_rope_frequencies",), words=("指数的符号反了",), said=KEPT),
     Variant("freq_all_d", freq("    return base ** (-2 * torch.arange(d) / d)\n"),
-            lose=("test_rope_frequencies",), words=("d 个频率，而不是 d/2",)),
+            lose=("test_rope_frequencies",), words=("d 个频率，而不是 d/2",), said=KEPT),
     Variant("freq_i_over_d", freq("    return base ** (-torch.arange(d // 2) / d)\n"),
-            lose=("test_rope_frequencies",), words=("i/d 而不是 2i/d",)),
+            lose=("test_rope_frequencies",), words=("i/d 而不是 2i/d",), said=KEPT),
     # apply_rope
     Variant("rope_rotate_half", rope("""    d = x.shape[-1]
     theta = rope_frequencies(d, base).double()
@@ -89,7 +92,20 @@ BUGS = [
             lose=("test_apply_rope",), words=("sin 和 cos 放反了",)),
     Variant("rope_positions_from_1", rope(ROPE_OK.replace("positions.double()", "(positions.double() + 1)")),
             lose=("test_apply_rope",), words=("位置多加了 1",)),
+    Variant("rope_in_place", rope("""    ang = positions.double()[:, None] * rope_frequencies(x.shape[-1], base).double()
+    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    a, b = x[..., 0::2].clone(), x[..., 1::2].clone()
+    x[..., 0::2] = a * cos - b * sin                 # written into x itself
+    x[..., 1::2] = a * sin + b * cos
+    return x
+"""), lose=("test_apply_rope",), words=("改写了传入的 x", "新张量"),
+            said={"test_permutation": ("用正确的 apply_rope 代替你的之后，这一题是对的", "练习 3 还需要修改")}),
+    Variant("rope_float64_out", rope(ROPE_OK.replace("cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)",
+                                                     "cos, sin = ang.cos(), ang.sin()")),
+            lose=("test_apply_rope",), words=("dtype", "float32")),
     # is_permutation_equivariant
+    Variant("perm_elementwise", perm("    return (f(x[..., perm, :]) - f(x)[..., perm, :]).abs() <= atol\n"),
+            lose=("test_permutation",), words=("True / False", ".all()")),
     Variant("perm_output_not_permuted", perm(PERM_OK.replace("f(x)[..., perm, :]", "f(x)")),
             lose=("test_permutation",), words=("没有重排的 f(x)",)),
     Variant("perm_inverse", perm(PERM_OK.replace("f(x)[..., perm, :]", "f(x)[..., torch.argsort(perm), :]")),
@@ -136,7 +152,8 @@ CORRECT = [
     rot = torch.polar(torch.ones_like(ang), ang)
     z = torch.complex(x[..., 0::2].double(), x[..., 1::2].double()) * rot
     return torch.stack([z.real, z.imag], dim=-1).flatten(-2).to(x.dtype)
-""")}),    # written the way people write them in the wild: each keeps full marks
+""")}),
+    # written the way people write them in the wild: each keeps full marks
     Variant("ok_float32_and_back", {
         **sin("""    if d % 2:
         raise ValueError(f"d={d} must be even")
@@ -195,6 +212,45 @@ CORRECT = [
 """),
         **perm("    import numpy as np\n    a, b = f(x[..., perm, :]), f(x)[..., perm, :]\n"
                "    return bool(np.allclose(a.detach().numpy(), b.detach().numpy(), rtol=0, atol=atol))\n")}),
+]
+
+# (the rule as the exercise states it, the check that enforces it, the wrong answer that breaks it)
+RULES = [
+    ("sinusoidal_encoding: row p encodes position p, counting from 0",
+     "check_sinusoidal: against a reference written entry by entry from the formula", "sin_positions_from_1"),
+    ("sinusoidal_encoding: dimension 2i is sin, dimension 2i+1 is cos",
+     "check_sinusoidal: against the entry-by-entry reference", "sin_cos_swapped"),
+    ("sinusoidal_encoding: sin and cos interleaved, not concatenated",
+     "check_sinusoidal: against the entry-by-entry reference", "sin_concatenated"),
+    ("sinusoidal_encoding: the angle is p / base^(2i/d)",
+     "check_sinusoidal: five shapes and bases", "sin_i_over_d"),
+    ("sinusoidal_encoding: ValueError for an odd d", "check_sinusoidal: d = 5 and d = 1 must raise ValueError",
+     "sin_no_odd_check"),
+    ("rope_frequencies: shape (d/2,)", "check_frequencies: the shape for five d", "freq_all_d"),
+    ("rope_frequencies: theta_i = base^(-2i/d)", "check_frequencies: each value relative to itself",
+     "freq_wrong_sign"),
+    ("rope_frequencies: the exponent is 2i/d, not i/d", "check_frequencies: each value relative to itself",
+     "freq_i_over_d"),
+    ("apply_rope: rotate adjacent pairs (2i, 2i+1), not rotate-half",
+     "check_rope: against a complex-number reference", "rope_rotate_half"),
+    ("apply_rope: the rotation [[cos, -sin], [sin, cos]] by +m*theta_i",
+     "check_rope: against the reference", "rope_negative_angle"),
+    ("apply_rope: the rotation matrix has cos on its diagonal", "check_rope: against the reference",
+     "rope_sin_cos_swapped"),
+    ("apply_rope: token m sits at positions[m] (position 0 is the identity)",
+     "check_rope: non-consecutive and float positions; all positions 0 give x back", "rope_positions_from_1"),
+    ("apply_rope: a new tensor, x itself unchanged", "check_rope: x is compared with a copy after every call",
+     "rope_in_place"),
+    ("apply_rope: the dtype of x", "check_rope: float32 in, float32 out; float64 in, float64 out",
+     "rope_float64_out"),
+    ("is_permutation_equivariant: compare f(x[..., perm, :]) with f(x)[..., perm, :]",
+     "check_permutation: ten functions, equivariant or not", "perm_output_not_permuted"),
+    ("is_permutation_equivariant: the output is reordered by the same perm, not its inverse",
+     "check_permutation: a cyclic shift that is not its own inverse", "perm_inverse"),
+    ("is_permutation_equivariant: within atol, not bitwise", "check_permutation: differences of 1e-7 and 1e-4",
+     "perm_exact"),
+    ("is_permutation_equivariant: return True or False", "check_permutation: the answer must be one truth value",
+     "perm_elementwise"),
 ]
 
 
