@@ -8,7 +8,7 @@ from torch import nn
 
 from helpers.i18n import t
 
-from .cases import F32, Case, Check, Tol, compare, same, value_failure
+from .cases import F32, Case, Check, Earlier, Tol, compare, on_its_own, passes, same, value_failure
 from .core import (
     LAYER_NORM_FAMILY,
     Bug,
@@ -179,6 +179,10 @@ def _ffn_forward(ffn, fc, proj, full, label, x):
 
 
 def check_feedforward(FeedForward) -> None:
+    passed("FeedForward", _ffn_checks(FeedForward))
+
+
+def _ffn_checks(FeedForward) -> int:
     what = "FeedForward"
     n = 0
     gen = seeded(502)
@@ -193,7 +197,7 @@ def check_feedforward(FeedForward) -> None:
                           torch.randn(3, d, generator=gen, dtype=F64) * 3)):
             _ffn_forward(ffn, fc, proj, full, label, x)
             n += 1
-    passed(what, n)
+    return n
 
 
 # ---------------------------------------------------------------- layer_norm
@@ -319,24 +323,74 @@ def _ln_cases(gen) -> list[Case]:
 
 
 def check_layer_norm(layer_norm) -> None:
+    passed("layer_norm", _ln_checks(layer_norm))
+
+
+def _ln_checks(layer_norm) -> int:
     what = "layer_norm"
     gen = seeded(501)
     hints = [(lambda exc, line: "unbiased" in str(exc) or "correction" in str(exc), LN_BUGS["unbiased"])]
     check = Check(what, layer_norm, reference=ref_layer_norm, forbid=LAYER_NORM_FAMILY, hints=hints)
     check.cases(_ln_cases(gen))
-    x = torch.randn(2, 8, generator=gen).requires_grad_()       # gradients flow through it
-    with forbidden(LAYER_NORM_FAMILY, what):
-        out = call(layer_norm, x, torch.ones(8), torch.zeros(8),
-                   what=t(f"{what}（需要梯度的输入）", f"{what} (input with requires_grad)"))
-    expect_autograd(out, what)
-    x = torch.randn(3, 8, generator=gen)                          # and the input is left as it was
+    x = torch.randn(3, 8, generator=gen)                          # the input is left as it was
     x_before = x.clone()
     with forbidden(LAYER_NORM_FAMILY, what):
         call(layer_norm, x, torch.ones(8), torch.zeros(8), what=what)
     if not torch.equal(x, x_before):
         raise GradingFailure(t(f"{what}：你的函数原地修改了输入 x（例如用了 x -= …）。请返回新的张量。",
                                f"{what}: your function changed the input x in place (x -= … ?). Return a new tensor."))
-    passed(what, check.n + 1)
+    x = torch.randn(2, 8, generator=gen).requires_grad_()       # and gradients flow through it
+    with forbidden(LAYER_NORM_FAMILY, what):
+        out = call(layer_norm, x, torch.ones(8), torch.zeros(8),
+                   what=t(f"{what}（需要梯度的输入）", f"{what} (input with requires_grad)"))
+    expect_autograd(out, what)
+    return check.n + 1
+
+
+# ---------------------------------------------------------------- earlier exercises, standing in for wrong ones
+
+class FeedForwardStandIn(nn.Module):
+    """A correct FeedForward for a student's Block to build: fc, exact GELU, proj, all with bias."""
+
+    def __init__(self, d, hidden=None):
+        super().__init__()
+        hidden = 4 * d if hidden is None else hidden
+        self.fc = nn.Linear(d, hidden)
+        self.act = nn.GELU()
+        self.proj = nn.Linear(hidden, d)
+
+    def forward(self, x):
+        return self.proj(self.act(self.fc(x)))
+
+
+def layer_norm_stand_in(x, weight, bias, eps=1e-5):
+    """A correct layer_norm for a student's Block to call: basic operations, x's dtype, autograd kept."""
+    mu = x.mean(dim=-1, keepdim=True)
+    var = ((x - mu) * (x - mu)).mean(dim=-1, keepdim=True)
+    return (x - mu) / torch.sqrt(var + eps) * weight + bias
+
+
+# each probe is the exercise's own hidden check: a stand-in comes in exactly when it lost its points
+FEEDFORWARD = Earlier("FeedForward", 1, passes(_ffn_checks), FeedForwardStandIn)
+LAYER_NORM = Earlier("layer_norm", 2, passes(_ln_checks), layer_norm_stand_in)
+
+
+def _refers_to(cls, name: str) -> bool:
+    """Whether the code of a student's class (its methods, and functions nested in them) names ``name``."""
+    todo = [getattr(m, "__code__", None) for m in vars(cls).values()] if isinstance(cls, type) else []
+    todo = [c for c in todo if c is not None]
+    while todo:
+        code = todo.pop()
+        if name in code.co_names:
+            return True
+        todo.extend(c for c in code.co_consts if hasattr(c, "co_names"))
+    return False
+
+
+def _block_earlier(Block) -> tuple:
+    """The Block builds the student's FeedForward (as the exercise asks); it may also call their
+    layer_norm instead of nn.LayerNorm's forward: then that stands in too when it is wrong."""
+    return (FEEDFORWARD,) + ((LAYER_NORM,) if _refers_to(Block, "layer_norm") else ())
 
 
 # ---------------------------------------------------------------- Block
@@ -470,10 +524,10 @@ def _block_gelu(block, P, full, gen):
         ffn_out = call(block.ffn, probe, what=f"{full}.ffn")
     verdict, act = _gelu_verdict(ffn_out, probe, P["fc"], P["proj"])
     if verdict.problem is not None:
-        raise GradingFailure(t(f"{full}：self.ffn 本身算错了（最大差 {verdict.largest:.3g}）。"
-                               "先修好练习 1（FeedForward），让它的测试通过。",
-                               f"{full}: self.ffn itself computes the wrong thing (largest difference "
-                               f"{verdict.largest:.3g}). Fix Exercise 1 (FeedForward) first, until its test passes."))
+        raise GradingFailure(t(f"{full}：self.ffn 算的不是 proj(GELU(fc(x)))（最大差 {verdict.largest:.3g}）。"
+                               "self.ffn 应是 FeedForward(d)，在 Block 里不要改动它。",
+                               f"{full}: self.ffn does not compute proj(GELU(fc(x))) (largest difference "
+                               f"{verdict.largest:.3g}). self.ffn should be FeedForward(d), left as it is inside Block."))
     return act
 
 
@@ -542,12 +596,13 @@ def _block_identity(Block, gen) -> None:
 
 
 def check_block(Block) -> None:
-    gen = seeded(503)
-    cases = ((16, 4, (3, 5)), (8, 2, (2, 7)), (12, 3, (1, 1)))
-    for d, h, shape in cases:
-        _block_case(Block, d, h, shape, gen)
-    _block_identity(Block, gen)
-    passed("Block", 2 * len(cases) + 1)
+    with on_its_own(Block, _block_earlier(Block)):
+        gen = seeded(503)
+        cases = ((16, 4, (3, 5)), (8, 2, (2, 7)), (12, 3, (1, 1)))
+        for d, h, shape in cases:
+            _block_case(Block, d, h, shape, gen)
+        _block_identity(Block, gen)
+        passed("Block", 2 * len(cases) + 1)
 
 
 # ---------------------------------------------------------------- block_params
@@ -577,9 +632,50 @@ def _numel_reference(d: int) -> int:
     return sum(p.numel() for m in mods for p in m.parameters())
 
 
+class _LargestTensor(torch.overrides.TorchFunctionMode):
+    """Records the largest tensor a torch function returns while it is active."""
+
+    def __init__(self):
+        super().__init__()
+        self.numel, self.shape = 0, ()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if isinstance(out, torch.Tensor) and out.numel() > self.numel:
+            self.numel, self.shape = out.numel(), tuple(out.shape)
+        return out
+
+
+B_BUILDS_MODEL = Bug("params_builds_a_model",
+                     "block_params 真的建了一个模型再数（出现了 d×d 大小的权重矩阵）：题目要的是 d 的公式。"
+                     "d = 4096 时建一个块要几百 MB 内存；数一数每个矩阵和偏置，写成 12d² + … 的形式。",
+                     "block_params builds a model and counts it (a weight matrix of d×d entries was created): the "
+                     "exercise asks for a formula in d. At d = 4096 one block takes hundreds of MB; count each matrix "
+                     "and bias and write it as 12d² + ….")
+
+
+def _formula_not_model(block_params, what) -> None:
+    """A formula in d creates no weight matrix: at d = 64 no tensor of d×d entries may appear."""
+    d = 64
+    call(block_params, d, what=f"{what}({d})")          # first through call() (safe, tamper-checked)
+    sizes = _LargestTensor()
+    try:
+        with sizes:
+            block_params(d)
+    except Exception as exc:   # noqa: BLE001 - reported in the student's words
+        raise GradingFailure(t(f"{what}({d})：你的代码抛出了 {type(exc).__name__}: {exc}",
+                               f"{what}({d}): your code raised {type(exc).__name__}: {exc}")) from None
+    if sizes.numel >= d * d:
+        raise failure(t(f"{what}({d})：运行时创建的最大张量", f"{what}({d}): the largest tensor created while it runs"),
+                      t(f"没有权重矩阵（少于 d×d = {d * d:,} 个元素）", f"no weight matrix (fewer than d×d = {d * d:,} entries)"),
+                      t(f"形状 {sizes.shape}，{sizes.numel:,} 个元素", f"shape {sizes.shape}, {sizes.numel:,} entries"),
+                      B_BUILDS_MODEL)
+
+
 def check_block_params(block_params) -> None:
     what = "block_params"
-    n = 0
+    _formula_not_model(block_params, what)
+    n = 1
     for d in (1, 4, 8, 64, 768, 1000, 4096):
         got = call(block_params, d, what=f"{what}({d})")
         expected = _numel_reference(d) if d <= 64 else 12 * d * d + 13 * d

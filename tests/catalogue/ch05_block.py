@@ -36,11 +36,26 @@ def block(forward: str, init: str = BLOCK_INIT) -> dict:
     return {"block": BLOCK_HEAD + init + "\n    def forward(self, x):\n" + forward}
 
 
+# a Block that calls the student's own layer_norm (with nn.LayerNorm's parameters) instead of nn.LayerNorm's forward
+BLOCK_OWN_LN = ("        x = x + self.attn(layer_norm(x, self.ln1.weight, self.ln1.bias))\n"
+                "        return x + self.ffn(layer_norm(x, self.ln2.weight, self.ln2.bias))\n")
+
+
+def kept(name: str, number: int) -> dict:
+    """A wrong earlier answer costs its own exercise alone: the Block that uses it keeps its marks, and says why."""
+    return {"test_block": (f"用正确的 {name} 代替你的之后，这一题是对的", f"练习 {number} 还需要修改")}
+
+
 BUGS = [
     # layer_norm
-    Variant("ln_unbiased", ln("    mu = x.mean(-1, keepdim=True)\n    var = x.var(-1, keepdim=True)\n"
-                              "    return (x - mu) / torch.sqrt(var + eps) * weight + bias\n"),
-            lose=("test_layer_norm",), words=("无偏方差", "d−1")),
+    Variant("ln_unbiased", {**ln("    mu = x.mean(-1, keepdim=True)\n    var = x.var(-1, keepdim=True)\n"
+                                 "    return (x - mu) / torch.sqrt(var + eps) * weight + bias\n"),
+                            **block(BLOCK_OWN_LN)},
+            lose=("test_layer_norm",), words=("无偏方差", "d−1"), said=kept("layer_norm", 2)),
+    Variant("ln_in_place", ln("    x -= x.mean(-1, keepdim=True)                   # centred in place\n"
+                              "    var = (x * x).mean(-1, keepdim=True)\n"
+                              "    return x / torch.sqrt(var + eps) * weight + bias\n"),
+            lose=("test_layer_norm",), words=("原地修改了输入 x", "新的张量")),
     Variant("ln_eps_outside", ln("    mu = x.mean(-1, keepdim=True)\n"
                                  "    std = ((x - mu) ** 2).mean(-1, keepdim=True).sqrt()\n"
                                  "    return (x - mu) / (std + eps) * weight + bias\n"),
@@ -61,9 +76,9 @@ BUGS = [
             lose=("test_layer_norm",), words=("从零实现", "layer_norm")),
     # FeedForward
     Variant("ffn_relu", ffn(FFN_INIT.replace("nn.GELU()", "nn.ReLU()")),
-            lose=("test_feedforward",), words=("ReLU", "GELU")),
+            lose=("test_feedforward",), words=("ReLU", "GELU"), said=kept("FeedForward", 1)),
     Variant("ffn_hidden_2d", ffn(FFN_INIT.replace("4 * d", "2 * d")),
-            lose=("test_feedforward",), words=("2d", "4d")),
+            lose=("test_feedforward",), words=("2d", "4d"), said=kept("FeedForward", 1)),
     # Block
     Variant("block_post_ln", block("        x = self.ln1(x + self.attn(x))\n        return self.ln2(x + self.ffn(x))\n"),
             lose=("test_block",), words=("Post-LN", "Pre-LN")),
@@ -74,9 +89,18 @@ BUGS = [
     # block_params
     Variant("params_no_norms", {"block_params": PARAMS_HEAD + "    return 12 * d * d + 9 * d\n"},
             lose=("test_block_params",), words=("LayerNorm",)),
+    Variant("params_builds_block", {"block_params": PARAMS_HEAD + "    return sum(p.numel() for p in Block(d, 1).parameters())\n"},
+            lose=("test_block_params",), words=("建了一个模型", "公式")),
 ]
 
 CORRECT = [
+    # judged by the calls it makes, never by its words: comments and strings name the forbidden functions
+    Variant("ok_comments_name_forbidden_calls", ln(
+        '    """What F.layer_norm(x, x.shape[-1:], weight, bias, eps) and nn.LayerNorm compute, by hand."""\n'
+        '    shortcut = "torch.nn.functional.layer_norm"      # a string, never called\n'
+        "    mu = x.mean(-1, keepdim=True)                    # not torch.layer_norm, not F.rms_norm\n"
+        "    var = ((x - mu) ** 2).mean(-1, keepdim=True)\n"
+        "    return (x - mu) / torch.sqrt(var + eps) * weight + bias\n")),
     Variant("ok_var_biased", ln("    mu = x.mean(-1, keepdim=True)\n"
                                 "    var = x.var(-1, unbiased=False, keepdim=True)\n"
                                 "    return (x - mu) / torch.sqrt(var + eps) * weight + bias\n")),
@@ -133,6 +157,36 @@ CORRECT += [
         "block_params": PARAMS_HEAD + "    per_linear = lambda i, o: i * o + o\n"
                                       "    return (per_linear(d, 3 * d) + per_linear(d, d) + per_linear(d, 4 * d)\n"
                                       "            + per_linear(4 * d, d) + 4 * d)\n"}),
+]
+
+WORDS_ARE_NOT_CALLS = ("ok_comments_name_forbidden_calls",)
+
+# (the rule as the exercise states it, the check that enforces it, the wrong answer that breaks it)
+RULES = [
+    ("FeedForward: the hidden width is 4d when hidden is None", "check_feedforward: the shape of fc for d = 8 and 5",
+     "ffn_hidden_2d"),
+    ("FeedForward: GELU between fc and proj", "check_feedforward: against proj(GELU(fc(x))) in float32 and float64",
+     "ffn_relu"),
+    ("layer_norm: the biased variance (divide by d)", "check_layer_norm: against the float64 reference",
+     "ln_unbiased"),
+    ("layer_norm: eps inside the square root", "check_layer_norm: a row of tiny variance", "ln_eps_outside"),
+    ("layer_norm: statistics along the last dimension", "check_layer_norm: 2-D and 3-D inputs", "ln_batch_dim"),
+    ("layer_norm: multiply by weight and add bias", "check_layer_norm: random weight and bias", "ln_no_weight_bias"),
+    ("layer_norm: does not change x in place", "check_layer_norm: x compared with a copy after the call",
+     "ln_in_place"),
+    ("layer_norm from scratch: F.layer_norm and nn.LayerNorm are not allowed",
+     "check_layer_norm runs inside core.forbidden: the call itself raises", "ln_uses_module"),
+    ("Block: Pre-LN, x = x + attn(ln1(x)); x = x + ffn(ln2(x))",
+     "check_block: weights copied into an independent float64 reference, hooks on the sublayers' inputs",
+     "block_post_ln"),
+    ("Block: a residual connection around each sublayer", "check_block: against the reference",
+     "block_no_attn_residual"),
+    ("Block: two separate LayerNorms, ln1 before attention and ln2 before the FFN",
+     "check_block: ln1 is not ln2; hooks on the sublayers' inputs", "block_shared_ln"),
+    ("block_params: the count of one block, 12d^2 + 13d", "check_block_params: against torch's own modules",
+     "params_no_norms"),
+    ("block_params: a formula in d, without building a model",
+     "check_block_params: no tensor of d x d entries is created at d = 64", "params_builds_block"),
 ]
 
 
