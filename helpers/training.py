@@ -328,13 +328,15 @@ def _own_running() -> int | None:
     return n
 
 
-def busy_elsewhere(samples: int = 8, gap: float = 0.005) -> float:
+def busy_elsewhere(samples: int = 8, gap: float = 0.005, own_load: float = 0.0) -> float:
     """How many CPUs other programs keep busy right now.
 
     On Linux: the runnable tasks of the whole machine (``/proc/loadavg``)
     minus this process's own running threads, averaged over a few samples a
-    few milliseconds apart (immediate, unlike the load average). Elsewhere: the
-    one-minute load average (0 where there is none, as on Windows)."""
+    few milliseconds apart (immediate, unlike the load average). Elsewhere
+    (macOS): the one-minute load average less ``own_load``, the CPUs this
+    process itself kept busy lately (a training run counts in the load average
+    too); 0 where there is no load average, as on Windows."""
     readings = []
     for i in range(samples):
         try:
@@ -351,7 +353,7 @@ def busy_elsewhere(samples: int = 8, gap: float = 0.005) -> float:
     if readings:
         return sum(readings) / len(readings)
     try:
-        return max(0.0, os.getloadavg()[0])
+        return max(0.0, os.getloadavg()[0] - own_load)
     except (AttributeError, OSError):
         return 0.0
 
@@ -524,7 +526,13 @@ class Run:
     def _recheck_threads(self) -> None:
         if under_nbgrader():
             return
-        elsewhere = busy_elsewhere()
+        now, cpu = time.perf_counter(), time.process_time()
+        if self._last_cpu is not None:            # the CPUs this run kept busy since the last check
+            own = (cpu - self._last_cpu[1]) / max(now - self._last_cpu[0], 1e-9)
+        else:
+            own = (cpu - self._cpu0) / max(self.elapsed(), 1e-9)
+        self._last_cpu = (now, cpu)
+        elsewhere = busy_elsewhere(own_load=own)
         self.thread_log.append((self.elapsed(), self.threads, elsewhere))
         if self.fixed:
             return
