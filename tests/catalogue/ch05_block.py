@@ -79,6 +79,13 @@ BUGS = [
             lose=("test_feedforward",), words=("ReLU", "GELU"), said=kept("FeedForward", 1)),
     Variant("ffn_hidden_2d", ffn(FFN_INIT.replace("4 * d", "2 * d")),
             lose=("test_feedforward",), words=("2d", "4d"), said=kept("FeedForward", 1)),
+    Variant("ffn_adds_residual", ffn(FFN_INIT, "        return x + self.proj(self.act(self.fc(x)))\n"),
+            lose=("test_feedforward",), words=("残差属于 Block",), said=kept("FeedForward", 1)),
+    Variant("ffn_no_bias", ffn(FFN_INIT.replace("nn.Linear(d, hidden)", "nn.Linear(d, hidden, bias=False)")
+                               .replace("nn.Linear(hidden, d)", "nn.Linear(hidden, d, bias=False)")),
+            lose=("test_feedforward",), words=("bias",)),
+    Variant("ffn_hidden_ignored", ffn(FFN_INIT.replace("hidden = 4 * d if hidden is None else hidden", "hidden = 4 * d")),
+            lose=("test_feedforward",), words=("忽略了参数 hidden",)),
     # Block
     Variant("block_post_ln", block("        x = self.ln1(x + self.attn(x))\n        return self.ln2(x + self.ffn(x))\n"),
             lose=("test_block",), words=("Post-LN", "Pre-LN")),
@@ -165,6 +172,11 @@ WORDS_ARE_NOT_CALLS = ("ok_comments_name_forbidden_calls",)
 RULES = [
     ("FeedForward: the hidden width is 4d when hidden is None", "check_feedforward: the shape of fc for d = 8 and 5",
      "ffn_hidden_2d"),
+    ("FeedForward: fc and proj both have a bias", "check_feedforward: the bias of each nn.Linear", "ffn_no_bias"),
+    ("FeedForward: the hidden width is hidden when it is given", "check_feedforward: FeedForward(6, hidden=10)",
+     "ffn_hidden_ignored"),
+    ("FeedForward: no residual inside, the residual is Block's", "check_feedforward: against proj(GELU(fc(x)))",
+     "ffn_adds_residual"),
     ("FeedForward: GELU between fc and proj", "check_feedforward: against proj(GELU(fc(x))) in float32 and float64",
      "ffn_relu"),
     ("layer_norm: the biased variance (divide by d)", "check_layer_norm: against the float64 reference",
