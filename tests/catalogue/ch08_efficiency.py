@@ -79,6 +79,9 @@ def online(code: str) -> dict:
     return {"online_softmax": code}
 
 
+# a wrong KVCache costs exercise 1 alone: the step that runs on it keeps its marks, and says why
+KEPT = {"test_cached_step": ("用正确的 KVCache 代替你的之后，这一题是对的", "练习 1 还需要修改")}
+
 BUGS = [
     # KVCache
     Variant("cache_overwrites", cache(CACHE_OK.replace(
@@ -88,7 +91,7 @@ BUGS = [
             self.keys[layer] = torch.cat([self.keys[layer], k], dim=-2)
             self.values[layer] = torch.cat([self.values[layer], v], dim=-2)
 """, "        self.keys[layer], self.values[layer] = k, v\n")),
-            lose=("test_kv_cache", "test_cached_step"), words=("覆盖",)),
+            lose=("test_kv_cache",), words=("覆盖",), said=KEPT),
     Variant("cache_shared_layers", cache("""class KVCache:
     def __init__(self, n_layer=1):
         self.k = []
@@ -101,7 +104,15 @@ BUGS = [
         self.k.append(k)
         self.v.append(v)
         return torch.cat(self.k, dim=-2), torch.cat(self.v, dim=-2)
-"""), lose=("test_kv_cache",), words=("共用",)),
+"""), lose=("test_kv_cache",), words=("共用",), said=KEPT),
+    Variant("cache_length_counts_calls", cache(CACHE_OK.replace(
+        "        self.values = [None] * n_layer\n",
+        "        self.values = [None] * n_layer\n        self.calls = [0] * n_layer\n").replace(
+        "        return 0 if self.keys[layer] is None else self.keys[layer].shape[-2]\n",
+        "        return self.calls[layer]\n").replace(
+        "        return self.keys[layer], self.values[layer]\n",
+        "        self.calls[layer] += 1\n        return self.keys[layer], self.values[layer]\n")),
+            lose=("test_kv_cache",), words=("length 数的是 token",), said=KEPT),
     # cached_attention_step
     Variant("step_values_before_projection",
             step(STEP_OK.replace('heads(h @ weights["w_v"])', "heads(h)")),
@@ -124,6 +135,10 @@ BUGS = [
             lose=("test_kv_bytes",), words=("少了因子 2",)),
     Variant("kv_ignores_bytes", kv("    return 2 * n_layer * n_tokens * n_kv_head * d_k * batch\n"),
             lose=("test_kv_bytes",), words=("bytes_per_value",)),
+    Variant("kv_ignores_batch", kv("    return 2 * n_layer * n_tokens * n_kv_head * d_k * bytes_per_value\n"),
+            lose=("test_kv_bytes",), words=("batch",)),
+    Variant("kv_float_division", kv("    return 2 * n_layer * n_tokens * n_kv_head * d_model / n_head * bytes_per_value * batch\n"),
+            lose=("test_kv_bytes",), words=("int", "//")),
     # online softmax
     Variant("online_no_rescale_output", online(ONLINE_OK.replace("o = alpha * o + p @ vb", "o = o + p @ vb")),
             lose=("test_online_softmax",), words=("没有重新缩放累积的输出",)),
@@ -134,6 +149,9 @@ BUGS = [
         "s = s.masked_fill(cols > rows, float(\"-inf\"))",
         "s = s.masked_fill(cols // block_size > rows // block_size, float(\"-inf\"))")),
             lose=("test_online_softmax",), words=("块内也要屏蔽",)),
+    Variant("online_last_block_dropped", online(ONLINE_OK.replace("for start in range(0, n_k, block_size):",
+                                                                  "for start in range(0, n_k - block_size + 1, block_size):")),
+            lose=("test_online_softmax",), words=("最后那一块",)),
     Variant("online_full_matrix", online("""def online_softmax_attention(q, k, v, block_size, causal=False):
     s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if causal:
@@ -149,6 +167,14 @@ BUGS = [
 ]
 
 CORRECT = [
+    # judged by the calls it makes, never by its words: comments and strings name the forbidden functions
+    Variant("ok_comments_name_forbidden_calls", online(ONLINE_OK.replace(
+        "    n_q, n_k = q.shape[-2], k.shape[-2]\n",
+        '    """Equal to torch.softmax(q @ k.mT / sqrt(d), -1) @ v and F.scaled_dot_product_attention, blockwise."""\n'
+        '    never = "torch.nn.functional.scaled_dot_product_attention"      # a string, never called\n'
+        "    n_q, n_k = q.shape[-2], k.shape[-2]\n").replace(
+        "        p = torch.exp(s - m_new)\n",
+        "        p = torch.exp(s - m_new)          # not softmax(s): the running sum l does the dividing\n"))),
     Variant("ok_einsum_and_float64", {
         **step("""def cached_attention_step(x_t, weights, cache, layer=0):
     B, _, d = x_t.shape
@@ -313,6 +339,45 @@ CORRECT += [
     return o / l
 """),
     }),
+]
+
+WORDS_ARE_NOT_CALLS = ("ok_comments_name_forbidden_calls",)
+
+# (the rule as the exercise states it, the check that enforces it, the wrong answer that breaks it)
+RULES = [
+    ("KVCache.append: append along dim=-2 after what the layer holds, return all of it",
+     "check_kv_cache: K and V after each of four appends", "cache_overwrites"),
+    ("KVCache: layers are independent", "check_kv_cache: appending to one layer leaves the others' length",
+     "cache_shared_layers"),
+    ("KVCache.length: how many tokens the layer holds (a prompt of several at once too)",
+     "check_kv_cache: a 5-token prompt then one token gives length 6", "cache_length_counts_calls"),
+    ("cached_attention_step: the position is cache.length(layer)",
+     "check_cached_step: token-by-token outputs against full recomputation", "step_position_not_advanced"),
+    ("cached_attention_step: append k, v first, then attend (the new token sees itself)",
+     "check_cached_step: against full recomputation", "step_only_cache"),
+    ("cached_attention_step: cache k and v after their projections",
+     "check_cached_step: against full recomputation", "step_values_before_projection"),
+    ("kv_cache_bytes: n_kv_head K/V heads of width d_model / n_head (GQA, MQA)",
+     "check_kv_cache_bytes: LLaMA-2 7B and 70B, MQA, GQA", "kv_gqa_as_mha"),
+    ("kv_cache_bytes: K and V, a factor 2", "check_kv_cache_bytes: seven configurations", "kv_no_factor_2"),
+    ("kv_cache_bytes: times bytes_per_value", "check_kv_cache_bytes: fp16, float32 and int8", "kv_ignores_bytes"),
+    ("kv_cache_bytes: times batch, every sequence has its own cache", "check_kv_cache_bytes: batch 8 and 3",
+     "kv_ignores_batch"),
+    ("kv_cache_bytes: a Python int", "check_kv_cache_bytes: the type of the result", "kv_float_division"),
+    ("online_softmax_attention: rescale the accumulated output by exp(m - m_new)",
+     "check_online_softmax: against full attention, large scores whose max changes", "online_no_rescale_output"),
+    ("online_softmax_attention: rescale the running sum by exp(m - m_new)",
+     "check_online_softmax: against full attention", "online_no_rescale_sum"),
+    ("online_softmax_attention: blocks of block_size, the last one may be shorter",
+     "check_online_softmax: n = 13 and 11 with blocks of 4 and 3", "online_last_block_dropped"),
+    ("online_softmax_attention: with causal=True, mask j > i inside a block too",
+     "check_online_softmax: causal cases whose blocks straddle the diagonal", "online_block_causal"),
+    ("online_softmax_attention: never an n x n tensor",
+     "check_online_softmax: the size of every tensor created is recorded", "online_full_matrix"),
+    ("online_softmax_attention from scratch: torch.softmax is not allowed",
+     "check_online_softmax runs inside core.forbidden: the call itself raises", "online_uses_torch_softmax"),
+    ("online_softmax_attention: (..., n, d) with any number of leading batch dimensions",
+     "check_online_softmax: 2-D inputs and batch dims (2, 3)", "online_transpose_assumes_batch_axis"),
 ]
 
 
