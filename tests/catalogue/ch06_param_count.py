@@ -41,6 +41,8 @@ BUGS = [
             lose=("test_approx",), words=("12·L·d", "d²")),
     Variant("approx_ffn_4d2", approx("    return (4 * d * d + 4 * d * d) * n_layer\n"),
             lose=("test_approx",), words=("8d²", "12d²")),
+    Variant("approx_in_millions", approx("    return 12 * n_layer * d ** 2 / 1e6          # in millions, like a model card\n"),
+            lose=("test_approx",), words=("整数",)),
     # gpt2_params
     Variant("gpt2_no_wpe", gpt2(GPT2_OK.replace("    wpe = n_ctx * d\n", "    wpe = 0\n")),
             lose=("test_gpt2_params",), words=("位置嵌入",)),
@@ -52,6 +54,8 @@ BUGS = [
             lose=("test_gpt2_params",), words=("偏置",)),
     Variant("gpt2_no_final_ln", gpt2(GPT2_OK.replace("    ln_f = 2 * d\n", "    ln_f = 0\n")),
             lose=("test_gpt2_params",), words=("ln_f",)),
+    Variant("gpt2_head_bias", gpt2(GPT2_OK.replace("0 if tied else vocab_size * d", "0 if tied else vocab_size * d + vocab_size")),
+            lose=("test_gpt2_params",), words=("lm_head", "没有偏置")),
     Variant("gpt2_ffn_4d2", gpt2(GPT2_OK.replace("(4 * d * d + 4 * d) + (4 * d * d + d)",
                                                  "(2 * d * d + 4 * d) + (2 * d * d + d)")),
             lose=("test_gpt2_params",), words=("FFN 算成了 4d²",)),
@@ -172,6 +176,37 @@ CORRECT += [
     output = 0 if tied else vocab_size * d
     return int(vocab_size * d + n_layer * (attention + swiglu + norms) + d + output)
 """)}),
+]
+
+# (the rule as the exercise states it, the check that enforces it, the wrong answer that breaks it)
+RULES = [
+    ("approx_non_embedding_params returns 12 * L * d^2", "check_approx: seven (L, d), GPT-2 small to GPT-3",
+     "approx_d_not_squared"),
+    ("approx: attention 4d^2 plus FFN 8d^2 per block", "check_approx: seven (L, d)", "approx_ffn_4d2"),
+    ("approx: a number of parameters, a whole number", "check_approx: a result with a fraction fails",
+     "approx_in_millions"),
+    ("gpt2_params: exact, not the rule of thumb", "check_gpt2_params: GPT-2 small is 124,439,808",
+     "gpt2_rule_of_thumb"),
+    ("gpt2_params: the position embedding wpe, n_ctx x d", "check_gpt2_params: models built from nn.Modules",
+     "gpt2_no_wpe"),
+    ("gpt2_params: every Linear has a bias (except lm_head)", "check_gpt2_params: models built from nn.Modules",
+     "gpt2_no_biases"),
+    ("gpt2_params: lm_head has no bias", "check_gpt2_params: models built from nn.Modules", "gpt2_head_bias"),
+    ("gpt2_params: the FFN is Linear(d, 4d) and Linear(4d, d)", "check_gpt2_params: models built from nn.Modules",
+     "gpt2_ffn_4d2"),
+    ("gpt2_params: ln_f after the last block (only embeddings and ln_f at n_layer = 0)",
+     "check_gpt2_params: zero layers, and models built from nn.Modules", "gpt2_no_final_ln"),
+    ("gpt2_params: with tied=True, lm_head shares wte's matrix (counted once)",
+     "check_gpt2_params: tied and untied", "gpt2_tied_twice"),
+    ("llama_params: no biases", "check_llama_params: models built from nn.Modules", "llama_with_biases"),
+    ("llama_params: RMSNorm has a weight and no bias", "check_llama_params: models built from nn.Modules",
+     "llama_rmsnorm_bias"),
+    ("llama_params: SwiGLU, three matrices gate, up, down", "check_llama_params: LLaMA-2 7B is 6,738,415,616",
+     "llama_ffn_two_matrices"),
+    ("llama_params: the final RMSNorm", "check_llama_params: models built from nn.Modules", "llama_no_final_norm"),
+    ("llama_params: tied=True shares the output layer with the embedding", "check_llama_params: tied and untied",
+     "llama_tied_ignored"),
+    ("llama_params: tied is False by default", "check_llama_params: called without tied", "llama_default_tied"),
 ]
 
 
