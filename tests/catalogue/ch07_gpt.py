@@ -297,7 +297,8 @@ BUGS += [
     # evaluate
     Variant("eval_train_mode", edit("evaluate", ("    model.eval()\n", "")),
             lose=("test_evaluate",), words=("训练模式",)),
-    Variant("eval_with_grad", edit("evaluate", ("    with torch.no_grad():\n        losses", "    if True:\n        losses")),
+    Variant("eval_with_grad", edit("evaluate", ("    with torch.no_grad():                                          # nothing kept for a backward pass\n",
+                                                "    if True:\n")),
             lose=("test_evaluate",), words=("梯度是开着的",)),
     Variant("eval_forced_train", edit("evaluate", ("model.train(was_training)", "model.train()")),
             lose=("test_evaluate",), words=("一律 model.train()",)),
