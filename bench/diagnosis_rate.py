@@ -8,7 +8,14 @@ build; the message a student would read is sorted into
 * unnamed -- the check failed but only with expected/got values or a raw error;
 * escaped -- the check passed: the wrong answer kept its points.
 
-    .venv/bin/python bench/diagnosis_rate.py [chNN_name ...] [--out bench/results/diagnosis_rate.json]
+"diagnosed" counts, more strictly, the named messages with a diagnosis line
+("诊断：") or a stated rule, leaving out those that only carry a general hint.
+
+    .venv/bin/python bench/diagnosis_rate.py [chNN_name ...] [--out bench/results/diagnosis_rate.json --label after]
+
+With --out, the chapters' results are stored under the label (one entry per
+chapter, other chapters and labels kept), so a measurement before a change and
+one after it sit side by side in one file.
 """
 from __future__ import annotations
 
@@ -16,6 +23,7 @@ import argparse
 import importlib.util
 import io
 import json
+import os
 import sys
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -25,6 +33,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 NAMED_MARKS = ("诊断：", "提示：", "形状", "dtype", "应返回", "不能调用", "还没有实现", "要求从零实现",
                "允许", "类型")
+DIAGNOSED_MARKS = ("诊断：", "不能调用", "还没有实现", "要求从零实现", "允许")
 
 
 def load_wild(chapter: str):
@@ -42,6 +51,7 @@ def classify(message: str | None) -> str:
 
 
 def run_chapter(chapter: str) -> dict:
+    os.environ.setdefault("COURSE_CHAPTERS", chapter)   # import no other chapter's catalogue
     from test_grading_inprocess import run_check, solution_namespace
 
     from helpers import set_language
@@ -59,29 +69,39 @@ def run_chapter(chapter: str) -> dict:
             except Exception as exc:  # noqa: BLE001 - a check that crashes is a finding too
                 message = f"(the check itself crashed: {type(exc).__name__}: {exc})"
             rows.append({"variant": v.name, "cell": gid, "verdict": classify(message),
+                         "diagnosed": bool(message) and any(mark in message for mark in DIAGNOSED_MARKS),
                          "message": (message or "")[:400]})
     counts = {k: sum(r["verdict"] == k for r in rows) for k in ("named", "unnamed", "escaped")}
     total = len(rows) or 1
+    diagnosed = sum(r["diagnosed"] for r in rows)
     return {"chapter": chapter, "cells": len(rows), **counts, "named_share": round(counts["named"] / total, 3),
-            "rows": rows}
+            "diagnosed": diagnosed, "diagnosed_share": round(diagnosed / total, 3), "rows": rows}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("chapters", nargs="*")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--label", default="latest", help="the key the results are stored under in --out")
     args = ap.parse_args(argv)
     chapters = args.chapters or sorted(p.stem for p in (ROOT / "bench" / "wild").glob("ch[0-9][0-9]_*.py"))
+    os.environ.setdefault("COURSE_CHAPTERS", ",".join(chapters))
     results = [run_chapter(ch) for ch in chapters]
     for r in results:
         print(f"{r['chapter']:<24} {r['cells']:4d} cells  named {r['named']:4d} ({r['named_share']:.0%})  "
-              f"unnamed {r['unnamed']:3d}  escaped {r['escaped']:3d}")
+              f"unnamed {r['unnamed']:3d}  escaped {r['escaped']:3d}  diagnosed {r['diagnosed']:3d} "
+              f"({r['diagnosed_share']:.0%})")
         for row in r["rows"]:
             if row["verdict"] != "named":
                 first = row["message"].splitlines()[0] if row["message"] else ""
                 print(f"    {row['verdict']:<8} {row['variant']} / {row['cell']}: {first[:110]}")
     if args.out:
-        Path(args.out).write_text(json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8")
+        out = Path(args.out)
+        stored = json.loads(out.read_text(encoding="utf-8")) if out.exists() else {}
+        if not isinstance(stored, dict):
+            stored = {}
+        stored.setdefault(args.label, {}).update({r["chapter"]: r for r in results})
+        out.write_text(json.dumps(stored, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     return 0
 
 
