@@ -190,12 +190,36 @@ def test_cached_step_with_a_float32_constant_keeps_full_marks(lang, capsys):
     assert "✓" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("lang,word", [("en", "Fix Exercise 1 (KVCache) first"), ("zh", "先修好练习 1（KVCache）")])
-def test_cached_step_names_a_broken_cache_first(lang, word):
+STEP_SRC = """def cached_attention_step(x_t, weights, cache, layer=0):
+    B, _, d = x_t.shape
+    H = weights["n_head"]
+    h = x_t + weights["wpe"][cache.length(layer)]
+    q, k, v = ((h @ weights[n]).view(B, 1, H, d // H).transpose(1, 2) for n in ("w_q", "w_k", "w_v"))
+    K, V = cache.append(layer, k, v)
+    p = torch.softmax(q @ K.transpose(-2, -1) / math.sqrt(d // H), dim=-1)
+    return (p @ V).transpose(1, 2).reshape(B, 1, d) @ weights["w_o"]
+"""
+
+
+@pytest.mark.parametrize("lang,kept,own", [
+    ("en", "Correct when given a correct KVCache; exercise 1 still needs fixing", "this exercise's own"),
+    ("zh", "用正确的 KVCache 代替你的之后，这一题是对的；练习 1 还需要修改", "出在这一题本身")])
+def test_a_step_on_a_broken_cache_is_graded_on_its_own(lang, kept, own, capsys):
+    """As in the notebook, the step's namespace holds the student's (overwriting) KVCache: a
+    right step keeps its marks and says why; a wrong one still fails, as its own."""
     set_language(lang)
-    with pytest.raises(GradingFailure) as err:
-        grading_ch08.check_cached_step(_step_float32_scale, _OverwritingCache)
-    assert word in str(err.value) and "cache_overwrites" in str(err.value)
+    for src, right in ((STEP_SRC, True), (STEP_SRC.replace(' + weights["wpe"][cache.length(layer)]', ""), False)):
+        ns = {"torch": torch, "math": math, "KVCache": _OverwritingCache}
+        exec(src, ns)
+        if right:
+            grading_ch08.check_cached_step(ns["cached_attention_step"], ns["KVCache"])
+            out = capsys.readouterr().out
+            assert "✓" in out and kept in out, out
+        else:
+            with pytest.raises(GradingFailure) as err:
+                grading_ch08.check_cached_step(ns["cached_attention_step"], ns["KVCache"])
+            assert own in str(err.value), str(err.value)
+        assert ns["KVCache"] is _OverwritingCache           # the student's own is back after the check
 
 
 def _online(q, k, v, block_size, causal=False, swap=lambda z: z.transpose(-2, -1)):
