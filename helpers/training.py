@@ -363,8 +363,8 @@ def choose_threads(elsewhere: float | None = None, limit: int | None = None) -> 
     at most ``cpu_limit()``. Asking for more threads than there are free CPUs
     is worse than asking for fewer: PyTorch's threads wait for each other at
     every operation, so one thread that loses its CPU holds all the others up
-    (two busy programs on two cores: 8,020 tokens/s with 2 threads, 17,455
-    with 1; bench/results/)."""
+    (two busy programs on a shared two-core machine: 121 tokens/s with 2
+    threads, 3,070 with 1; bench/results/threads_sitting.jsonl)."""
     limit = cpu_limit() if limit is None else limit
     if under_nbgrader():
         return limit
