@@ -421,3 +421,89 @@ def loss_figure(losses):
     ax.set_title(plots.label("数字 → 中文数字：训练损失", "numerals → Chinese numerals: training loss"))
     fig.tight_layout()
     return fig
+
+
+# ---------------------------------------------------------------- what the model gets wrong
+
+def from_chinese(text: str) -> int | None:
+    """The number a string of Chinese numerals reads as, also when it is not
+    the standard form (一千零三十 -> 1030, 六千零 -> 6000); None if it is no
+    number at all (a unit with nothing to multiply, a unit out of order)."""
+    total, digit, last_unit = 0, None, 10_000
+    for c in text:
+        if c in CN_DIGITS:
+            digit = CN_DIGITS.index(c)
+        elif c in "十百千":
+            unit = 10 ** (CN_UNITS.index(c))
+            if unit >= last_unit:
+                return None
+            if digit is None:
+                if c != "十" or total:            # only a leading 十 may stand alone (十五)
+                    return None
+                digit = 1
+            total += digit * unit
+            digit, last_unit = None, unit
+        else:
+            return None
+    return total + (digit or 0) if text else None
+
+
+def zero_pattern(n: int) -> str:
+    """Where the zeros of a number are: 1003 -> 'X00X', 6050 -> 'X0X0', 25 -> 'XX'."""
+    return "".join("0" if c == "0" else "X" for c in str(int(n)))
+
+
+@torch.no_grad()
+def error_table(model, greedy_decode, padding_mask, numbers=None) -> dict:
+    """Greedy-decode ``numbers`` (default: all of 0..9999, training numbers
+    included) and group the misses by ``zero_pattern``. Returns
+    {pattern: {"numbers": n, "wrong": k, "wrong_train": k_train, "misses": [(number, output), ...]}}."""
+    numbers = list(range(MAX_NUMBER + 1)) if numbers is None else list(numbers)
+    train_numbers = set(split_numbers()[0])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)                  # small batches of tiny matrices: one thread is fastest
+    try:
+        _, misses = accuracy(model, greedy_decode, padding_mask, numbers, batch_size=2000)
+    finally:
+        torch.set_num_threads(threads)
+    table: dict = {}
+    for n in numbers:
+        row = table.setdefault(zero_pattern(n), {"numbers": 0, "wrong": 0, "wrong_train": 0, "misses": []})
+        row["numbers"] += 1
+    for n, got in misses:
+        row = table[zero_pattern(n)]
+        row["wrong"] += 1
+        row["wrong_train"] += n in train_numbers
+        row["misses"].append((n, got))
+    return table
+
+
+def print_error_table(table: dict, examples: int = 4) -> None:
+    """One line per zero pattern that has a miss, then the patterns without any."""
+    wrong = sum(r["wrong"] for r in table.values())
+    total = sum(r["numbers"] for r in table.values())
+    in_train = sum(r["wrong_train"] for r in table.values())
+    print(t(f"{total} 个数里错了 {wrong} 个，其中 {in_train} 个在训练集里",
+            f"{wrong} wrong out of {total} numbers, {in_train} of them in the training set"))
+    print(t("模式    个数  错的  训练集里错的  例子（模型的输出 = 它读作的数）",
+            "pattern  numbers wrong  of them trained  examples (the model's output = the number it reads as)"))
+    for pattern, row in sorted(table.items(), key=lambda kv: (-kv[1]["wrong"], kv[0])):
+        if not row["wrong"]:
+            continue
+        picked, kinds = [], set()             # first one miss of each kind of output, then the rest in order
+        for n, got in row["misses"]:
+            kind = zero_pattern(from_chinese(got)) if from_chinese(got) is not None else "?"
+            if kind not in kinds:
+                kinds.add(kind)
+                picked.append((n, got))
+        picked += [m for m in row["misses"] if m not in picked]
+        cases = [f"{n} → {got} = {from_chinese(got) if from_chinese(got) is not None else '?'}"
+                 for n, got in sorted(picked[:examples])]
+        print(f"{pattern:7s} {row['numbers']:6d} {row['wrong']:5d} {row['wrong_train']:9d}       " + "; ".join(cases))
+    clean = sorted((p for p, r in table.items() if not r["wrong"]), key=lambda p: (len(p), p))
+    print(t("全对的模式：", "patterns without a miss: ") + " ".join(clean))
+    x00x = table.get("X00X", {}).get("misses", [])
+    if x00x:
+        tens = sum(1 for n, got in x00x if (from_chinese(got) or 0) // 10 % 10 == n % 10)
+        print(t(f"X00X 的 {len(x00x)} 个错误里，有 {tens} 个把最后一位数字放在了十位上",
+                f"of the {len(x00x)} misses shaped X00X, {tens} put the last digit in the tens place"))

@@ -246,3 +246,34 @@ def test_known_bugs_are_named_in_both_languages(cell, old, new, name, zh, en, la
         assert (zh if lang == "zh" else en) in str(err.value), str(err.value)
     finally:
         set_language("zh")
+
+
+# ------------------------------------------------------------------ what the trained model gets wrong
+
+def test_from_chinese_reads_every_standard_form_back_and_the_models_slips_too():
+    assert all(ed.from_chinese(ed.to_chinese(n)) == n for n in range(ed.MAX_NUMBER + 1))
+    assert ed.from_chinese("一千零三十") == 1030 and ed.from_chinese("一千零五十五") == 1055
+    assert ed.from_chinese("六千零") == 6000 and ed.from_chinese("五千九百零九") == 5909
+    assert ed.from_chinese("") is None and ed.from_chinese("百") is None and ed.from_chinese("五十千") is None
+    assert [ed.zero_pattern(n) for n in (7, 10, 1003, 6050, 9999)] == ["X", "X0", "X00X", "X0X0", "XXXX"]
+
+
+def test_error_table_groups_the_misses_by_where_the_zeros_are(capsys):
+    wrong = {1003: "一千零三十", 2005: "二千零五十五", 6000: "六千零"}
+
+    def fake_decode(model, src, lengths, max_len, bos, eos):       # right everywhere except on ``wrong``
+        out = []
+        for digits, k in zip(src.tolist(), lengths.tolist()):
+            n = int("".join(ed.SRC_TOKENS[i] for i in digits[:k]))
+            out.append(ed.encode_target(wrong.get(n, ed.to_chinese(n))) + [eos] * max_len)
+        return torch.tensor([row[:max_len] for row in out])
+
+    table = ed.error_table(None, fake_decode, None, range(990, 6010))
+    assert table["X00X"]["wrong"] == 2 and table["X000"]["wrong"] == 1
+    assert sum(r["wrong"] for r in table.values()) == 3 and sum(r["numbers"] for r in table.values()) == 5020
+    train = set(ed.split_numbers()[0])
+    assert sum(r["wrong_train"] for r in table.values()) == sum(n in train for n in wrong)
+    ed.print_error_table(table)
+    out = capsys.readouterr().out
+    assert "1003 → 一千零三十 = 1030" in out and "6000 → 六千零 = 6000" in out
+    assert "X00X 的 2 个错误里，有 2 个把最后一位数字放在了十位上" in out
