@@ -184,7 +184,7 @@ def student_lab(workspace: Path | None = None, port: int | None = None,
         say(f"your workspace: {workspace} (copied from release/; yours to edit, never overwritten)")
     for line in ws_mod.describe([] if first else changes, lang):
         say(line)
-    ws_mod.configure(workspace, lang, ws_mod.find_exchange())
+    ws_mod.configure(workspace, lang, ws_mod.find_exchange(), ROOT)
     ip = os.environ.get("LAB_IP", "127.0.0.1")
     port = port or free_port(int(os.environ.get("LAB_PORT", "8888")))
     token = token or os.environ.get("LAB_TOKEN") or secrets.token_hex(16)

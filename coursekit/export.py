@@ -3,10 +3,11 @@ files a learning-management system imports.
 
 - ``grades_by_exercise.csv``: one row per student, one column per graded cell
   (named by the exercise's heading in the chapter's language and by its grade
-  id), then per chapter the auto points, the manual points, the points still
-  awaiting grading, the maximum, the submission time and how late it was
-  against the due date set in nbgrader (``nbgrader db assignment add CHAPTER
-  --duedate=...``). A cell an instructor has not graded yet reads ``pending``.
+  id), then per chapter the one score of coursekit.score: auto points, manual
+  points, points awaiting grading, score, maximum, status, the submission time
+  and how late it was against the due date set in nbgrader (``nbgrader db
+  assignment add CHAPTER --duedate=...``; blank when there is none). A cell an
+  instructor has not graded yet reads ``pending``.
 - ``lms_canvas.csv``: Canvas's gradebook import (Student, ID, SIS User ID,
   SIS Login ID, Section, then one column per chapter; a "Points Possible" row
   under the header). ``lms_moodle.csv``: Moodle's CSV grade import (an
@@ -21,104 +22,40 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
+
+from helpers.outline import exercise_titles
+
+from . import score
+from .score import Standing
 
 ROSTER_FIELDS = ("student", "name", "lms_id", "sis_user_id", "sis_login_id", "section", "email")
 CANVAS_HEAD = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 PENDING = "pending"
 
 
-@dataclass(frozen=True)
-class CellScore:
-    grade_id: str
-    max_score: float
-    auto: float | None          # what the tests gave (None for a hand-graded cell)
-    manual: float | None        # what the instructor gave (None until graded)
-    pending: bool               # awaiting the instructor
-
-    @property
-    def score(self) -> float | None:
-        if self.pending:
-            return None
-        return self.manual if self.manual is not None else (self.auto or 0.0)
-
-
-@dataclass
-class ChapterScore:
-    student: str
-    chapter: str
-    cells: list[CellScore] = field(default_factory=list)
-    timestamp: str = ""
-    duedate: str = ""
-    seconds_late: float = 0.0
-
-    @property
-    def max_score(self) -> float:
-        return sum(c.max_score for c in self.cells)
-
-    @property
-    def auto_points(self) -> float:
-        return sum(c.score for c in self.cells if c.auto is not None and c.manual is None and not c.pending)
-
-    @property
-    def manual_points(self) -> float:
-        return sum(c.score for c in self.cells if c.manual is not None and not c.pending)
-
-    @property
-    def pending_points(self) -> float:
-        return sum(c.max_score for c in self.cells if c.pending)
-
-
-def exercise_titles(source_nb) -> dict[str, str]:
-    """grade id -> the heading above its cell (the exercise's name in the
-    chapter's language), for every graded cell."""
-    titles, heading = {}, ""
-    for cell in source_nb.cells:
-        if cell.cell_type == "markdown":
-            for line in cell.source.splitlines():
-                if line.startswith("#"):
-                    heading = line.lstrip("#").strip()
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("grade") or meta.get("task"):
-            titles[meta["grade_id"]] = heading
-    return titles
-
-
-def read_gradebook(db_url: str, chapters: list[str]) -> list[ChapterScore]:
+def read_gradebook(db_url: str, chapters: list[str]) -> list[Standing]:
     """Every submission of the given chapters, as the gradebook holds it now."""
-    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.api import Gradebook
 
-    out = []
     with Gradebook(db_url) as gb:
-        for chapter in chapters:
-            try:
-                assignment = gb.find_assignment(chapter)
-            except MissingEntry:
-                continue
-            for sub in assignment.submissions:
-                row = ChapterScore(sub.student.id, chapter,
-                                   timestamp=sub.timestamp.isoformat(" ", "seconds") if sub.timestamp else "",
-                                   duedate=sub.duedate.isoformat(" ", "seconds") if sub.duedate else "",
-                                   seconds_late=float(sub.total_seconds_late or 0))
-                for nb in sub.notebooks:
-                    for g in nb.grades:
-                        row.cells.append(CellScore(g.name, float(g.max_score), g.auto_score, g.manual_score,
-                                                   bool(g.needs_manual_grade)))
-                row.cells.sort(key=lambda c: c.grade_id)
-                out.append(row)
-    return out
+        return score.read(gb, chapters)
 
 
 def _fmt(x: float | None) -> str:
-    if x is None:
-        return PENDING
-    return f"{x:g}"
+    return PENDING if x is None else score.num(x)
 
 
-def per_exercise_csv(scores: list[ChapterScore], titles: dict[str, dict[str, str]]) -> str:
+def _when(t) -> str:
+    return t.isoformat(" ", "seconds") if t else ""
+
+
+PER_CHAPTER = ("auto", "manual", "awaiting grading", "score", "max", "status", "submitted", "due", "seconds late")
+
+
+def per_exercise_csv(scores: list[Standing], titles: dict[str, dict[str, str]]) -> str:
     """The per-exercise table (see the module's docstring). ``titles`` maps a
     chapter to its grade id -> exercise heading."""
     columns: dict[str, list[str]] = {}
@@ -131,9 +68,8 @@ def per_exercise_csv(scores: list[ChapterScore], titles: dict[str, dict[str, str
     head = ["student"]
     for ch, ids in sorted(columns.items()):
         head += [f"{ch}/{g} ({titles.get(ch, {}).get(g, g)})" for g in ids]
-        head += [f"{ch} auto", f"{ch} manual", f"{ch} awaiting grading", f"{ch} max", f"{ch} submitted",
-                 f"{ch} due", f"{ch} seconds late"]
-    by_student: dict[str, dict[str, ChapterScore]] = {}
+        head += [f"{ch} {what}" for what in PER_CHAPTER]
+    by_student: dict[str, dict[str, Standing]] = {}
     for s in scores:
         by_student.setdefault(s.student, {})[s.chapter] = s
     buf = io.StringIO()
@@ -144,12 +80,13 @@ def per_exercise_csv(scores: list[ChapterScore], titles: dict[str, dict[str, str
         for ch, ids in sorted(columns.items()):
             s = by_student[student].get(ch)
             if s is None:
-                row += [""] * (len(ids) + 7)
+                row += [""] * (len(ids) + len(PER_CHAPTER))
                 continue
             cells = {c.grade_id: c for c in s.cells}
             row += [_fmt(cells[g].score) if g in cells else "" for g in ids]
-            row += [_fmt(s.auto_points), _fmt(s.manual_points), _fmt(s.pending_points), _fmt(s.max_score),
-                    s.timestamp, s.duedate, f"{s.seconds_late:g}"]
+            late = "" if s.seconds_late is None else score.num(s.seconds_late)   # no due date: no lateness
+            row += [_fmt(s.auto), _fmt(s.manual), _fmt(s.pending), _fmt(s.score), _fmt(s.max_score), s.status,
+                    _when(s.timestamp), _when(s.duedate), late]
         w.writerow(row)
     return buf.getvalue()
 
@@ -167,16 +104,16 @@ def read_roster(path: Path) -> dict[str, dict[str, str]]:
         return {row["student"]: {k: (row.get(k) or "") for k in ROSTER_FIELDS} for row in reader}
 
 
-def _chapter_totals(scores: list[ChapterScore]):
+def _chapter_totals(scores: list[Standing]):
     chapters = sorted({s.chapter for s in scores})
     maxima = {ch: max(s.max_score for s in scores if s.chapter == ch) for ch in chapters}
     final: dict[str, dict[str, str]] = {}
-    for s in scores:
-        final.setdefault(s.student, {})[s.chapter] = "" if s.pending_points else _fmt(s.auto_points + s.manual_points)
+    for s in scores:   # blank while points await grading: an LMS leaves a blank cell as it was
+        final.setdefault(s.student, {})[s.chapter] = _fmt(s.score) if s.final else ""
     return chapters, maxima, final
 
 
-def canvas_csv(scores: list[ChapterScore], roster: dict[str, dict[str, str]]) -> str:
+def canvas_csv(scores: list[Standing], roster: dict[str, dict[str, str]]) -> str:
     """Canvas's gradebook import: identity columns, a Points Possible row, one
     column per chapter. Students missing from the roster are left out (and
     listed by ``unmapped``)."""
@@ -194,7 +131,7 @@ def canvas_csv(scores: list[ChapterScore], roster: dict[str, dict[str, str]]) ->
     return buf.getvalue()
 
 
-def moodle_csv(scores: list[ChapterScore], roster: dict[str, dict[str, str]]) -> str:
+def moodle_csv(scores: list[Standing], roster: dict[str, dict[str, str]]) -> str:
     """Moodle's CSV grade import: an identifier (email, else the LMS id) and
     one column per chapter, mapped to grade items at import."""
     chapters, _, final = _chapter_totals(scores)
@@ -209,7 +146,7 @@ def moodle_csv(scores: list[ChapterScore], roster: dict[str, dict[str, str]]) ->
     return buf.getvalue()
 
 
-def unmapped(scores: list[ChapterScore], roster: dict[str, dict[str, str]]) -> list[str]:
+def unmapped(scores: list[Standing], roster: dict[str, dict[str, str]]) -> list[str]:
     return sorted({s.student for s in scores} - set(roster))
 
 
@@ -238,7 +175,7 @@ def write_all(root: Path, db_url: str, chapters: list[str], out: Path | None = N
     return written
 
 
-def upload_canvas(url: str, token: str, course_id: int, scores: list[ChapterScore],
+def upload_canvas(url: str, token: str, course_id: int, scores: list[Standing],
                   roster: dict[str, dict[str, str]], assignment_ids: dict[str, int]) -> int:
     """Post the final chapter scores through Canvas's API (optional: the CSV
     file never needs it). Returns how many grades were sent."""

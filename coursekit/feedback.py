@@ -1,5 +1,22 @@
-"""Feedback steps run by nbgrader generate_feedback (see nbgrader_config.py),
-and the page's template (coursekit/templates/course_feedback)."""
+"""The feedback page: nbgrader's generate_feedback with the course's steps and
+template (coursekit/templates/course_feedback), configured in nbgrader_config.py.
+
+- ``CourseFrame`` gives the page its frame in the chapter's language: the
+  title, the one score of coursekit.score, and for each graded or answer cell
+  its exercise, its score ("3 / 3 分", "待批改（3 分）", "未作答（0 / 3 分）")
+  and the instructor's comment, if any.
+- ``StudentOutputs`` makes the outputs fit for a student to read: no seals,
+  no verdict or bug tokens, no exception class in front of the course's own
+  message, and no hidden test code in an error of a test cell (an error there
+  keeps only its message: a traceback would quote the failing hidden line);
+  no widget models or scripts (a static page cannot run them: a widget's
+  static picture shows instead); maths in markdown as MathML, which browsers
+  draw offline.
+- ``clean_html`` is the allow-list nbconvert's sanitising uses on this page:
+  whatever a student wrote in markdown or made a cell display reaches the
+  page as text or as harmless markup, never as a script or an event handler;
+  the course's figures (images) and maths (MathML) stay.
+"""
 from __future__ import annotations
 
 import re
@@ -9,88 +26,226 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 
 from grading import protocol
 
+from . import score as score_mod
 from .mathml import markdown_math
+from .words import HTML_LANG, word
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-SEAL = protocol.SEAL_RE
-VERDICT = protocol.VERDICT_TOKEN_RE  # for the grader (seal check, class report), not the student
+TOKENS = re.compile(r"\s?\[(?:bug|verdict):[A-Za-z0-9_\-]+\]")
+COURSE_ERRORS = ("GradingFailure", "CheckFailed", "NotDoneYet")   # their message is the whole story
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+SCRIPTS = ("application/javascript", "text/javascript", WIDGET_VIEW)
+NO_RESPONSE = "No response."     # nbgrader's own comment on an answer left as it was
 
 
-class HideHiddenTestTracebacks(NbGraderPreprocessor):
-    """An error in a test cell with hidden tests (a NameError when the answer
-    is missing, say) makes IPython print the failing line — hidden test code.
-    Keep only the error's name and message there, and drop the grader's seals.
-    Markdown cells get their maths as MathML, which browsers draw offline
-    (the feedback page's MathJax comes from a CDN)."""
+def for_student(text: str) -> str:
+    """A kernel's text as a student reads it: no seals, no tokens, no colour codes."""
+    return TOKENS.sub("", protocol.SEAL_RE.sub("", ANSI.sub("", text)))
+
+
+# ------------------------------------------------------------------ the frame
+
+TEMPLATES = Path(__file__).parent / "templates"
+TEMPLATE = "course_feedback"
+
+
+def toc_labels(nb, lang: str) -> dict[str, str]:
+    """grade id -> "exercise heading · kind" for every graded or answer cell."""
+    from helpers.outline import exercise_titles
+    titles = exercise_titles(nb)
+    heading, labels = "", {}
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                if line.startswith("#"):
+                    heading = line.lstrip("#").strip()
+        meta = cell.metadata.get("nbgrader", {})
+        gid = meta.get("grade_id")
+        if not gid or not (meta.get("grade") or meta.get("solution") or meta.get("task")):
+            continue
+        kind = "task" if meta.get("task") else "your_answer" if meta.get("solution") else "test"
+        labels[gid] = f"{titles.get(gid) or heading or gid} · {word(kind, lang)}"
+    return labels
+
+
+class CourseFrame(NbGraderPreprocessor):
+    """Put the page's frame into ``resources["course"]`` and each graded or
+    answer cell's into ``cell.metadata.course_frame`` (run after nbgrader's
+    GetGrades, which has put the comments there)."""
+
+    def preprocess(self, nb, resources):
+        info = resources["nbgrader"]
+        with _gradebook_at(info["db_url"]) as gb:
+            st = score_mod.find(gb, info["assignment"], info["student"])
+        return frame(nb, resources, st)
+
+
+def frame(nb, resources, st):
+    """The frame of ``nb``'s page for the submission whose score is ``st``."""
+    lang = nb.metadata.get("course", {}).get("lang", "zh")
+    chapter = resources.get("nbgrader", {}).get("notebook", "")
+    resources["course"] = {
+        "lang": lang, "html_lang": HTML_LANG.get(lang, lang), "title": word("feedback_title", lang, chapter=chapter),
+        "total_word": word("total", lang), "score_line": st.line(lang) if st else "",
+        "contents": word("contents", lang), "to_top": word("to_top", lang), "comments": word("comments", lang),
+        "late_penalty": word("late_penalty", lang), "input": word("input", lang)}
+    labels = toc_labels(nb, lang)
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        gid = meta.get("grade_id")
+        if gid not in labels:
+            continue
+        cs = st.cell(gid) if st else None
+        comment = meta.get("comment") or ""
+        comment = "" if comment.strip() == NO_RESPONSE else comment
+        cell.metadata["course_frame"] = {
+            "anchor": gid, "label": labels[gid], "toc": f"{labels[gid]} ({gid})",
+            "status": cs.status if cs else "", "score": cs.label(lang) if cs else "", "comment": comment,
+            "comment_toc": word("comment_on", lang, exercise=labels[gid]) if comment else ""}
+    return nb, resources
+
+
+def _gradebook_at(db_url: str):
+    from nbgrader.api import Gradebook
+    return Gradebook(db_url)
+
+
+class StudentOutputs(NbGraderPreprocessor):
+    """What the outputs say, fit for the student (see the module's docstring)."""
 
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type == "markdown":
             cell.source = markdown_math(cell.source)
         if cell.cell_type != "code":
             return cell, resources
-        hidden = "### BEGIN HIDDEN TESTS" in cell.source or cell.metadata.get("nbgrader", {}).get("grade")
+        meta = cell.metadata.get("nbgrader", {})
+        lang = resources.get("course", {}).get("lang", "zh")
+        test_cell = "### BEGIN HIDDEN TESTS" in cell.source or meta.get("grade")
+        outputs = []
         for out in cell.get("outputs", []):
-            if out.get("output_type") == "stream":
-                out["text"] = VERDICT.sub("", SEAL.sub("", out.get("text", "")))
-            elif out.get("output_type") == "error" and hidden:
-                evalue = VERDICT.sub("", ANSI.sub("", str(out.get("evalue", ""))))
-                out["traceback"] = [f"{out.get('ename', 'Error')}: {evalue}"]
+            kind = out.get("output_type")
+            if kind == "stream":
+                out["text"] = for_student(out.get("text", ""))
+                if not out["text"].strip():
+                    continue
+            elif kind == "error":
+                message = for_student(str(out.get("evalue", ""))).strip()
+                if out.get("ename") in COURSE_ERRORS:
+                    out["traceback"] = [message]
+                elif out.get("ename") == "NotImplementedError" and not message:   # an exercise not done yet
+                    out["traceback"] = [word("needs_unfinished", lang)]
+                elif test_cell:
+                    out["traceback"] = [f"{out.get('ename', 'Error')}: {message}"]
+                else:
+                    out["traceback"] = [for_student(line) for line in out.get("traceback", [])]
+            elif kind in ("display_data", "execute_result"):
+                data = out.get("data", {})
+                for mime in SCRIPTS:
+                    if mime in data and len(data) > 1:
+                        del data[mime]      # the static picture (or text) beside it shows instead
+                if not data or set(data) <= set(SCRIPTS):
+                    continue
+                if "text/plain" in data:
+                    data["text/plain"] = for_student(data["text/plain"])
+            if kind == "stream" and outputs and outputs[-1].get("output_type") == "stream" \
+                    and outputs[-1].get("name") == out.get("name"):
+                outputs[-1]["text"] += out["text"]     # one box for what was printed together
+                continue
+            outputs.append(out)
+        cell["outputs"] = outputs
         return cell, resources
 
 
-TEMPLATES = Path(__file__).parent / "templates"
-TEMPLATE = "course_feedback"
-# what a graded cell is, in the table of contents, by the chapter's language
-KINDS = {"zh": {"test": "测试", "answer": "作答（人工批改）", "task": "任务"},
-         "en": {"test": "test", "answer": "answer (graded by hand)", "task": "task"}}
+# ------------------------------------------------------------------ what markup may reach the page
+
+MATHML = ("math", "semantics", "annotation", "mrow", "mi", "mo", "mn", "ms", "mtext", "msup", "msub", "msubsup",
+          "mfrac", "msqrt", "mroot", "mover", "munder", "munderover", "mtable", "mtr", "mtd", "mspace", "mstyle",
+          "mpadded", "mphantom", "menclose")
+TAGS = frozenset({"a", "abbr", "b", "blockquote", "br", "caption", "code", "dd", "del", "details", "div", "dl",
+                  "dt", "em", "figcaption", "figure", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "i", "img", "ins",
+                  "kbd", "li", "ol", "p", "pre", "q", "s", "samp", "small", "span", "strong", "sub", "summary",
+                  "sup", "table", "tbody", "td", "tfoot", "th", "thead", "tr", "u", "ul", "var", *MATHML})
+ATTRIBUTES = {"*": ["class", "id", "title", "lang", "dir", "aria-label", "aria-hidden", "role"],
+              "a": ["href", "name", "rel"], "img": ["src", "alt", "width", "height"],
+              "td": ["colspan", "rowspan", "align"], "th": ["colspan", "rowspan", "align", "scope"],
+              "ol": ["start", "type"], "math": ["display", "xmlns"], "annotation": ["encoding"],
+              "mi": ["mathvariant", "style"], "mo": ["stretchy", "fence", "separator", "lspace", "rspace", "form"],
+              "mspace": ["width"], "mstyle": ["mathvariant", "displaystyle", "scriptlevel"],
+              "mover": ["accent"], "munder": ["accentunder"], "mtable": ["columnalign", "rowspacing"],
+              "mtd": ["columnalign"], "mtext": ["mathvariant"], "mn": ["mathvariant"]}
+PROTOCOLS = frozenset({"http", "https", "mailto", "data"})
 
 
-def toc_labels(nb) -> dict[str, str]:
-    """grade id -> its line in the feedback's table of contents: the exercise's
-    heading, what kind of cell it is and its grade id, in the chapter's language."""
-    from .export import exercise_titles
-    words = KINDS.get(nb.metadata.get("course", {}).get("lang", "zh"), KINDS["en"])
-    titles = exercise_titles(nb)
-    labels = {}
-    for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        gid = meta.get("grade_id")
-        if gid not in titles:
-            continue
-        kind = "task" if meta.get("task") else "answer" if meta.get("solution") else "test"
-        title = titles[gid] or gid
-        labels[gid] = f"{title} · {words[kind]} ({gid})"
-    return labels
+def _allowed(tag: str, name: str, value: str) -> bool:
+    allowed = ATTRIBUTES.get(tag, []) + ATTRIBUTES["*"]
+    if name not in allowed:
+        return False
+    if name in ("href", "src") and value.strip().lower().startswith("data:"):
+        return tag == "img" and value.strip().lower().startswith("data:image/") \
+            and not value.strip().lower().startswith("data:image/svg")
+    return True
 
 
-class NameExercises(NbGraderPreprocessor):
-    """Give every graded cell its table-of-contents label (cell.metadata.course_toc)."""
+def clean_html(text) -> str:
+    """``text`` with only the allow-listed tags and attributes left (others
+    escaped, so a student sees what they wrote); no scripts, no event handlers,
+    no javascript: links; maths (MathML) and images kept."""
+    import bleach
+    from bleach.css_sanitizer import CSSSanitizer
 
-    def preprocess(self, nb, resources):
-        labels = toc_labels(nb)
-        for cell in nb.cells:
-            gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-            if gid in labels:
-                cell.metadata["course_toc"] = labels[gid]
-        return nb, resources
+    text = text.decode() if isinstance(text, bytes) else str(text)
+    return bleach.clean(text, tags=TAGS, attributes=_allowed, protocols=PROTOCOLS, strip_comments=True,
+                        css_sanitizer=CSSSanitizer(allowed_css_properties=["font-weight", "font-style", "color"]))
 
+
+# ------------------------------------------------------------------ the template
 
 def nbgrader_templates() -> Path:
     import nbgrader
     return Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates"
 
 
-def use_course_template(converter) -> None:
-    """Make ``converter`` (an nbgrader GenerateFeedback, after its __init__)
-    write its pages with the course's template: ours is found first, and
-    nbgrader's feedback template, which it extends, is found by its folder."""
+def template_config():
+    """The exporter settings of the course's feedback page."""
     from traitlets.config import Config
     c = Config()
     c.HTMLExporter.template_name = TEMPLATE
     c.HTMLExporter.extra_template_basedirs = [str(TEMPLATES), str(nbgrader_templates())]
+    c.HTMLExporter.extra_template_paths = [str(nbgrader_templates()),
+                                           str(nbgrader_templates().parent / "static" / "node_modules" / "bootstrap"
+                                               / "dist" / "css")]
+    c.HTMLExporter.sanitize_html = True
+    c.HTMLExporter.exclude_input_prompt = True
+    c.HTMLExporter.exclude_output_prompt = True
+    c.HTMLExporter.filters = {"clean_html": f"{__name__}.clean_html"}
+    return c
+
+
+def use_course_template(converter) -> None:
+    """Make ``converter`` (an nbgrader GenerateFeedback, after its __init__)
+    write its pages with the course's template and allow-list: ours is found
+    first, and nbgrader's feedback template, which it extends, by its folder."""
+    c = template_config()
     c.HTMLExporter.extra_template_paths = [*converter.config.HTMLExporter.get("extra_template_paths", []),
-                                           str(nbgrader_templates())]
+                                           *c.HTMLExporter.extra_template_paths]
     converter.update_config(c)
     names = [p if isinstance(p, str) else f"{p.__module__}.{p.__name__}" for p in converter.preprocessors]
-    if f"{__name__}.NameExercises" not in names:   # a course folder whose nbgrader_config.py predates it
-        converter.preprocessors = [NameExercises, *converter.preprocessors]
+    if f"{__name__}.CourseFrame" not in names:   # a course folder whose nbgrader_config.py predates it
+        at = next((i + 1 for i, n in enumerate(names) if n.endswith("GetGrades")), 0)
+        converter.preprocessors = [*converter.preprocessors[:at], CourseFrame, *converter.preprocessors[at:]]
+
+
+def page(nb, st=None, chapter: str = "") -> str:
+    """The feedback page of ``nb`` for the score ``st``, without a gradebook
+    (what the feedback step writes, for a notebook already graded)."""
+    from nbconvert import HTMLExporter
+    from nbgrader.preprocessors import ClearHiddenTests
+
+    exporter = HTMLExporter(config=template_config())
+    resources = {"nbgrader": {"notebook": chapter, "score": st.score if st else 0,
+                              "max_score": st.max_score if st else 0, "late_penalty": 0}}
+    nb, resources = frame(nb, resources, st)
+    nb, resources = StudentOutputs().preprocess(nb, resources)
+    nb, resources = ClearHiddenTests().preprocess(nb, resources)
+    body, _ = exporter.from_notebook_node(nb, resources=resources)
+    return body

@@ -45,8 +45,8 @@ import nbformat
 
 from grading import protocol
 
+from . import figures, kernels, reuse, runner, seals
 from . import intake as intake_mod
-from . import kernels, reuse, runner, seals
 from . import preflight as pre
 from .build import ROOT
 from .flags import Flag
@@ -241,16 +241,16 @@ def step_gradebook(run: Run) -> None:
     creating a new gradebook or its course row is not safe to do twice at once."""
     if not run.chapters:
         return
+    from .release import generate_assignments
     with runner.one_at_a_time(run.state):
         scratch = Path(tempfile.mkdtemp(prefix="release-scratch-", dir=run.state))
         log = run.state / "logs" / "generate_assignment.log"
         try:
-            rc = runner.run_forked("coursekit.batch:assignments", {"chapters": run.chapters, "release": str(scratch)},
-                                   run.root, env_with_bin(), log)
+            failed = generate_assignments(run.chapters, run.root, scratch, log, gradebook=True)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-        if rc != 0:
-            raise SystemExit(f"grade: nbgrader generate_assignment failed for {', '.join(run.chapters)}:\n"
+        if failed:
+            raise SystemExit(f"grade: nbgrader generate_assignment failed for {', '.join(failed)}:\n"
                              f"{log.read_text(errors='replace')}")
 
 
@@ -392,7 +392,6 @@ def expected_checks(run: Run, chapter: str):
 def step_feedback(run: Run) -> None:
     """The feedback pages of what this run graded (and of notebooks whose manual
     grades changed), one process per worker, each making many pages."""
-    from . import report as report_mod
     todo = sorted((j for j in run.jobs + run.feedback_only if run.graded_path(j).exists()),
                   key=lambda j: -source_size(run, j.chapter))   # the biggest pages first
     shares = [todo[i::run.workers] for i in range(run.workers)]
@@ -408,7 +407,6 @@ def step_feedback(run: Run) -> None:
 
     with cf.ThreadPoolExecutor(max(1, len(shares))) as pool:
         list(pool.map(make, enumerate(shares)))
-    report_mod.mark_pending_feedback(run.root, {(j.chapter, j.student) for j in todo}, run.lang)
     for job in run.jobs:  # only this run's keys: another grader may be running on other chapters
         run.key_file(job).unlink(missing_ok=True)
 
@@ -423,7 +421,7 @@ def step_export(run: Run) -> None:
     def export(tmp: Path) -> None:
         if runner.run_nbgrader(["export", "--to", str(tmp), "--log-level=ERROR"], run.root, env_with_bin(), log):
             raise SystemExit(f"grade: nbgrader export failed:\n{log.read_text(errors='replace')}")
-        tmp.write_text(report_mod.csv_with_pending(run.root, tmp.read_text()))
+        tmp.write_text(report_mod.csv_with_scores(run.root, tmp.read_text()))
 
     with runner.one_at_a_time(run.state):
         save_flags(run.state, run.jobs)
@@ -450,7 +448,7 @@ STEPS: list[tuple[str, Callable[[Run], None]]] = [
     ("reuse", step_reuse), ("kernels", step_kernels),
     ("intake", step_intake), ("repair", step_repair), ("preflight", step_preflight),
     ("gradebook", step_gradebook), ("autograde", step_autograde), ("seal check", step_seal_check),
-    ("feedback", step_feedback), ("export", step_export), ("report", step_report)]
+    ("figures", figures.step), ("feedback", step_feedback), ("export", step_export), ("report", step_report)]
 
 
 def run_steps(run: Run, steps=STEPS) -> None:

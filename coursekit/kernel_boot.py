@@ -40,9 +40,30 @@ def start(argv: list[str], key: bytes | None) -> None:
 
     app = IPKernelApp.instance()
     app.initialize(argv)
+    inline_figures(app.shell)
     guard.boot(key)
     del key
     app.start()
+
+
+def inline_figures(shell) -> None:
+    """Figures drawn by a cell become images in its output, as in JupyterLab.
+
+    matplotlib's inline backend sets itself up when it is imported into a
+    running IPython; a warm kernel imported it in the factory, before any
+    shell existed, so without this its figures would reach the graded notebook
+    as "<Figure size 1200x360 with 1 Axes>" and the feedback page would show
+    no picture."""
+    backend = "module://matplotlib_inline.backend_inline"
+    if os.environ.get("MPLBACKEND", backend) != backend:
+        return
+    from IPython.core.pylabtools import activate_matplotlib
+    from matplotlib_inline import backend_inline
+
+    if backend_inline.flush_figures in shell.events.callbacks.get("post_execute", []):
+        return
+    activate_matplotlib(backend)
+    backend_inline.configure_inline_support(shell, backend)
 
 
 def main() -> None:

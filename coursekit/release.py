@@ -17,22 +17,37 @@ def generate_releases(chapters: list[str], course_root: Path = ROOT) -> list[Pat
     per hand-graded stub language (nbgrader's app and configuration load once,
     not once per chapter). The gradebook is left alone: the release does not
     depend on it."""
-    from .nbgrader_run import env_with_bin
-    from .runner import run_forked
-
     course_root = Path(course_root)
-    by_stub: dict[str, list[str]] = {}
     for ch in chapters:
-        # the hand-graded cells' stub in the chapter's language ("YOUR ANSWER HERE" is nbgrader's English)
-        by_stub.setdefault(text_stub(ch, course_root), []).append(ch)
         shutil.rmtree(course_root / "release" / ch, ignore_errors=True)
     log = course_root / ".grading" / "logs" / "release.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    for stub, group in by_stub.items():
-        payload = {"chapters": group, "release": str(course_root / "release"),
-                   "extra": ["--no-db", f"--ClearSolutions.text_stub={stub}"]}
-        rc = run_forked("coursekit.batch:assignments", payload, course_root, env_with_bin(), log)
-        if rc != 0:
-            raise SystemExit(f"release: nbgrader generate_assignment failed for {', '.join(group)}:\n"
-                             f"{log.read_text(errors='replace')[-4000:]}")
+    failed = generate_assignments(chapters, course_root, course_root / "release", log, gradebook=False)
+    if failed:
+        raise SystemExit(f"release: nbgrader generate_assignment failed for {', '.join(failed)}:\n"
+                         f"{log.read_text(errors='replace')[-4000:]}")
     return [course_root / "release" / ch / f"{ch}.ipynb" for ch in chapters]
+
+
+def generate_assignments(chapters: list[str], course_root: Path, release_dir: Path, log: Path,
+                         gradebook: bool) -> list[str]:
+    """nbgrader generate_assignment for ``chapters`` into ``release_dir``, one
+    nbgrader process per hand-graded stub language, each written answer cell
+    given the stub of its chapter's language: the release a student gets and
+    the cells the gradebook records (``gradebook=True``) must agree on it, or
+    nbgrader cannot see that an answer was left as it came (and scores it 0).
+    Returns the chapters whose group failed."""
+    from .nbgrader_run import env_with_bin
+    from .runner import run_forked
+
+    by_stub: dict[str, list[str]] = {}
+    for ch in chapters:
+        # "YOUR ANSWER HERE" is nbgrader's English; the course's stub speaks the chapter's language
+        by_stub.setdefault(text_stub(ch, course_root), []).append(ch)
+    failed = []
+    for stub, group in by_stub.items():
+        extra = ([] if gradebook else ["--no-db"]) + [f"--ClearSolutions.text_stub={stub}"]
+        payload = {"chapters": group, "release": str(release_dir), "extra": extra}
+        if run_forked("coursekit.batch:assignments", payload, course_root, env_with_bin(), log) != 0:
+            failed += group
+    return failed

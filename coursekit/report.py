@@ -19,35 +19,31 @@ import nbformat
 
 from grading import protocol
 
-from . import pending
+from . import score as score_mod
 from .flags import render_all
+from .words import HTML_LANG, language_of, word
+
+PAGE_STYLE = ("body{font-family:sans-serif;max-width:1000px;margin:auto;color:#1a1a1a;line-height:1.45}"
+              "table{border-collapse:collapse}td,th{border:1px solid #767676;padding:4px 8px;text-align:left}"
+              "th{background:#f0f0f0}.flag{color:#a00000}.charts{display:flex;flex-wrap:wrap;gap:12px}"
+              ".wide{overflow-x:auto}a{color:#0645ad;text-decoration:underline}small{color:#404040}")
 
 
 def _gradebook(root: Path):
-    from nbgrader.api import Gradebook
-    return Gradebook(protocol.gradebook_url(root), protocol.COURSE_ID)
+    return score_mod.open_gradebook(root)
 
 
 def collect(root: Path, jobs) -> dict:
     """Scores and diagnoses per chapter, student and exercise.
 
-    scores[chapter][student] = (score, max_score, points awaiting grading)
-    cells[(chapter, grade id)][student] = (score, max_score, awaiting grading?)"""
-    data = {"scores": collections.defaultdict(dict), "cells": collections.defaultdict(dict),
-            "bugs": collections.defaultdict(collections.Counter), "flags": {}, "said": {}}
+    scores[chapter][student] = the submission's score.Standing (None: never graded)
+    bugs[(chapter, grade id)] = Counter of diagnosed bug keys (once per student)"""
+    data = {"scores": collections.defaultdict(dict), "bugs": collections.defaultdict(collections.Counter),
+            "flags": {}, "said": {}}
     with _gradebook(root) as gb:
         for job in jobs:
             data["flags"][(job.student, job.chapter)] = list(job.flags)
-            try:
-                sub = gb.find_submission_notebook(job.chapter, job.chapter, job.student)
-            except Exception:  # noqa: BLE001 (never graded)
-                data["scores"][job.chapter][job.student] = (0.0, None, 0.0)
-                continue
-            st = pending.standing(sub)
-            data["scores"][job.chapter][job.student] = (sub.score, sub.max_score, st.pending_points)
-            for g in sub.grades:
-                data["cells"][(job.chapter, g.name)][job.student] = (g.score or 0.0, g.max_score,
-                                                                    pending.is_pending(g))
+            data["scores"][job.chapter][job.student] = score_mod.find(gb, job.chapter, job.student)
     for job in jobs:
         path = root / "autograded" / job.student / job.chapter / f"{job.chapter}.ipynb"
         if path.exists():
@@ -81,65 +77,86 @@ def diagnosis_after(text: str, key: str) -> str:
     return protocol.VERDICT_TOKEN_RE.sub("", line).strip()
 
 
+def _graded(data, chapter: str) -> list[score_mod.Standing]:
+    return [st for st in data["scores"][chapter].values() if st is not None]
+
+
+def _cells(data, chapter: str) -> list[str]:
+    """The chapter's graded cells, in the notebook's order."""
+    out: list[str] = []
+    for st in _graded(data, chapter):
+        out += [c.grade_id for c in st.cells if c.grade_id not in out]
+    return out
+
+
+def _cell_values(data, chapter: str, gid: str) -> list[score_mod.CellScore]:
+    return [c for st in _graded(data, chapter) for c in st.cells if c.grade_id == gid]
+
+
 def _rates(data, chapter: str) -> tuple[list[str], list[float], list[int]]:
     """Exercises, full-marks rate among graded submissions, and how many await grading."""
-    cells = sorted(g for (c, g) in data["cells"] if c == chapter)
+    cells = _cells(data, chapter)
     rates, waiting = [], []
     for g in cells:
-        vals = list(data["cells"][(chapter, g)].values())
-        graded = [(s, m) for s, m, p in vals if not p]
-        rates.append(100 * sum(1 for s, m in graded if m and s >= m) / max(1, len(graded)))
+        vals = _cell_values(data, chapter, g)
+        graded = [c for c in vals if c.status != score_mod.PENDING]
+        rates.append(100 * sum(1 for c in graded if c.max_score and c.score >= c.max_score) / max(1, len(graded)))
         waiting.append(len(vals) - len(graded))
     return cells, rates, waiting
 
 
-def _chapter_plots(data, chapter: str) -> str:
+def _chapter_plots(data, chapter: str, lang: str) -> str:
     """The chapter's score distribution and pass rate per exercise, drawn as
     inline SVG (no image files, nothing to load; the page works offline)."""
-    pct = [100 * s / m for s, m, _ in data["scores"][chapter].values() if m]
+    pct = [100 * st.score / st.max_score for st in _graded(data, chapter) if st.max_score]
     counts = [sum(1 for p in pct if lo <= p < lo + 10 or (lo == 90 and p == 100)) for lo in range(0, 100, 10)]
     cells, rates, waiting = _rates(data, chapter)
-    labels = [g + (f" ({n} awaiting grading)" if n else "") for g, n in zip(cells, waiting)]
-    return (f"<div class='charts'>{_histogram_svg(counts)}{_bars_svg(labels, rates)}</div>")
+    labels = [g + (f" ({word('awaiting_n', lang, n=n)})" if n else "") for g, n in zip(cells, waiting)]
+    return f"<div class='charts'>{_histogram_svg(counts, lang)}{_bars_svg(labels, rates, lang)}</div>"
 
 
-def _histogram_svg(counts: list[int]) -> str:
+def _histogram_svg(counts: list[int], lang: str = "en") -> str:
     w, h, left, bottom = 420, 220, 40, 40
     top = max(counts + [1])
     bw = (w - left - 10) / len(counts)
-    parts = [f"<svg class='chart' width='{w}' height='{h}' role='img' aria-label='score distribution'>",
-             f"<text x='{w / 2}' y='14' text-anchor='middle' font-weight='bold'>score distribution</text>"]
+    title = word("distribution", lang)
+    described = "; ".join(f"{i * 10}–{i * 10 + 10}%: {n}" for i, n in enumerate(counts))
+    parts = [f"<svg class='chart' width='{w}' height='{h}' role='img' aria-label='{html.escape(title)}: "
+             f"{html.escape(described)}'>",
+             f"<text x='{w / 2}' y='14' text-anchor='middle' font-weight='bold'>{html.escape(title)}</text>"]
     for i, n in enumerate(counts):
         bh = (h - bottom - 38) * n / top   # room above the tallest bar for its count
         x, y = left + i * bw, h - bottom - bh
-        parts.append(f"<rect x='{x + 1:.1f}' y='{y:.1f}' width='{bw - 2:.1f}' height='{bh:.1f}' fill='#4c72b0'>"
+        parts.append(f"<rect x='{x + 1:.1f}' y='{y:.1f}' width='{bw - 2:.1f}' height='{bh:.1f}' fill='#3b5f9a'>"
                      f"<title>{i * 10}–{i * 10 + 10}%: {n}</title></rect>")
         if n:
             parts.append(f"<text x='{x + bw / 2:.1f}' y='{y - 3:.1f}' text-anchor='middle' font-size='11'>{n}</text>")
         parts.append(f"<text x='{x:.1f}' y='{h - bottom + 14}' font-size='10' text-anchor='middle'>{i * 10}</text>")
     parts.append(f"<text x='{left + 10 * bw:.1f}' y='{h - bottom + 14}' font-size='10' text-anchor='middle'>100</text>")
     parts.append(f"<line x1='{left}' y1='{h - bottom}' x2='{w - 10}' y2='{h - bottom}' stroke='#333'/>")
-    parts.append(f"<text x='{w / 2}' y='{h - 8}' text-anchor='middle' font-size='12'>score so far (% of points); "
-                 "bars: students</text></svg>")
+    parts.append(f"<text x='{w / 2}' y='{h - 8}' text-anchor='middle' font-size='12'>"
+                 f"{html.escape(word('distribution_axis', lang))}</text></svg>")
     return "".join(parts)
 
 
-def _bars_svg(labels: list[str], rates: list[float]) -> str:
+def _bars_svg(labels: list[str], rates: list[float], lang: str = "en") -> str:
     row, left, w = 20, 260, 560
     h = 44 + row * len(labels)
-    parts = [f"<svg class='chart' width='{w}' height='{h}' role='img' aria-label='pass rate per exercise'>",
-             f"<text x='{w / 2}' y='14' text-anchor='middle' font-weight='bold'>full marks (% of graded students)"
-             "</text>"]
+    title = word("full_marks_rate", lang)
+    described = "; ".join(f"{label}: {rate:.0f}%" for label, rate in zip(labels, rates))
+    parts = [f"<svg class='chart' width='{w}' height='{h}' role='img' aria-label='{html.escape(title)}: "
+             f"{html.escape(described)}'>",
+             f"<text x='{w / 2}' y='14' text-anchor='middle' font-weight='bold'>{html.escape(title)}</text>"]
     for i, (label, rate) in enumerate(zip(labels, rates)):
         y = 24 + i * row
         bw = (w - left - 50) * rate / 100
         parts.append(f"<text x='{left - 6}' y='{y + 13}' text-anchor='end' font-size='11'>{html.escape(label)}</text>")
-        parts.append(f"<rect x='{left}' y='{y + 2}' width='{bw:.1f}' height='{row - 5}' fill='#55a868'/>")
+        parts.append(f"<rect x='{left}' y='{y + 2}' width='{bw:.1f}' height='{row - 5}' fill='#2f7a3f'/>")
         parts.append(f"<text x='{left + bw + 4:.1f}' y='{y + 13}' font-size='11'>{rate:.0f}%</text>")
     return "".join(parts) + "</svg>"
 
 
-def _chapter_tables(data, chapter: str) -> list[str]:
+def _chapter_tables(data, chapter: str, lang: str = "en") -> list[str]:
     parts = []
     cells, _, waiting = _rates(data, chapter)
     rows = []
@@ -151,66 +168,62 @@ def _chapter_tables(data, chapter: str) -> list[str]:
                 f"{html.escape(said.get(k) or k)} <small>({html.escape(k)})</small> × {n}" for k, n in top)
                 + "</td></tr>")
     if rows:
-        parts.append("<h3>Most frequent diagnosed bugs (re-teach these)</h3>"
-                     "<table><tr><th>exercise</th><th>bug × students</th></tr>" + "".join(rows) + "</table>")
+        parts.append(f"<h3>{word('frequent_bugs', lang)}</h3><table><tr><th>{word('exercise', lang)}</th>"
+                     f"<th>{word('bug_times_students', lang)}</th></tr>" + "".join(rows) + "</table>")
     pend = [(g, n) for g, n in zip(cells, waiting) if n]
     if pend:
-        parts.append("<h3>Awaiting grading (formgrader)</h3><table><tr><th>exercise</th><th>submissions</th></tr>"
+        parts.append(f"<h3>{word('awaiting_section', lang)}</h3><table><tr><th>{word('exercise', lang)}</th>"
+                     f"<th>{word('submissions', lang)}</th></tr>"
                      + "".join(f"<tr><td>{html.escape(g)}</td><td>{n}</td></tr>" for g, n in pend) + "</table>")
     return parts
 
 
-def _difficulty_table(data, chapter: str, titles: dict[str, str]) -> str:
+def _difficulty_table(data, chapter: str, titles: dict[str, str], lang: str = "en") -> str:
     """Per exercise: the share of graded students with full marks and the mean score."""
     rows = []
-    for g in sorted(g for (c, g) in data["cells"] if c == chapter):
-        vals = [(sc, m) for sc, m, p in data["cells"][(chapter, g)].values() if not p]
+    for g in _cells(data, chapter):
+        vals = [c for c in _cell_values(data, chapter, g) if c.status != score_mod.PENDING]
         if not vals:
             continue
-        full = 100 * sum(1 for sc, m in vals if m and sc >= m) / len(vals)
-        mean = sum(sc for sc, _ in vals) / len(vals)
+        full = 100 * sum(1 for c in vals if c.max_score and c.score >= c.max_score) / len(vals)
+        mean = sum(c.score for c in vals) / len(vals)
         rows.append(f"<tr><td>{html.escape(titles.get(g, g))}</td><td>{html.escape(g)}</td><td>{full:.0f}%</td>"
-                    f"<td>{mean:.2f} / {vals[0][1]:g}</td></tr>")
+                    f"<td>{mean:.2f} / {vals[0].max_score:g}</td></tr>")
     if not rows:
         return ""
-    return ("<h3>Exercises: how hard they were</h3><table><tr><th>exercise</th><th>grade id</th>"
-            "<th>full marks</th><th>mean score</th></tr>" + "".join(rows) + "</table>")
+    return (f"<h3>{word('hardness', lang)}</h3><table><tr><th>{word('exercise', lang)}</th>"
+            f"<th>{word('grade_id', lang)}</th><th>{word('full_marks', lang)}</th><th>{word('mean_score', lang)}</th>"
+            "</tr>" + "".join(rows) + "</table>")
 
 
-def _student_table(data, langs: dict) -> str:
-    """One row per student: each chapter's score so far, the points awaiting
-    grading, the flags, and a link to the feedback page."""
+def _student_table(data, langs: dict, lang: str = "en") -> str:
+    """One row per student: each chapter's score (the one score line), the
+    flags, and a link to the feedback page."""
     chapters = sorted(data["scores"])
     students = sorted({s for ch in chapters for s in data["scores"][ch]})
-    head = "".join(f"<th>{html.escape(ch)}</th>" for ch in chapters)
+    head = "".join(f"<th scope='col'>{html.escape(ch)}</th>" for ch in chapters)
     rows = []
     for student in students:
         cells = []
         for ch in chapters:
-            score = data["scores"][ch].get(student)
-            if score is None:
+            if student not in data["scores"][ch]:
                 cells.append("<td></td>")
                 continue
-            got, top, waiting = score
-            text = f"{got or 0:g} / {top:g}" if top else "–"
-            if waiting:
-                text += f" <small>(+{waiting:g} awaiting grading)</small>"
+            st = data["scores"][ch][student]
+            text = html.escape(st.line(langs.get(ch, lang))) if st is not None else "–"
             flags = data["flags"].get((student, ch)) or []
             if flags:
-                text += f"<br><span class='flag'>{html.escape(render_all(flags, langs.get(ch, 'zh')))}</span>"
+                text += f"<br><span class='flag'>{html.escape(render_all(flags, langs.get(ch, lang)))}</span>"
             link = f"../feedback/{student}/{ch}/{ch}.html"
-            cells.append(f"<td>{text}<br><a href='{html.escape(link)}'>feedback</a></td>")
-        rows.append(f"<tr><th>{html.escape(student)}</th>{''.join(cells)}</tr>")
+            cells.append(f"<td>{text}<br><a href='{html.escape(link)}'>{word('feedback_link', lang)}"
+                         f"<span class='visually-hidden'> {html.escape(student)} {html.escape(ch)}</span></a></td>")
+        rows.append(f"<tr><th scope='row'>{html.escape(student)}</th>{''.join(cells)}</tr>")
     # a course of twelve chapters is wider than the page: the table scrolls, the page does not
-    return ("<h2>Students</h2><div class='wide'><table><tr><th>student</th>" + head + "</tr>" + "".join(rows)
-            + "</table></div>")
+    return (f"<h2>{word('students', lang)}</h2><div class='wide'><table><tr><th scope='col'>"
+            f"{word('student', lang)}</th>" + head + "</tr>" + "".join(rows) + "</table></div>")
 
 
-def _count(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
-
-
-def _similarity_section(root: Path, chapters, top: int = 5) -> str:
+def _similarity_section(root: Path, chapters, top: int = 5, lang: str = "en") -> str:
     """The most similar pairs of answers per chapter (copydetect), with links
     to a side-by-side view. Similarity is a reason to look, never proof."""
     from . import similarity
@@ -218,48 +231,56 @@ def _similarity_section(root: Path, chapters, top: int = 5) -> str:
     parts = []
     for ch in chapters:
         try:
-            pairs = [p for p in similarity.chapter_pairs(root, ch, root / "reports" / "similar", top=top)
+            pairs = [p for p in similarity.chapter_pairs(root, ch, root / "reports" / "similar", top=top, lang=lang)
                      if p.score > 0]
         except Exception as exc:  # noqa: BLE001 (the report still gets written)
-            parts.append(f"<p>{html.escape(ch)}: similarity not computed ({html.escape(str(exc))})</p>")
+            parts.append(f"<p>{html.escape(word('similarity_failed', lang, chapter=ch, error=str(exc)))}</p>")
             continue
         if pairs:
-            parts.append(f"<h3>{html.escape(ch)}</h3><table><tr><th>students</th><th>shared</th><th>view</th></tr>"
+            parts.append(f"<h3>{html.escape(ch)}</h3><table><tr><th>{word('similar_students', lang)}</th>"
+                         f"<th>{word('similar_shared', lang)}</th><th>{word('similar_view', lang)}</th></tr>"
                          + "".join(f"<tr><td>{html.escape(p.a)} ~ {html.escape(p.b)}</td><td>{p.score:.0%} "
-                                   f"({p.shared_tokens} tokens)</td><td><a href='{html.escape(p.view)}'>side by side"
-                                   "</a></td></tr>" for p in pairs) + "</table>")
+                                   f"({word('tokens', lang, n=p.shared_tokens)})</td><td><a href='"
+                                   f"{html.escape(p.view)}'>{word('side_by_side', lang)}<span class='visually-hidden'>"
+                                   f" {html.escape(p.a)} ~ {html.escape(p.b)}</span></a></td></tr>" for p in pairs)
+                         + "</table>")
     if not parts:
         return ""
-    return ("<h2>Similar answers</h2><p><b>Similarity is a reason to look, not proof</b>: short answers to the same "
-            "exercise often look alike, and students may have worked from the same lecture code. Only what the "
-            "students wrote is compared (the release's code is left out); names are ignored, so renaming does not "
-            "hide a copy.</p>" + "".join(parts))
+    return f"<h2>{word('similar', lang)}</h2><p>{word('similar_note', lang)}</p>" + "".join(parts)
+
+
+HIDDEN_STYLE = (".visually-hidden{position:absolute;width:1px;height:1px;padding:0;margin:-1px;overflow:hidden;"
+                "clip:rect(0,0,0,0);white-space:nowrap;border:0}")
 
 
 def write_report(root: Path, jobs, langs: dict | None = None) -> Path:
     data = collect(root, jobs)
     langs = langs or {}
-    parts = ["<html><head><meta charset='utf-8'><title>Class report</title>",
-             "<style>body{font-family:sans-serif;max-width:1000px;margin:auto}table{border-collapse:collapse}"
-             "td,th{border:1px solid #ccc;padding:4px 8px}th{background:#f4f4f4}.flag{color:#b00}.charts{display:flex;flex-wrap:wrap;gap:12px}.wide{overflow-x:auto}</style>",
-             "</head><body><h1>Class report</h1>",
-             f"<p>{_count(len({j.student for j in jobs}), 'student')}, {_count(len(jobs), 'notebook')} graded.</p>"]
+    chapters = sorted(data["scores"])
+    lang = language_of(langs.get(ch, "zh") for ch in chapters) if chapters else "zh"
+    title = word("report_title", lang)
+    parts = [f"<!doctype html><html lang='{HTML_LANG[lang]}'><head><meta charset='utf-8'>"
+             f"<title>{html.escape(title)}</title>",
+             f"<style>{PAGE_STYLE}{HIDDEN_STYLE}</style>",
+             f"</head><body><main><h1>{html.escape(title)}</h1>",
+             f"<p>{word('report_counts', lang, students=len({j.student for j in jobs}), notebooks=len(jobs))}</p>"]
     from .export import titles_for
-    titles = titles_for(root, sorted(data["scores"]))
-    parts.append(_student_table(data, langs))
-    for chapter in sorted(data["scores"]):
+    titles = titles_for(root, chapters)
+    parts.append(_student_table(data, langs, lang))
+    for chapter in chapters:
         parts.append(f"<h2>{html.escape(chapter)}</h2>")
-        parts.append(_chapter_plots(data, chapter))
-        parts.append(_difficulty_table(data, chapter, titles.get(chapter, {})))
-        parts += _chapter_tables(data, chapter)
+        parts.append(_chapter_plots(data, chapter, lang))
+        parts.append(_difficulty_table(data, chapter, titles.get(chapter, {}), lang))
+        parts += _chapter_tables(data, chapter, lang)
     flagged = [(s, c, f) for (s, c), f in sorted(data["flags"].items()) if f]
     if flagged:
-        parts.append("<h2>Flagged submissions</h2><table><tr><th>student</th><th>chapter</th><th>why</th></tr>")
+        parts.append(f"<h2>{word('flagged', lang)}</h2><table><tr><th>{word('student', lang)}</th>"
+                     f"<th>{word('chapter', lang)}</th><th>{word('why', lang)}</th></tr>")
         parts += [f"<tr><td>{html.escape(s)}</td><td>{html.escape(c)}</td><td class='flag'>"
-                  f"{html.escape(render_all(f, langs.get(c, 'zh')))}</td></tr>" for s, c, f in flagged]
+                  f"{html.escape(render_all(f, langs.get(c, lang)))}</td></tr>" for s, c, f in flagged]
         parts.append("</table>")
-    parts.append(_similarity_section(root, sorted(data["scores"])))
-    parts.append("</body></html>")
+    parts.append(_similarity_section(root, chapters, lang=lang))
+    parts.append("</main></body></html>")
     out = root / "reports" / "class_report.html"
     out.parent.mkdir(exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}")  # renamed into place: a concurrent grader never sees half a report
@@ -269,50 +290,54 @@ def write_report(root: Path, jobs, langs: dict | None = None) -> Path:
 
 
 def summary_table(root: Path, jobs, langs: dict | None = None) -> str:
-    """One line per notebook: its score (points awaiting grading apart) and its flags."""
+    """One line per notebook: its score (the one score line) and its flags, in the chapters' language."""
     langs = langs or {}
+    lang = language_of(langs.get(j.chapter, "zh") for j in jobs) if jobs else "zh"
+    rows = []
     with _gradebook(root) as gb:
-        lines = [f"{'student':<24} {'chapter':<20} {'score':>12}  flags", "-" * 80]
         for job in sorted(jobs, key=lambda j: (j.chapter, j.student)):
-            lang = langs.get(job.chapter, "zh")
-            try:
-                score = pending.standing(gb.find_submission_notebook(job.chapter, job.chapter, job.student))
-                shown = score.render(lang)
-            except Exception:  # noqa: BLE001 (never graded)
-                shown = "—"
-            kept = (["（沿用上次结果）" if lang == "zh" else "(kept from an earlier run)"]
-                    if getattr(job, "reused", False) else [])
-            lines.append(f"{job.student:<24} {job.chapter:<20} {shown:>12}  "
-                         + "; ".join(kept + [render_all(job.flags, lang)] if job.flags else kept))
+            ch_lang = langs.get(job.chapter, "zh")
+            st = score_mod.find(gb, job.chapter, job.student)
+            kept = [word("kept", ch_lang)] if getattr(job, "reused", False) else []
+            rows.append((job.student, job.chapter, st.line(ch_lang) if st else "—",
+                         "; ".join(kept + [render_all(job.flags, ch_lang)] if job.flags else kept)))
+    head = (word("student", lang), word("chapter", lang), word("score", lang), word("flags", lang))
+    widths = [max([_width(r[i]) for r in rows] + [_width(head[i])]) for i in range(3)]
+    lines = ["  ".join(_pad(text, w) for text, w in zip(head[:3], widths)) + "  " + head[3],
+             "-" * (sum(widths) + 6 + 8)]
+    for r in rows:
+        lines.append("  ".join(_pad(text, w) for text, w in zip(r[:3], widths)) + "  " + r[3])
     return "\n".join(lines)
 
 
-def csv_with_pending(root: Path, text: str) -> str:
-    """nbgrader's grades.csv, plus auto points, points awaiting grading and a status."""
+def _width(text: str) -> int:
+    """Columns a string takes in a terminal (CJK characters take two)."""
+    import unicodedata
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def _pad(text: str, width: int) -> str:
+    return text + " " * (width - _width(text))
+
+
+def csv_with_scores(root: Path, text: str) -> str:
+    """nbgrader's grades.csv, plus the one score's parts: auto points, manual
+    points, points awaiting grading and a status."""
+    import csv
+    import io
+    rows = list(csv.DictReader(io.StringIO(text)))
+    if not rows:
+        return text
+    cols = list(rows[0].keys()) + ["auto_score", "manual_score", "awaiting_grading", "status"]
+    out = io.StringIO()
+    w = csv.DictWriter(out, cols, lineterminator="\n")
+    w.writeheader()
     with _gradebook(root) as gb:
-        cache: dict = {}
-
-        def lookup(assignment: str, student: str):
-            if assignment not in cache:
-                cache[assignment] = pending.standings(gb, assignment)
-            return cache[assignment].get(student)
-
-        return pending.annotate_csv(text, lookup)
-
-
-def mark_pending_feedback(root: Path, notebooks, lang_of) -> None:
-    """Show the ungraded manual cells of the feedback pages of ``notebooks``
-    ((chapter, student) pairs, pages just made) as awaiting grading."""
-    by_chapter: dict[str, set[str]] = {}
-    for ch, student in notebooks:
-        by_chapter.setdefault(ch, set()).add(student)
-    with _gradebook(root) as gb:
-        for ch, students in sorted(by_chapter.items()):
-            for student, st in pending.standings(gb, ch).items():
-                path = root / "feedback" / student / ch / f"{ch}.html"
-                if student not in students or st.final or not path.exists():
-                    continue
-                text = path.read_text(encoding="utf-8")
-                new = pending.annotate_feedback(text, st, lang_of(ch))
-                if new != text:
-                    path.write_text(new, encoding="utf-8")
+        for row in rows:
+            st = score_mod.find(gb, row["assignment"], row["student_id"])
+            if st is not None:
+                row.update(score=score_mod.num(st.score), max_score=score_mod.num(st.max_score),
+                           auto_score=score_mod.num(st.auto), manual_score=score_mod.num(st.manual),
+                           awaiting_grading=score_mod.num(st.pending), status=st.status)
+            w.writerow(row)
+    return out.getvalue()

@@ -18,7 +18,7 @@ from grading import protocol
 _NB_PRELOAD = ["nbgrader.apps.nbgraderapp", "nbgrader.apps.autogradeapp", "nbgrader.apps.generatefeedbackapp",
                "nbgrader.apps.generateassignmentapp", "nbgrader.apps.exportapp", "nbgrader.converters",
                "nbgrader.api", "nbgrader.preprocessors", "nbconvert", "nbclient", "jupyter_client",
-               "coursekit.feedback", "coursekit.batch", "coursekit.warm", "coursekit.shell_poll"]
+               "coursekit.feedback", "coursekit.batch", "coursekit.warm", "helpers.lab.shell_poll"]
 _CTX = None
 
 
@@ -77,7 +77,7 @@ def nbgrader_command(args: list[str]) -> None:
     """``nbgrader ARGS`` in this process."""
     from nbgrader.apps.nbgraderapp import NbGraderApp
 
-    from . import shell_poll
+    from helpers.lab import shell_poll
     shell_poll.install()           # a reply is never missed for a cell's whole time limit
     sys.argv = ["nbgrader", *args]
     NbGraderApp.launch_instance(argv=args)

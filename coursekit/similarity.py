@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import io
+import re
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
@@ -59,35 +60,82 @@ def rank(chapter: str, answers: dict[str, str], release_code: str) -> list[Pair]
     return sorted(pairs, key=lambda p: (-p.score, -p.shared_tokens, p.a, p.b))
 
 
-def side_by_side(pair: Pair, code_a: str, code_b: str, release_code: str) -> str:
+WORD = re.compile(r"\w")
+
+
+def shared_spans(code: str, slices, given_lines: set[str]) -> list[tuple[int, int]]:
+    """The character ranges of ``code`` to mark as shared: copydetect's slices
+    widened to whole tokens (its offsets can fall one character inside a
+    name or number: "de|f softmax", "100_00|0"), and never a line the
+    release itself holds (a signature, a docstring, a comment it gave)."""
+    spans = []
+    for start, end in (zip(slices[0], slices[1]) if getattr(slices, "size", 0) else []):
+        start, end = int(start), int(end)
+        while start > 0 and WORD.match(code[start - 1]) and WORD.match(code[start]):
+            start -= 1
+        while end < len(code) and end > 0 and WORD.match(code[end - 1]) and WORD.match(code[end]):
+            end += 1
+        spans.append((start, end))
+    given = [False] * len(code)
+    pos = 0
+    for line in code.splitlines(keepends=True):
+        if line.strip() and line.strip() in given_lines:
+            given[pos:pos + len(line)] = [True] * len(line)
+        pos += len(line)
+    out = []
+    for start, end in spans:
+        run = None
+        for i in range(start, end):
+            if given[i] or code[i] == "\n" and run is None:
+                if run is not None:
+                    out.append((run, i))
+                    run = None
+            elif run is None:
+                run = i
+        if run is not None:
+            out.append((run, end))
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(s for s in out if code[s[0]:s[1]].strip()):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def marked(code: str, spans) -> str:
+    out, at = [], 0
+    for start, end in spans:
+        out += [html.escape(code[at:start]), "<mark>", html.escape(code[start:end]), "</mark>"]
+        at = end
+    return "".join(out + [html.escape(code[at:])])
+
+
+def side_by_side(pair: Pair, code_a: str, code_b: str, release_code: str, lang: str = "en") -> str:
     """An HTML page with the two answers side by side, the shared parts marked."""
     from copydetect import compare_files
-    from copydetect.utils import highlight_overlap
+
+    from .words import HTML_LANG, word
 
     given = list(_fingerprint("release", release_code).hashes)
     fa, fb = _fingerprint(pair.a, code_a, given), _fingerprint(pair.b, code_b, given)
     _, _, (sa, sb) = compare_files(fa, fb)
-
-    def marked(fp, slices) -> str:
-        if getattr(slices, "size", 0) == 0:
-            return html.escape(fp.raw_code)
-        text, _ = highlight_overlap(fp.raw_code, slices, "<mark>", "</mark>", escape_html=True)
-        return text
-
-    return f"""<!doctype html><meta charset="utf-8"><title>{pair.chapter}: {pair.a} ~ {pair.b}</title>
-<style>body{{font-family:sans-serif;margin:1em}} .cols{{display:flex;gap:1em}}
-.cols>div{{flex:1;min-width:0}} pre{{background:#f6f6f6;padding:.6em;overflow:auto;font-size:13px}}
-mark{{background:#ffe08a}}</style>
-<h2>{html.escape(pair.chapter)}: {html.escape(pair.a)} ~ {html.escape(pair.b)}
-({pair.score:.0%}, {pair.shared_tokens} shared tokens)</h2>
-<p>Similarity is a reason to look, not proof: short answers to the same exercise often look alike.
-相似只是值得看一眼的理由，不是抄袭的证据。</p>
-<div class="cols"><div><h3>{html.escape(pair.a)}</h3><pre>{marked(fa, sa)}</pre></div>
-<div><h3>{html.escape(pair.b)}</h3><pre>{marked(fb, sb)}</pre></div></div>
+    release_lines = {line.strip() for line in release_code.splitlines() if line.strip()}
+    title = word("similar_page_title", lang, chapter=pair.chapter, a=pair.a, b=pair.b)
+    shared = f"{pair.score:.0%}, {word('tokens', lang, n=pair.shared_tokens)}"
+    return f"""<!doctype html><html lang="{HTML_LANG[lang]}"><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>body{{font-family:sans-serif;margin:1em;color:#1a1a1a}} .cols{{display:flex;gap:1em}}
+.cols>section{{flex:1;min-width:0}} pre{{background:#f6f6f6;padding:.6em;font-size:13px;
+white-space:pre-wrap;overflow-wrap:anywhere}} mark{{background:#ffe08a;color:#1a1a1a}}</style>
+<main><h1>{html.escape(title)} ({html.escape(shared)})</h1>
+<p>{word("similar_note", lang)}</p><p>{word("similar_page_note", lang)}</p>
+<div class="cols"><section><h2>{html.escape(pair.a)}</h2><pre>{marked(fa.raw_code, shared_spans(fa.raw_code, sa, release_lines))}</pre></section>
+<section><h2>{html.escape(pair.b)}</h2><pre>{marked(fb.raw_code, shared_spans(fb.raw_code, sb, release_lines))}</pre></section></div>
+</main></html>
 """
 
 
-def chapter_pairs(root: Path, chapter: str, out: Path, top: int = 10) -> list[Pair]:
+def chapter_pairs(root: Path, chapter: str, out: Path, top: int = 10, lang: str = "en") -> list[Pair]:
     """Rank the submissions of one chapter under ``root/submitted`` and write a
     side-by-side page for each of the ``top`` pairs under ``out``."""
     release_nb = nbformat.read(root / "release" / chapter / f"{chapter}.ipynb", as_version=4)
@@ -105,6 +153,6 @@ def chapter_pairs(root: Path, chapter: str, out: Path, top: int = 10) -> list[Pa
     shown = []
     for p in ranked:
         name = f"{chapter}__{p.a}__{p.b}.html"
-        (out / name).write_text(side_by_side(p, answers[p.a], answers[p.b], release_code), encoding="utf-8")
+        (out / name).write_text(side_by_side(p, answers[p.a], answers[p.b], release_code, lang), encoding="utf-8")
         shown.append(Pair(p.chapter, p.a, p.b, p.score, p.shared_tokens, f"{out.name}/{name}"))
     return shown

@@ -36,6 +36,10 @@ SKIP = {".ipynb_checkpoints", "__pycache__"}
 DEFAULT_EXCHANGES = ("/usr/local/share/nbgrader/exchange", "/srv/nbgrader/exchange")
 INSTRUCTOR_PLUGINS = ("@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
                       "@jupyter/nbgrader:course-list")
+# the course's own Validate (helpers/lab) takes the place of nbgrader's button
+COURSE_PLUGINS_OFF = ("@jupyter/nbgrader:validate-assignment",)
+COURSE_SERVER = "helpers.lab"
+LABEXTENSIONS = ("helpers", "lab", "labextension")   # under the course folder (a clone or a pack)
 EXCHANGE_PLUGINS = ("@jupyter/nbgrader:assignment-list", "@jupyter/nbgrader:menu")
 INSTRUCTOR_SERVER = ("nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.course_list")
 EXCHANGE_SERVER = ("nbgrader.server_extensions.assignment_list",)
@@ -186,19 +190,26 @@ c.Execute.raise_on_iopub_timeout = False
 '''
 
 
-def configure(workspace: Path, lang: str, exchange: str | None = None) -> Path:
+def configure(workspace: Path, lang: str, exchange: str | None = None, course: Path | None = None) -> Path:
     """Write the student's Jupyter configuration; return its folder (the
-    ``JUPYTER_CONFIG_DIR`` of the student's JupyterLab)."""
+    ``JUPYTER_CONFIG_DIR`` of the student's JupyterLab). ``course`` is the
+    course folder (a clone or a pack): its helpers/lab gives the course's Validate."""
     cfg = Path(workspace) / CONFIG
     disabled = {name: True for name in INSTRUCTOR_PLUGINS}
     disabled.update({name: not exchange for name in EXCHANGE_PLUGINS})
     servers = {name: False for name in INSTRUCTOR_SERVER}
     servers.update({name: bool(exchange) for name in EXCHANGE_SERVER})
+    server_config: dict = {"ServerApp": {"jpserver_extensions": servers}}
+    labextensions = Path(course, *LABEXTENSIONS) if course else None
+    if labextensions and labextensions.is_dir():
+        disabled.update({name: True for name in COURSE_PLUGINS_OFF})
+        servers[COURSE_SERVER] = True
+        server_config["LabApp"] = {"extra_labextensions_path": [str(labextensions.resolve())]}
     nbgrader = STUDENT_NBGRADER_CONFIG
     if exchange:
         nbgrader += f"c.Exchange.root = {str(exchange)!r}\n"
     files = {"labconfig/page_config.json": json.dumps({"disabledExtensions": disabled}, indent=1),
-             "jupyter_server_config.json": json.dumps({"ServerApp": {"jpserver_extensions": servers}}, indent=1),
+             "jupyter_server_config.json": json.dumps(server_config, indent=1),
              "nbgrader_config.py": nbgrader}
     for name, text in files.items():
         _write(cfg / name, text.encode("utf-8"))

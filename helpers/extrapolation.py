@@ -240,13 +240,18 @@ def names() -> dict[str, str]:
             "rope": "RoPE", "rope+ntk": t("RoPE + NTK 缩放", "RoPE + NTK scaling"), "alibi": "ALiBi"}
 
 
+def _right(text: str, width: int) -> str:
+    """``text`` right-aligned in ``width`` columns, a Chinese character taking two."""
+    columns = sum(2 if ord(c) > 0x2E80 else 1 for c in text)
+    return " " * max(0, width - columns) + text
+
+
 def print_table(result: Result) -> None:
     s = result.setup
-    head = t("读取长度", "length read")
-    print(f"{head:>22s}" + "".join(f"{n:>8d}" for n in s.lengths))
+    print(_right(t("读取长度", "length read"), 22) + "".join(f"{n:>8d}" for n in s.lengths))
     for kind in KINDS:
         cells = "".join(f"{'—':>8s}" if v is None else f"{v:8.3f}" for v in result.losses[kind])
-        print(f"{names()[kind]:>22s}{cells}")
+        print(_right(names()[kind], 22) + cells)
 
 
 def figure(result: Result):

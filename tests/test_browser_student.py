@@ -23,6 +23,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import browser
 import nbformat
@@ -220,13 +221,14 @@ def palette_results(page, query: str) -> str:
 
 
 def short_exercise(workspace) -> str:
-    """Chapter 1 cut to its setup cells and first exercise (answer and test
-    cell, nbgrader metadata kept), so that Validate has little to run."""
+    """Chapter 1 cut to its setup cells and first exercise (its heading, answer
+    and test cell, nbgrader metadata kept), so that Validate has little to run."""
     doc = nbformat.read(workspace / CH01 / f"{CH01}.ipynb", as_version=4)
     code = [i for i, c in enumerate(doc.cells) if c.cell_type == "code"]
     answer = answer_cell(doc)
+    heading = max(i for i, c in enumerate(doc.cells[:answer]) if c.cell_type == "markdown" and "#" in c.source)
     test = next(i for i in code if i > answer and doc.cells[i].metadata.get("nbgrader", {}).get("grade"))
-    doc.cells = [doc.cells[i] for i in (*code[:2], answer, test)]
+    doc.cells = [doc.cells[i] for i in (*code[:2], heading, answer, test)]
     nbformat.write(doc, workspace / CH01 / "first_exercise.ipynb")
     return f"{CH01}/first_exercise.ipynb"
 
@@ -325,11 +327,8 @@ def test_zh_pack_shows_a_chinese_student_lab_without_instructor_tools(context, t
         browser.shot(page, "pack_zh_01_lab")
 
         nb = Notebook(page, lab, short_exercise(lab.root))
-        nb.toolbar_button("Validate").click()
-        dialog = page.locator(".jp-Dialog", has=page.locator("#validation-message"))
-        dialog.wait_for(timeout=180_000)
-        assert "NotImplementedError" in dialog.inner_text()     # the untouched chapter fails, as it should
-        browser.shot(page, "pack_zh_02_validate")
+        status, text = course_validate(page, nb, "验证", "pack_zh_02_validate")
+        assert status == "not_done" and "还没有完成：练习 1。" in text, text  # the untouched chapter is not done
     finally:
         lab.stop()
     log = lab.log_text()
@@ -364,31 +363,16 @@ def test_the_assignment_list_appears_where_an_exchange_is_configured(context, tm
 
 
 def feedback_html(nb_doc) -> str:
-    """The notebook as the course's feedback step writes it: nbgrader's
-    feedback template and the course's feedback preprocessor (as configured in
-    nbgrader_config.py), with every graded cell scored 0."""
-    import nbgrader
-    from nbconvert import HTMLExporter
-    from traitlets.config import Config
-
-    from coursekit.feedback import HideHiddenTestTracebacks
+    """The notebook as the course's feedback step writes it (the course's
+    template, allow-list and output steps, as nbgrader_config.py configures
+    them), with every graded cell scored 0."""
+    from coursekit import feedback, score
 
     configured = (ROOT / "nbgrader_config.py").read_text(encoding="utf-8")
-    assert "coursekit.feedback.HideHiddenTestTracebacks" in configured
-    base = os.path.join(os.path.dirname(nbgrader.__file__), "server_extensions", "formgrader")
-    c = Config()
-    c.HTMLExporter.template_name = "feedback"
-    c.HTMLExporter.extra_template_basedirs = [os.path.join(base, "templates")]
-    c.HTMLExporter.extra_template_paths = [os.path.join(base, "static", "node_modules", "bootstrap", "dist", "css")]
-    exporter = HTMLExporter(config=c)
-    exporter.register_preprocessor(HideHiddenTestTracebacks(), enabled=True)
-    for cell in nb_doc.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("grade") or meta.get("task"):
-            meta["score"] = 0
-    body, _ = exporter.from_notebook_node(
-        nb_doc, resources={"nbgrader": {"notebook": CH01, "score": 0, "max_score": 1, "late_penalty": 0}})
-    return body
+    assert "coursekit.feedback.CourseFrame" in configured and "coursekit.feedback.StudentOutputs" in configured
+    cells = [score.CellScore(c.metadata["nbgrader"]["grade_id"], float(c.metadata["nbgrader"]["points"]), 0.0, None)
+             for c in nb_doc.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    return feedback.page(nb_doc, score.Standing("ann", CH01, cells), CH01)
 
 
 @needs_browser
@@ -419,7 +403,7 @@ def test_feedback_page_draws_its_maths_with_the_network_blocked(context, tmp_pat
     assert fractions and max(fractions) > line, (fractions, line)        # a fraction is drawn stacked
     prose = " ".join(page.locator(".text_cell_render").all_inner_texts())
     assert "$" not in prose, prose[prose.index("$") - 80:prose.index("$") + 80]
-    assert any("mathjax" in url.lower() for url in blocked), blocked     # MathJax was asked for, and not there
+    assert blocked == [], blocked                                        # the page asks the network for nothing
     page.locator("math").nth(3).scroll_into_view_if_needed()
     browser.shot(page, "feedback_offline_maths")
 
@@ -472,3 +456,86 @@ def test_a_students_broken_tex_never_stops_the_feedback():
         tex = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 14)))
         out = mathml.markdown_math(f"x ${tex}$ y")
         assert out.startswith("x <math") or out == f"x ${tex}$ y", (tex, out)
+
+
+# ------------------------------------------------------------------ the course's Validate
+
+WRONG_SOFTMAX = "def softmax(x, dim=-1):\n    e = torch.exp(x)\n    return e / e.sum(dim=dim, keepdim=True)\n"
+RIGHT_SOFTMAX = ("def softmax(x, dim=-1):\n    e = torch.exp(x - x.amax(dim=dim, keepdim=True))\n"
+                 "    return e / e.sum(dim=dim, keepdim=True)\n")
+SAYS = {"zh": {"button": "验证", "not_done": "还没有完成：练习 1。", "wrong": "结果里出现了 nan 或 inf",
+               "hint": "先减去每行的最大值", "passed": "✓ 全部 1 个练习的测试都通过了：练习 1"},
+        "en": {"button": "Validate", "not_done": "Not done yet: exercise 1.", "wrong": "the result contains nan or inf",
+               "hint": "subtract the row maximum first", "passed": "✓ The exercise passes its tests: exercise 1"}}
+NBGRADER_WORDS = re.compile(r"Validation Results|The following cell failed|Success! Your notebook|"
+                            r"You did not provide a response|Traceback|expect_close\(|from helpers\.checks")
+
+
+def course_validate(page, nb, label: str, shot: str) -> tuple[str, str]:
+    """Press the course's Validate; return (status, text) of its dialog once it has answered."""
+    nb.toolbar_button(label).click()
+    body = page.locator(".course-validate-dialog .course-validate")
+    body.wait_for()
+    page.wait_for_function("() => { const b = document.querySelector('.course-validate-dialog .course-validate');"
+                           " return b && b.dataset.status !== 'running'; }", timeout=180_000)
+    status, text = body.get_attribute("data-status"), body.inner_text()
+    browser.shot(page, shot)
+    page.locator(".course-validate-dialog .jp-Dialog-button").last.click()
+    body.wait_for(state="detached")
+    return status, text
+
+
+def validate_three_ways(page, lab, lang: str, where: str) -> None:
+    """The first exercise untouched, then wrong, then right: what the course's
+    Validate says each time, in ``lang``, with no test source and nothing of
+    nbgrader's English dialog."""
+    says = SAYS[lang]
+    path = short_exercise(lab.root)
+    answer = answer_cell(nbformat.read(lab.root / path, as_version=4))
+    nb = Notebook(page, lab, path)
+    status, text = course_validate(page, nb, says["button"], f"{where}_validate_1_not_done")
+    assert status == "not_done" and says["not_done"] in text and not NBGRADER_WORDS.search(text), text
+    nb.type_into(answer, WRONG_SOFTMAX)
+    status, text = course_validate(page, nb, says["button"], f"{where}_validate_2_wrong")
+    assert status == "failed" and not NBGRADER_WORDS.search(text), text
+    first = text.index(says["wrong"])
+    assert first < text.index(says["hint"]) and text.splitlines()[0].strip() and "softmax" in text[:first], text
+    assert ("练习 1：数值稳定的 softmax" if lang == "zh" else "Exercise 1: a numerically stable softmax") in text
+    nb.type_into(answer, RIGHT_SOFTMAX)
+    status, text = course_validate(page, nb, says["button"], f"{where}_validate_3_passed")
+    assert status == "passed" and says["passed"] in text and not NBGRADER_WORDS.search(text), text
+    assert page.locator(".jp-Toolbar .jp-ToolbarButtonComponent-label", has_text="Validate").count() \
+        == (1 if lang == "en" else 0), "nbgrader's own Validate button is switched off"
+
+
+@needs_browser
+def test_validate_in_the_workspace_speaks_the_course_zh(context, tmp_path, capsys):
+    course = clone_of_the_course(tmp_path / "course")
+    lab = StudentLab(course, tmp_path / "home")
+    lab.start(capsys)
+    try:
+        validate_three_ways(context.new_page(), lab, "zh", "workspace_zh")
+    finally:
+        lab.stop()
+
+
+def en_release(work) -> Path:
+    """Chapter 1 built in English and released (what the en pack holds of it)."""
+    from coursekit import build, release
+    work.mkdir(parents=True)
+    shutil.copy(ROOT / "nbgrader_config.py", work / "nbgrader_config.py")
+    build.write_source(CH01, "en", course_root=work)
+    release.generate_releases([CH01], course_root=work)
+    return work / "release"
+
+
+@needs_browser
+def test_validate_in_the_en_pack_speaks_the_course_en(context, tmp_path, capsys):
+    pack = dist.assemble_pack(en_release(tmp_path / "build"), "en", tmp_path / "pack")
+    link_environment(pack)
+    lab = StudentLab(pack, tmp_path / "home")
+    lab.start(capsys)
+    try:
+        validate_three_ways(context.new_page(), lab, "en", "pack_en")
+    finally:
+        lab.stop()

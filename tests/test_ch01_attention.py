@@ -43,21 +43,34 @@ def test_scaling_figure_has_three_panels(tmp_path):
     assert (tmp_path / "fig.png").stat().st_size > 10_000
 
 
-def test_demos_stay_quiet_under_grading(monkeypatch, capsys):
+def test_under_grading_the_figures_are_left_for_the_grader_to_draw_once(monkeypatch, capsys):
+    """Graded, the kernel draws none of the chapter's figures (they depend on
+    nothing a student wrote): it leaves each one's description and a mark that
+    the grading run fills with the picture, drawn once for the whole class."""
     import matplotlib.pyplot as plt
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from helpers import plots
     plt.close("all")
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda *a, **k: shown.append((a, k)))
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
-    assert runtime.under_nbgrader()
+    assert runtime.under_nbgrader() and InteractiveShell is not None
     assert ch01.dk_explorer(128) is None
     assert "±11.3" in capsys.readouterr().out
-    ch01.show_scaling(128)  # returns at once, draws nothing
+    ch01.qkv_flow()
     assert not plt.get_fignums()
+    marks = [k["metadata"][runtime.FIGURE_MARK] for _, k in shown]
+    assert [m["key"] for m in marks] == [plots.figure_key(ch01.scaling_figure), plots.figure_key(ch01.qkv_flow_figure)]
+    assert marks[0]["args"] == [128] and "11.3" in marks[0]["alt"] and "1.00" in marks[0]["alt"]
+    # an argument the registration does not accept is drawn by the kernel itself
+    assert not plots.STATIC[plots.figure_key(ch01.scaling_figure)](10 ** 9)
 
 
 def test_dk_explorer_builds_a_slider(monkeypatch):
     monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
     shown = []
-    monkeypatch.setattr(ch01, "show_widget", lambda w, figure=None: shown.append(w))
+    monkeypatch.setattr(ch01, "show_widget", lambda w, figure=None, alt=None: shown.append(w))
     ch01.dk_explorer(64)
     box = shown[0]
     slider = box.children[0]

@@ -111,3 +111,79 @@ def test_explorer_prints_under_grading(monkeypatch, capsys):
     positions.show_sinusoids(table(8, 4))
     positions.show_frequencies({"a": torch.ones(3)})
     assert not plt.get_fignums()
+
+
+# ---------------------------------------------------------------- helpers/extrapolation.py (the section 6 experiment)
+
+def sinusoids(n, d, base=10000.0):
+    p = torch.arange(n, dtype=torch.float64)[:, None]
+    w = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    return torch.stack([torch.sin(p * w), torch.cos(p * w)], -1).flatten(-2).float()
+
+
+def test_alibi_slopes_and_the_ntk_base():
+    from helpers import extrapolation as ex
+    assert ex.alibi_slopes(4).tolist() == [1 / 4, 1 / 16, 1 / 64, 1 / 256]
+    s = ex.Setup()
+    assert s.ntk_base(s.n_train) == s.base
+    d = s.d_head
+    for n in (64, 128):                                  # NTK: the slowest pair turns exactly n / n_train slower
+        slowest = lambda base: base ** (-(d - 2) / d)    # noqa: E731
+        assert slowest(s.base) / slowest(s.ntk_base(n)) == pytest.approx(n / s.n_train, rel=1e-12)
+
+
+def test_each_kind_reads_positions_its_own_way():
+    from helpers import extrapolation as ex
+    s = ex.Setup(n_layer=1)
+    x = torch.randint(s.vocab, (2, 40))
+    torch.manual_seed(0)
+    learned = ex.PositionModel("learned", s)
+    learned(x[:, :s.n_train])
+    with pytest.raises(IndexError, match="32 rows"):
+        learned(x)                                       # no row for position 32 and beyond
+    torch.manual_seed(0)
+    rope = ex.PositionModel("rope", s, apply_rope=rotate)
+    with torch.no_grad():
+        rope.blocks[0].c_attn.weight.normal_(0.0, 0.5)    # scores large enough for the rotation to show
+    assert not torch.allclose(rope(x), rope(x, base=s.ntk_base(64)))      # the base reaches the rotation
+    torch.manual_seed(0)
+    alibi = ex.PositionModel("alibi", s)
+    y = alibi(x)
+    shuffled = alibi(x[:, torch.randperm(40)])           # ALiBi alone knows order: shuffling changes the output
+    assert y.shape == (2, 40, s.vocab) and not torch.allclose(y.sort(1).values, shuffled.sort(1).values)
+    with pytest.raises(ValueError):
+        ex.PositionModel("rope+ntk", s)                  # read from the RoPE model, never trained on its own
+
+
+def test_a_run_reads_every_length_and_is_kept_for_the_same_functions():
+    from helpers import extrapolation as ex
+    s = ex.Setup(steps=3, lengths=(32, 48), eval_batch=8, n_layer=1)
+    r = ex.run(sinusoids, rotate, s, progress=False)
+    assert r.losses["learned"][1] is None and all(v is not None for k, vs in r.losses.items() if k != "learned"
+                                                  for v in vs)
+    assert all(0 < v < 5 for vs in r.losses.values() for v in vs if v is not None)
+    assert ex.run(sinusoids, rotate, s, progress=False) is r                          # nothing trained twice
+    other = ex.run(sinusoids, lambda x, p, base=10000.0: rotate(x, p, 2 * base), s, progress=False)
+    assert other is not r                                                             # another rotation, another run
+
+
+def test_the_rope_model_learns_through_the_rotation():
+    from helpers import extrapolation as ex
+    s = ex.Setup(n_layer=1)
+    torch.manual_seed(0)
+    model = ex.PositionModel("rope", s, apply_rope=rotate)
+    x = torch.randint(s.vocab, (2, 16))
+    model(x).sum().backward()
+    q_rows = model.blocks[0].c_attn.weight.grad[:s.d_model]
+    assert q_rows.abs().sum() > 0                       # gradients reach W_Q through the student's rotation
+
+
+def test_extrapolation_figure_draws_the_learned_table_up_to_its_length():
+    from helpers import extrapolation as ex
+    s = ex.Setup(lengths=(32, 64))
+    r = ex.Result(s, {"sinusoidal": [0.3, 0.9], "learned": [0.25, None], "rope": [0.2, 0.5],
+                      "rope+ntk": [0.2, 0.4], "alibi": [0.5, 0.45]})
+    fig = ex.figure(r)
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    assert list(lines["可学习位置表"].get_xdata()) == [32] and list(lines["ALiBi"].get_xdata()) == [32, 64]
+    matplotlib.pyplot.close(fig)

@@ -15,7 +15,7 @@ CH = "ch01_attention"
 CELLS = (("test_softmax", 3.0, "code"), ("test_attention", 4.0, "code"), ("derivation", 3.0, "markdown"))
 
 
-def make_gradebook(tmp_path, graded_by_hand: dict[str, float] | None = None):
+def make_gradebook(tmp_path, graded_by_hand: dict[str, float] | None = None, due_date: bool = True):
     """Three students of one chapter: alice full marks, bob half, carol late;
     the derivation awaits the instructor unless ``graded_by_hand`` gives it."""
     from nbgrader.api import Gradebook
@@ -23,7 +23,7 @@ def make_gradebook(tmp_path, graded_by_hand: dict[str, float] | None = None):
     url = f"sqlite:///{tmp_path / 'gradebook.db'}"
     due = dt.datetime(2026, 12, 1, 12, 0, 0)
     with Gradebook(url) as gb:
-        gb.add_assignment(CH, duedate=due)
+        gb.add_assignment(CH, duedate=due if due_date else None)
         gb.update_or_create_notebook(CH, CH)
         for name, points, kind in CELLS:
             gb.update_or_create_grade_cell(name, CH, CH, max_score=points, cell_type=kind)
@@ -61,10 +61,17 @@ def test_per_exercise_csv_shows_pending_as_pending_and_lateness(tmp_path):
     assert (alice[f"{CH} auto"], alice[f"{CH} manual"], alice[f"{CH} awaiting grading"], alice[f"{CH} max"]) == \
         ("7", "0", "3", "10")
     assert float(carol[f"{CH} seconds late"]) == 7200 and float(alice[f"{CH} seconds late"]) == 0
+    assert (alice[f"{CH} score"], alice[f"{CH} status"], bob[f"{CH} score"]) == ("7", "awaiting grading", "3")
     assert alice[f"{CH} submitted"].startswith("2026-12-01 11:00") and alice[f"{CH} due"].startswith("2026-12-01 12:00")
     # the columns come in the chapter's order, named by exercise and grade id
     head = export.per_exercise_csv(scores, TITLES).splitlines()[0]
     assert head.index("test_softmax") < head.index("test_attention") < head.index("derivation")
+
+
+def test_without_a_due_date_no_one_is_late(tmp_path):
+    table = rows(export.per_exercise_csv(export.read_gradebook(make_gradebook(tmp_path, due_date=False), [CH]), TITLES))
+    assert [r[f"{CH} seconds late"] for r in table] == ["", "", ""]
+    assert [r[f"{CH} due"] for r in table] == ["", "", ""]
 
 
 def test_once_graded_by_hand_every_output_shows_the_final_score(tmp_path):
@@ -204,36 +211,62 @@ def test_side_by_side_view_marks_the_shared_code_and_says_it_is_no_proof(tmp_pat
     pairs = similarity.chapter_pairs(root, CH, root / "reports" / "similar")
     assert (pairs[0].a, pairs[0].b) == ("alice", "bob")
     page = (root / "reports" / pairs[0].view).read_text(encoding="utf-8")
-    assert "<mark>" in page and "not proof" in page and "不是抄袭的证据" in page
+    assert "<mark>" in page and "not proof" in page and 'lang="en"' in page and "不是" not in page
+    assert "white-space:pre-wrap" in page                     # long lines wrap, never cut at the edge
+    # the release's own lines (the signatures it gives) are never marked, however much the answers share
+    for signature in ("def softmax(x, dim=-1):", "def scaled_dot_product_attention(q, k, v, mask=None):"):
+        assert signature in page and f"<mark>{signature}" not in page
+    zh = similarity.chapter_pairs(root, CH, root / "reports" / "similar_zh", lang="zh")
+    assert "不是抄袭的证据" in (root / "reports" / zh[0].view).read_text(encoding="utf-8")
+
+
+def test_a_shared_span_is_marked_on_whole_tokens_and_leaves_given_lines_alone():
+    import numpy as np
+    code = "def softmax(x, dim=-1):\n    big = 100_000 + x\n    return None\n"
+    start = code.index("big") + 1                      # copydetect's offsets can land inside a token
+    end = code.index("None") + 2
+    spans = similarity.shared_spans(code, np.array([[start], [end]]), {"def softmax(x, dim=-1):"})
+    shown = [code[a:b] for a, b in spans]
+    assert shown[0].startswith("big") and shown[-1].endswith("None"), shown
+    assert all("100_000" in s or "0" not in s for s in shown)
+    everything = np.array([[0], [len(code)]])
+    assert all("def softmax" not in code[a:b] for a, b in similarity.shared_spans(code, everything,
+                                                                                 {"def softmax(x, dim=-1):"}))
 
 
 # ----------------------------------------------------------------- class report
 
 def report_data():
     import collections
-    data = {"scores": collections.defaultdict(dict), "cells": collections.defaultdict(dict),
-            "bugs": collections.defaultdict(collections.Counter), "flags": {}, "said": {}}
-    data["scores"][CH] = {"alice": (7.0, 10.0, 3.0), "bob": (3.0, 10.0, 0.0)}
-    data["cells"][(CH, "test_softmax")] = {"alice": (3.0, 3.0, False), "bob": (3.0, 3.0, False)}
-    data["cells"][(CH, "test_attention")] = {"alice": (4.0, 4.0, False), "bob": (0.0, 4.0, False)}
-    data["cells"][(CH, "derivation")] = {"alice": (0.0, 3.0, True), "bob": (0.0, 3.0, False)}
+
+    from coursekit import score
+    data = {"scores": collections.defaultdict(dict), "bugs": collections.defaultdict(collections.Counter),
+            "flags": {}, "said": {}}
+    cells = {"alice": ((3.0, None), (4.0, None), (None, None)), "bob": ((3.0, None), (0.0, None), (None, 0.0))}
+    for student, values in cells.items():
+        data["scores"][CH][student] = score.Standing(student, CH, [
+            score.CellScore(gid, points, auto, manual, answer=gid == "derivation")
+            for (gid, points, _), (auto, manual) in zip(CELLS, values)])
     data["flags"][("bob", CH)] = []
     return data
 
 
-def test_report_has_a_row_per_student_with_pending_points_and_a_feedback_link():
+def test_report_has_a_row_per_student_with_the_one_score_and_a_feedback_link():
     from coursekit import report
-    page = report._student_table(report_data(), {CH: "zh"})
-    alice = page[page.index("<th>alice</th>"):page.index("<th>bob</th>")]
-    assert "7 / 10" in alice and "+3 awaiting grading" in alice
-    assert f"../feedback/alice/{CH}/{CH}.html" in alice
-    bob = page[page.index("<th>bob</th>"):]
-    assert "3 / 10" in bob and "awaiting" not in bob
+    page = report._student_table(report_data(), {CH: "zh"}, "zh")
+    alice = page[page.index("<th scope='row'>alice</th>"):page.index("<th scope='row'>bob</th>")]
+    assert "7 / 10 分，3 分待批改" in alice
+    assert f"../feedback/alice/{CH}/{CH}.html" in alice and ">反馈<" in alice
+    bob = page[page.index("<th scope='row'>bob</th>"):]
+    assert "3 / 10 分" in bob and "待批改" not in bob
+    en = report._student_table(report_data(), {CH: "en"}, "en")
+    assert "7 / 10 points, 3 awaiting grading" in en and "<h2>Students</h2>" in en
 
 
 def test_report_rates_each_exercise_by_full_marks_and_mean():
     from coursekit import report
-    page = report._difficulty_table(report_data(), CH, TITLES[CH])
+    page = report._difficulty_table(report_data(), CH, TITLES[CH], "zh")
+    assert "<h3>各练习的难度</h3>" in page
     row = page[page.index("练习 3：注意力"):].split("</tr>")[0]
     assert "50%" in row and "2.00 / 4" in row                   # one of two full, mean (4 + 0) / 2
     # a cell still awaiting grading is left out of its own difficulty, not counted as 0
@@ -255,7 +288,8 @@ def test_report_names_each_diagnosed_bug_as_the_student_was_told_it():
     nb.cells.append(cell)
     report._count_bugs(nb, CH, data["bugs"], data["said"])
     assert data["bugs"][(CH, "test_attention")]["att_softmax_dim"] == 1   # once per notebook, not per output
-    page = "".join(report._chapter_tables(data, CH))
+    page = "".join(report._chapter_tables(data, CH, "zh"))
+    assert "最常见的错误" in page
     assert f"{said} <small>(att_softmax_dim)</small> × 1" in page
 
 
@@ -273,7 +307,7 @@ def test_report_lists_similar_pairs_with_the_caveat(tmp_path):
     for name, code in (("alice", ALICE), ("bob", BOB), ("dave", DAVE)):
         (tmp_path / "submitted" / name / CH).mkdir(parents=True)
         nbformat.write(notebook(code), tmp_path / "submitted" / name / CH / f"{CH}.ipynb")
-    section = report._similarity_section(tmp_path, [CH])
+    section = report._similarity_section(tmp_path, [CH], lang="en")
     assert "reason to look, not proof" in section
     assert "alice ~ bob" in section and "dave" not in section   # independent answers share nothing listed
     assert "side by side" in section and (tmp_path / "reports" / "similar").is_dir()

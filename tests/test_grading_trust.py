@@ -112,36 +112,95 @@ def test_an_environment_outside_the_course_folder_passes_preflight(tmp_path):
     assert [name for name in WRITTEN if (root / name).exists()] == []
 
 
-def test_points_awaiting_grading_are_shown_apart_until_graded(tmp_path):
+def _five_outputs(root: Path) -> dict[str, dict[str, tuple]]:
+    """Each student's (score, max, points awaiting grading) as each of the five
+    outputs states it: the terminal summary, the feedback page, the class
+    report, grades.csv and grades_by_exercise.csv."""
     import csv
+    import html
+    import io
+    import re
+
+    from coursekit import report
+    line = re.compile(r"([0-9.]+) / ([0-9.]+) 分(?:，([0-9.]+) 分待批改)?")
+
+    def said(text):
+        m = line.search(text)
+        assert m, text[:300]
+        return float(m[1]), float(m[2]), float(m[3] or 0)
+
+    out: dict[str, dict[str, tuple]] = {"summary": {}, "feedback": {}, "report": {}, "grades.csv": {},
+                                        "grades_by_exercise.csv": {}}
+    summary = report.summary_table(root, pipeline.class_jobs(root, root / pipeline.STATE), langs={CH: "zh"})
+    page = html.unescape((root / "reports" / "class_report.html").read_text(encoding="utf-8"))
+    for row in csv.DictReader(io.StringIO((root / "grades.csv").read_text())):
+        out["grades.csv"][row["student_id"]] = (float(row["score"]), float(row["max_score"]),
+                                                float(row["awaiting_grading"]))
+    for row in csv.DictReader(io.StringIO((root / "grades_by_exercise.csv").read_text())):
+        out["grades_by_exercise.csv"][row["student"]] = (float(row[f"{CH} score"]), float(row[f"{CH} max"]),
+                                                         float(row[f"{CH} awaiting grading"]))
+    for student in out["grades.csv"]:
+        out["summary"][student] = said(next(x for x in summary.splitlines() if x.startswith(student + " ")))
+        fb = html.unescape((root / "feedback" / student / CH / f"{CH}.html").read_text(encoding="utf-8"))
+        out["feedback"][student] = said(fb[fb.index("<h1"):])
+        out["report"][student] = said(page[page.index(f"<th scope='row'>{student}</th>"):])
+    return out
+
+
+def test_the_five_outputs_give_one_score_pending_graded_blank_late(tmp_path):
+    """A class with a written answer awaiting grading, one graded by hand and
+    one left blank, one student late and one not: the terminal summary, the
+    feedback page, the class report, grades.csv and grades_by_exercise.csv
+    say the same numbers with the same words."""
+    import csv
+    import datetime as dt
     import io
 
     from nbgrader.api import Gradebook
 
     from coursekit import report
     root = tmp_path / "course"
-    _class(root)
-    pipeline.grade(root, quiet=True, report=True)
-    rows = {r["student_id"]: r for r in csv.DictReader(io.StringIO((root / "grades.csv").read_text()))}
-    assert rows["right"]["status"] == "awaiting grading" and rows["right"]["awaiting_grading"] == "3"
-    assert rows["right"]["auto_score"] == "9"
-    page = (root / "feedback" / "right" / CH / f"{CH}.html").read_text(encoding="utf-8")
-    assert "待批改 (3 分)" in page and "Score: 0.0 / 3.0" not in page
-    summary = report.summary_table(root, pipeline.class_jobs(root, root / pipeline.STATE), langs={CH: "zh"})
-    assert "待批改 3 分" in summary
-    html = (root / "reports" / "class_report.html").read_text(encoding="utf-8")
-    assert "Awaiting grading (formgrader)" in html and "derivation" in html
+    rel, src = grading_course(root, CH)
+    for name in ("waiting", "graded"):
+        submit(root, name, CH, make_submission(rel, src, None))
+    blank = make_submission(rel, src, None)
+    untouched = {c.metadata["nbgrader"]["grade_id"]: c.source for c in rel.cells if c.metadata.get("nbgrader")}
+    for cell in blank.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "derivation":
+            cell.source = untouched["derivation"]               # the written answer left as it came
+    submit(root, "blank", CH, blank)
+    for name, when in (("waiting", "2026-12-01 10:00:00"), ("graded", "2026-12-01 10:00:00"),
+                       ("blank", "2026-12-02 09:00:00")):
+        (root / "submitted" / name / CH / "timestamp.txt").write_text(when)
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
-        g = gb.find_grade("derivation", CH, CH, "right")
+        gb.update_or_create_assignment(CH, duedate=dt.datetime(2026, 12, 1, 12, 0, 0))
+    pipeline.grade(root, quiet=True, report=True)
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        g = gb.find_grade("derivation", CH, CH, "graded")
         g.manual_score = 2.5
         gb.db.commit()
-    pipeline.grade(root, student="right", quiet=True, report=True)
+    pipeline.grade(root, student="graded", quiet=True, report=True)
+    said = _five_outputs(root)
+    want = {"waiting": (9.0, 12.0, 3.0), "graded": (11.5, 12.0, 0.0), "blank": (9.0, 12.0, 0.0)}
+    for output, numbers in said.items():
+        assert numbers == want, (output, numbers)
+    # the same words: the blank answer is "no answer" (0 points, final), never awaiting grading
+    page = (root / "feedback" / "blank" / CH / f"{CH}.html").read_text(encoding="utf-8")
+    assert "未作答（0 / 3 分）" in page and "待批改" not in page and "No response" not in page
+    page = (root / "feedback" / "waiting" / CH / f"{CH}.html").read_text(encoding="utf-8")
+    assert "待批改（3 分）" in page and "9 / 12 分，3 分待批改" in page
+    page = (root / "feedback" / "graded" / CH / f"{CH}.html").read_text(encoding="utf-8")
+    assert "2.5 / 3 分" in page and "待批改" not in page
     rows = {r["student_id"]: r for r in csv.DictReader(io.StringIO((root / "grades.csv").read_text()))}
-    assert rows["right"]["status"] == "final" and rows["right"]["score"] == "11.5"
-    page = (root / "feedback" / "right" / CH / f"{CH}.html").read_text(encoding="utf-8")
-    assert "待批改" not in page and "Score: 2.5 / 3.0" in page
+    assert [rows[s]["status"] for s in ("waiting", "graded", "blank")] == ["awaiting grading", "final", "final"]
+    late = {r["student"]: r[f"{CH} seconds late"]
+            for r in csv.DictReader(io.StringIO((root / "grades_by_exercise.csv").read_text()))}
+    assert late == {"waiting": "0", "graded": "0", "blank": str(21 * 3600)}
+    html = (root / "reports" / "class_report.html").read_text(encoding="utf-8")
+    assert "<html lang='zh-CN'>" in html and "班级报告" in html and "Class report" not in html
+    assert "待批改（在 formgrader 里批改）" in html
     summary = report.summary_table(root, pipeline.class_jobs(root, root / pipeline.STATE), langs={CH: "zh"})
-    assert "11.5/12" in summary
+    assert summary.splitlines()[0].split()[:3] == ["学生", "章节", "得分"]
 
 
 def test_a_rerun_grades_only_what_changed_and_names_each_exercise_in_the_feedback(tmp_path, capsys):

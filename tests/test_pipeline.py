@@ -19,7 +19,7 @@ import pytest
 from harness import ROOT, grading_course, make_submission
 
 from coursekit import grade as pipeline
-from coursekit import intake, pending, preflight, seals
+from coursekit import intake, preflight, score, seals
 from coursekit.flags import Flag, render_all
 from grading import protocol
 
@@ -176,39 +176,34 @@ def test_huge_outputs_are_cut():
 
 # ------------------------------------------------------------------ pending points
 
-def test_pending_points_are_apart_from_auto_points_until_graded():
-    sub = SimpleNamespace(grades=[_grade("test_softmax", 3.0), _grade("test_attention", 0.0, 4.0),
-                                  _grade("derivation", None)])
-    st = pending.standing(sub)
-    assert (st.score, st.max_score, st.auto, st.auto_max, st.pending) == (3.0, 10.0, 3.0, 7.0, {"derivation": 3.0})
-    assert st.render("en") == "3/7 (auto 3/7), awaiting grading 3 points"
-    assert "待批改 3 分" in st.render("zh")
-    sub.grades[2].manual_score = sub.grades[2].score = 2.5
-    st = pending.standing(sub)
-    assert st.final and st.render("en") == "5.5/10"
+def _standing(*cells, penalty=0.0):
+    return score.Standing("ann", CH, list(cells), penalty=penalty)
 
 
-def test_grades_csv_says_what_awaits_grading():
-    text = "assignment,student_id,score,max_score\nch01_attention,ann,9.0,12.0\nch01_attention,bob,11.0,12.0\n"
-    waiting = pending.Standing(score=9, max_score=12, auto=9, auto_max=9, pending={"derivation": 3.0})
-    done = pending.Standing(score=11, max_score=12, auto=9, auto_max=9)
-    out = pending.annotate_csv(text, lambda a, s: {"ann": waiting, "bob": done}[s]).splitlines()
-    assert out[0] == "assignment,student_id,score,max_score,auto_score,awaiting_grading,status"
-    assert out[1].endswith(",9,3,awaiting grading") and out[2].endswith(",9,0,final")
+def test_one_score_keeps_pending_points_apart_until_graded():
+    st = _standing(score.CellScore("test_softmax", 3.0, 3.0, None), score.CellScore("test_attention", 4.0, 0.0, None),
+                   score.CellScore("derivation", 3.0, None, None, answer=True))
+    assert (st.score, st.max_score, st.auto, st.manual, st.pending, st.final) == (3.0, 10.0, 3.0, 0.0, 3.0, False)
+    assert st.line("en") == "3 / 10 points, 3 awaiting grading" and st.line("zh") == "3 / 10 分，3 分待批改"
+    assert st.cell("derivation").label("zh") == "待批改（3 分）" and st.status == "awaiting grading"
+    graded = _standing(*st.cells[:2], score.CellScore("derivation", 3.0, None, 2.5, answer=True))
+    assert graded.final and graded.line("en") == "5.5 / 10 points" and graded.manual == 2.5
 
 
-def test_feedback_page_shows_pending_cells_as_awaiting_grading():
-    page = ('<h4>ch01 (Score: 9.0 / 12.0)</h4><ol><li><a href="#test_softmax">Test cell</a> (Score: 3.0 / 3.0)</li>'
-            '<li><a href="#derivation">Written response</a> (Score: 0.0 / 3.0)</li></ol>'
-            '<a name="derivation"></a><div class="panel-heading"><span class="nbgrader-label">Student\'s answer</span>'
-            '<span class="pull-right">\n      Score: 0.0 / 3.0 <a href="#top">(Top)</a></span></div>'
-            '<a name="test_softmax"></a><div class="panel-heading"><span class="pull-right">Score: 3.0 / 3.0 </span>')
-    st = pending.Standing(score=9, max_score=12, auto=9, auto_max=9, pending={"derivation": 3.0})
-    out = pending.annotate_feedback(page, st, "en")
-    assert "Score: 0.0 / 3.0" not in out and out.count("awaiting grading (3 points)") == 2
-    assert "(Score: 9 / 9; awaiting grading: 3 points)</h4>" in out
-    assert out.count("Score: 3.0 / 3.0") == 2
-    assert "待批改 (3 分)" in pending.annotate_feedback(page, st, "zh")
+def test_an_answer_left_as_released_is_no_answer_not_awaiting_grading():
+    """nbgrader scores an answer cell it finds unchanged 0 by itself (auto score 0):
+    that is "no answer", final, never points awaiting grading."""
+    st = _standing(score.CellScore("test_softmax", 3.0, 0.0, None),
+                   score.CellScore("derivation", 3.0, 0.0, None, answer=True))
+    assert st.final and st.pending == 0 and st.line("zh") == "0 / 6 分"
+    assert st.cell("derivation").status == score.NO_ANSWER
+    assert st.cell("derivation").label("en") == "no answer (0 / 3 points)"
+    assert st.cell("test_softmax").status == score.AUTO     # a test that scored 0 is a test that failed
+
+
+def test_a_late_penalty_comes_off_the_one_score():
+    st = _standing(score.CellScore("test_softmax", 3.0, 3.0, None), penalty=1.0)
+    assert st.score == 2.0 and st.line("en") == "2 / 3 points"
 
 
 # ------------------------------------------------------------------ preflight and the stop rule
@@ -342,7 +337,7 @@ def test_a_reply_whose_wake_up_was_missed_is_found_within_a_second():
 
     from jupyter_client.channels import AsyncZMQSocketChannel
 
-    from coursekit import shell_poll
+    from helpers.lab import shell_poll
 
     class Socket:
         def __init__(self, missed: int, there: bool = True):
@@ -406,7 +401,7 @@ def test_every_nbgrader_command_of_the_grader_polls_in_slices(tmp_path):
 def test_the_steps_run_in_their_documented_order():
     names = [n for n, _ in pipeline.STEPS]
     assert names == ["reuse", "kernels", "intake", "repair", "preflight", "gradebook", "autograde", "seal check",
-                     "feedback", "export", "report"]
+                     "figures", "feedback", "export", "report"]
     assert names.index("preflight") < names.index("gradebook"), "the gradebook is touched only after preflight"
     seen = []
     run = pipeline.Run(Path("/nonexistent"), [], say=lambda *a: None)
@@ -415,7 +410,7 @@ def test_the_steps_run_in_their_documented_order():
 
 
 def test_no_function_of_the_pipeline_is_longer_than_80_lines():
-    files = ["grade.py", "intake.py", "runner.py", "kernels.py", "seals.py", "preflight.py", "pending.py",
+    files = ["grade.py", "intake.py", "runner.py", "kernels.py", "seals.py", "preflight.py", "score.py",
              "flags.py", "report.py", "sandbox.py", "zygote.py", "kernel_boot.py", "cli.py", "nbgrader_run.py"]
     long = []
     for name in files:

@@ -192,8 +192,10 @@ def test_report_data_is_the_same(graded, monkeypatch):
     for name, (root, url) in graded.items():
         monkeypatch.setenv("COURSE_DB_URL", url)
         got = report.collect(root, pipeline.class_jobs(root, root / pipeline.STATE))
-        data[name] = {k: {kk: dict(vv) for kk, vv in v.items()} if k not in ("flags", "said") else v
-                      for k, v in got.items()}
+        scores = {ch: {s: (st.score, st.max_score, st.pending, [(c.grade_id, c.status, c.score) for c in st.cells])
+                       for s, st in by_student.items()} for ch, by_student in got["scores"].items()}
+        data[name] = {"scores": scores, "bugs": {k: dict(v) for k, v in got["bugs"].items()},
+                      "flags": got["flags"], "said": got["said"]}
     assert data["postgres"] == data["sqlite"]
     assert data["sqlite"]["bugs"], "the buggy submissions were diagnosed"
 

@@ -149,10 +149,6 @@ def cost_figure(sweep: dict):
 
 
 def show_cost_figure(sweep: dict) -> None:
-    from ..runtime import under_nbgrader
-
-    if under_nbgrader():
-        return
     import matplotlib.pyplot as plt
 
     cost_figure(sweep)
@@ -239,10 +235,6 @@ def memory_figure(mem: dict):
 
 
 def show_memory_figure(mem: dict) -> None:
-    from ..runtime import under_nbgrader
-
-    if under_nbgrader():
-        return
     import matplotlib.pyplot as plt
 
     memory_figure(mem)
@@ -322,10 +314,6 @@ def decode_figure(speed: dict):
 
 
 def show_decode_figure(speed: dict) -> None:
-    from ..runtime import under_nbgrader
-
-    if under_nbgrader():
-        return
     import matplotlib.pyplot as plt
 
     decode_figure(speed)
@@ -385,10 +373,6 @@ def kv_figure(kv_bytes_fn):
 
 
 def show_kv_figure(kv_bytes_fn) -> None:
-    from ..runtime import under_nbgrader
-
-    if under_nbgrader():
-        return
     import matplotlib.pyplot as plt
 
     kv_figure(kv_bytes_fn)

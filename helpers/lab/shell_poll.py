@@ -1,4 +1,5 @@
-"""Wait for a kernel's messages in short slices, in the processes that run nbgrader.
+"""Wait for a kernel's messages in short slices, in the processes that run
+nbgrader: the grader's, and the student's JupyterLab server when it validates.
 
 nbclient waits for a cell's reply with one poll of the kernel's shell socket,
 as long as the cell may run (120 s). When the cell shows an ipywidgets

@@ -1,0 +1,66 @@
+"""What a student reads, checked for words that are not meant for them: the
+grader's tokens, exception class names, seals, and (in a zh chapter) English
+sentences outside code."""
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+
+INTERNAL = re.compile(r"\[bug:|\[verdict:|GradingFailure|CheckFailed|NotDoneYet|⟦seal:|Traceback|"
+                      r"NotImplementedError(?!\(\))")   # "raise NotImplementedError()" is the stub's own code
+# four or more English words in a row (a sentence), outside code and maths
+VALUES = {"nan", "inf", "true", "false", "none", "tensor", "dtype", "float", "int"}   # printed values, not words
+ENGLISH = re.compile(r"\b[A-Za-z][a-z']+(?:[ ,]+[A-Za-z][a-z']+){3,}")
+
+
+class _Reader(HTMLParser):
+    """Collects the text of a page outside code, maths, scripts and styles."""
+    # a link's text and an emphasised phrase may be a work's English title
+    SKIP_TAGS = {"script", "style", "math", "code", "title", "a", "em"}
+    SKIP_CLASSES = {"input_area", "highlight"}
+    VOID = {"br", "img", "hr", "meta", "link", "input", "col", "area", "base", "wbr", "source"}
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.stack: list[bool] = []
+        self.parts: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag in self.VOID:
+            return
+        classes = set((dict(attrs).get("class") or "").split())
+        self.stack.append(tag in self.SKIP_TAGS or bool(classes & self.SKIP_CLASSES)
+                          or (bool(self.stack) and self.stack[-1]))
+
+    def handle_endtag(self, tag):
+        if tag not in self.VOID and self.stack:
+            self.stack.pop()
+
+    def handle_data(self, data):
+        if not (self.stack and self.stack[-1]):
+            self.parts.append(data)
+
+
+def page_text(page: str) -> str:
+    """The words of an HTML page a student reads, without the code it shows
+    (input areas, <code>), maths, scripts and the page's own markup."""
+    reader = _Reader()
+    reader.feed(page)
+    return " ".join(reader.parts)
+
+
+def internal_words(text: str) -> list[str]:
+    return sorted(set(INTERNAL.findall(text)))
+
+
+def english_sentences(text: str, allowed=()) -> list[str]:
+    """English runs in a text that should be Chinese, outside the titles of
+    works (《Attention Is All You Need》, or a name in parentheses: （Natural
+    Language Processing with Deep Learning）) and ``allowed`` phrases."""
+    found = []
+    for m in ENGLISH.finditer(re.sub(r"《[^》]*》|（[\x20-\x7e]*）", " ", text)):
+        phrase = m.group(0)
+        words = {w.lower() for w in re.findall(r"[A-Za-z']+", phrase)} - VALUES
+        if len(words) >= 2 and not any(a in phrase or phrase in a for a in allowed):
+            found.append(phrase)
+    return found
