@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from helpers.i18n import t
 
-from .cases import F32, Check, Earlier, Tol, compare, on_its_own, same, value_failure
+from .cases import F32, Check, Earlier, Tol, compare, on_its_own, passes, same, value_failure
 from .core import (
     SOFTMAX_FAMILY,
     Bug,
@@ -94,6 +94,10 @@ def _as_ids(x, label):
 
 
 def check_tokenizer(CharTokenizer) -> None:
+    passed("CharTokenizer", _tokenizer_checks(CharTokenizer))
+
+
+def _tokenizer_checks(CharTokenizer) -> int:
     what = "CharTokenizer"
     n = 0
     texts = ["hello world", "To be, or not to be:\nthat is the question.\n", "床前明月光，\n疑是地上霜。\n",
@@ -146,7 +150,7 @@ def check_tokenizer(CharTokenizer) -> None:
         bug = TOK_BUGS["dropped"] if len(got) < len(probe) else TOK_BUGS["mapped"]
         raise failure(label, t(f"ValueError（{bad!r} 不在词表里）", f"a ValueError ({bad!r} is not in the vocabulary)"),
                       str(got), bug)
-    passed(what, n)
+    return n
 
 
 # ================================================================= get_batch
@@ -780,11 +784,6 @@ def _ce_cases():
     yield (t("极端的 logits（±数千）", "extreme logits (± thousands)"), z, torch.tensor([3, 0, 7, 2]), CE_BUGS + [CE_OVERFLOW])
 
 
-def cross_entropy_works(theirs) -> bool:
-    g = seeded(302)
-    z, y = torch.randn(2, 3, 5, generator=g), torch.randint(5, (2, 3), generator=g)
-    z[0, 0, 0] = 200.0
-    return same(theirs(z, y), ref_cross_entropy(z, y))
 
 
 def cross_entropy_stand_in(logits, targets):
@@ -796,6 +795,10 @@ def cross_entropy_stand_in(logits, targets):
 
 
 def check_cross_entropy(cross_entropy) -> None:
+    passed("cross_entropy", _ce_checks(cross_entropy))
+
+
+def _ce_checks(cross_entropy) -> int:
     what = "cross_entropy"
     check = Check(what, cross_entropy, forbid=CE_FORBIDDEN)
     for label, z, y, bugs in _ce_cases():
@@ -824,7 +827,7 @@ def check_cross_entropy(cross_entropy) -> None:
     check.expect(label, grad, want, hint=t("梯度应是 (softmax(z) − one_hot(y)) / 位置数：检查 log-sum-exp 有没有断开计算图。",
                                            "the gradient is (softmax(z) − one_hot(y)) / number of positions: check that "
                                            "the log-sum-exp stays in the graph."))
-    passed(what, check.n)
+    return check.n
 
 
 # ================================================================= learning_rate
@@ -896,6 +899,10 @@ def _lr_value(check, learning_rate, args, label):
 
 
 def check_learning_rate(learning_rate) -> None:
+    passed("learning_rate", _lr_checks(learning_rate))
+
+
+def _lr_checks(learning_rate) -> int:
     what = "learning_rate"
     check = Check(what, learning_rate, dtype_follows=None)
     for max_steps, warmup, peak, floor in ((100, 10, 1e-3, 1e-4), (37, 5, 4e-3, 4e-4), (12, 1, 0.5, 0.0)):
@@ -915,12 +922,9 @@ def check_learning_rate(learning_rate) -> None:
                           hint=t("对照上面的公式逐段检查：预热、余弦衰减、max_steps 之后。",
                                  "check each piece against the formula above: warm-up, cosine decay, after max_steps."))
         check.n += 1
-    passed(what, check.n)
+    return check.n
 
 
-def learning_rate_works(theirs) -> bool:
-    return all(abs(float(theirs(s, 20, 4, 1e-2, 1e-3)) - ref_learning_rate(s, 20, 4, 1e-2, 1e-3)) < 1e-9
-               for s in (0, 3, 4, 11, 19, 20, 31))
 
 
 def learning_rate_stand_in(step, max_steps, warmup_steps, peak_lr, min_lr):
@@ -932,10 +936,6 @@ def learning_rate_stand_in(step, max_steps, warmup_steps, peak_lr, min_lr):
     return min_lr + 0.5 * (1 + math.cos(math.pi * (step - warmup_steps) / (max_steps - warmup_steps))) * (peak_lr - min_lr)
 
 
-def tokenizer_works(theirs) -> bool:
-    tok = theirs("hello world")
-    return tok.vocab_size == 8 and list(tok.encode(" dehl")) == [0, 1, 2, 3, 4] and \
-        tok.decode(tok.encode("hello")) == "hello"
 
 
 class _TokenizerStandIn:
@@ -953,9 +953,10 @@ class _TokenizerStandIn:
         return "".join(self.chars[int(i)] for i in ids)
 
 
-CE_EARLIER = Earlier("cross_entropy", 3, cross_entropy_works, cross_entropy_stand_in)
-LR_EARLIER = Earlier("learning_rate", 6, learning_rate_works, learning_rate_stand_in)
-TOK_EARLIER = Earlier("CharTokenizer", 1, tokenizer_works, _TokenizerStandIn)
+# the probes are the earlier exercises' own hidden checks: a correct version stands in exactly when one lost its points
+CE_EARLIER = Earlier("cross_entropy", 3, passes(_ce_checks), cross_entropy_stand_in)
+LR_EARLIER = Earlier("learning_rate", 6, passes(_lr_checks), learning_rate_stand_in)
+TOK_EARLIER = Earlier("CharTokenizer", 1, passes(_tokenizer_checks), _TokenizerStandIn)
 
 
 # ================================================================= train_step
