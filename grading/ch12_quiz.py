@@ -32,6 +32,7 @@ CHAPTERS = {
     "ch05_block": ("第 5 章（ch05_block，FFN、LayerNorm 与残差）",
                    "Chapter 5 (ch05_block, FFN, LayerNorm and residuals)"),
     "ch06_param_count": ("第 6 章（ch06_param_count，数参数）", "Chapter 6 (ch06_param_count, counting parameters)"),
+    "ch07_gpt": ("第 7 章（ch07_gpt，训练一个 GPT）", "Chapter 7 (ch07_gpt, training a GPT)"),
     "ch08_efficiency": ("第 8 章（ch08_efficiency，注意力的代价）",
                         "Chapter 8 (ch08_efficiency, what attention costs)"),
     "ch09_inside_gpt": ("第 9 章（ch09_inside_gpt，头学到了什么）", "Chapter 9 (ch09_inside_gpt, what the heads learned)"),
@@ -78,13 +79,31 @@ GPT2_MEDIUM = dict(n_layer=24, d=1024, vocab_size=50257, n_ctx=1024)
 LLAMA2_7B = dict(n_layer=32, d=4096)
 
 
+def initial_loss(vocab_size: int) -> float:
+    """Question 18: the cross-entropy of a model whose logits are all 0, as at
+    initialisation, computed by torch on a real tensor (it is ln V)."""
+    logits = torch.zeros(3, vocab_size, dtype=torch.float64)
+    return float(nn.functional.cross_entropy(logits, torch.tensor([0, 1, vocab_size - 1])))
+
+
+def clipped_gradient(grad: tuple[float, ...], max_norm: float) -> list[float]:
+    """Question 19: a gradient after torch's own ``clip_grad_norm_``."""
+    p = nn.Parameter(torch.zeros(len(grad), dtype=torch.float64))
+    p.grad = torch.tensor(grad, dtype=torch.float64)
+    torch.nn.utils.clip_grad_norm_([p], max_norm)
+    return p.grad.tolist()
+
+
+CLIP_GRAD, CLIP_MAX = (3.0, 4.0), 1.0          # question 19: a gradient of norm 5, clipped at 1
+
+
 def kv_cache_bytes(n_layer: int, n_tokens: int, d_model: int, bytes_per_value: int = 2) -> int:
     """K and V (2) for every layer and token, d_model values each."""
     return 2 * n_layer * n_tokens * d_model * bytes_per_value
 
 
 def uniform_prev_token_score(n: int) -> float:
-    """Question 25: the previous-token score of a head that spreads its weight
+    """Question 28: the previous-token score of a head that spreads its weight
     evenly over positions 0…i (the causal baseline), measured on a real tensor."""
     allowed = torch.ones(n, n, dtype=torch.bool).tril()
     attn = allowed.double() / allowed.sum(-1, keepdim=True)
@@ -92,7 +111,7 @@ def uniform_prev_token_score(n: int) -> float:
 
 
 def swiglu_params(d: int, d_ff: int) -> int:
-    """Question 28: gate, up (d → d_ff) and down (d_ff → d), no bias, counted on real modules
+    """Question 31: gate, up (d → d_ff) and down (d_ff → d), no bias, counted on real modules
     (on the meta device: no memory is allocated)."""
     layers = (nn.Linear(d, d_ff, bias=False, device="meta"), nn.Linear(d, d_ff, bias=False, device="meta"),
               nn.Linear(d_ff, d, bias=False, device="meta"))
@@ -100,12 +119,12 @@ def swiglu_params(d: int, d_ff: int) -> int:
 
 
 def gqa_cache_bytes(n_layer: int, n_tokens: int, n_kv_head: int, d_head: int, bytes_per_value: int) -> int:
-    """Question 29: K and V for every layer and token, n_kv_head · d_head values each."""
+    """Question 32: K and V for every layer and token, n_kv_head · d_head values each."""
     return 2 * n_layer * n_tokens * n_kv_head * d_head * bytes_per_value
 
 
 def repeat_kv_source(query_head: int, n_head: int, n_kv_head: int) -> int:
-    """Question 30: which K/V head ``repeat_interleave`` hands to a query head."""
+    """Question 33: which K/V head ``repeat_interleave`` hands to a query head."""
     kv = torch.arange(n_kv_head).repeat_interleave(n_head // n_kv_head)
     return int(kv[query_head])
 
@@ -265,17 +284,42 @@ QUESTIONS: dict[str, Question] = {
              Note("这只是非嵌入部分（12·L·d²）；词嵌入和位置嵌入还没加。",
                   "that is only the non-embedding part (12·L·d²); the token and position embeddings are missing.")),
         )),
-    "q18_double_context": Question(
-        18, "number", "ch08_efficiency", ("O(n²) 的代价：分数矩阵的时间与内存", "the O(n²) price: time and memory of the score matrix"),
+    "q18_initial_loss": Question(
+        18, "number", "ch07_gpt", ("初始化时的损失约为 ln V", "the loss at initialisation is about ln V"),
+        lambda: initial_loss(65), rtol=0.02, wrong_values=(
+            (lambda: 1 / 65, Note("这是初始化时每个字符的概率 1/V；交叉熵是它的负对数。",
+                                  "that is each character's probability 1/V at initialisation; the cross-entropy is "
+                                  "minus its logarithm.")),
+            (lambda: math.log2(65), Note("交叉熵用的是自然对数（ln），不是以 2 为底。",
+                                         "the cross-entropy uses the natural logarithm (ln), not base 2.")),
+            (lambda: 65, Note("损失不是词表大小，而是均匀猜测时的 −ln(1/V)。",
+                              "the loss is not the vocabulary size but −ln(1/V) of a uniform guess.")),
+        )),
+    "q19_clipped_component": Question(
+        19, "number", "ch07_gpt", ("梯度裁剪：按总范数整体缩小", "gradient clipping: scale the whole gradient by its norm"),
+        lambda: clipped_gradient(CLIP_GRAD, CLIP_MAX)[0], rtol=0.01, wrong_values=(
+            (lambda: 1.0, Note("把每个分量截到 [−1, 1] 是 clip_grad_value_；clip_grad_norm_ 把整个梯度向量按比例缩小，方向不变。",
+                               "cutting each component to [−1, 1] is clip_grad_value_; clip_grad_norm_ scales the whole "
+                               "gradient vector down and keeps its direction.")),
+            (lambda: CLIP_GRAD[0], Note("范数 5 大于 max_norm = 1，所以梯度会被缩小。",
+                                        "the norm 5 is above max_norm = 1, so the gradient is scaled down.")),
+            (lambda: CLIP_MAX / 5, Note("这是缩放的比例 max_norm / ‖g‖；分量还要乘上它。",
+                                        "that is the scale factor max_norm / ‖g‖; the component is multiplied by it.")),
+        )),
+    "q20_evaluation": Question(
+        20, "choices", "ch07_gpt", ("评估：torch.no_grad() 与 model.eval()", "the evaluation: torch.no_grad() and model.eval()"),
+        _letters("ABE"), options="ABCDE"),
+    "q21_double_context": Question(
+        21, "number", "ch08_efficiency", ("O(n²) 的代价：分数矩阵的时间与内存", "the O(n²) price: time and memory of the score matrix"),
         lambda: score_entries(2048) / score_entries(1024), rtol=0.05, wrong_values=(
             (lambda: 2, Note("分数矩阵不是随 n 线性增长：它有 n × n 个元素。",
                              "the score matrix does not grow linearly with n: it has n × n entries.")),
         )),
-    "q19_kv_cache": Question(
-        19, "choices", "ch08_efficiency", ("KV cache：存什么、省什么", "the KV cache: what it keeps and what it saves"),
+    "q22_kv_cache": Question(
+        22, "choices", "ch08_efficiency", ("KV cache：存什么、省什么", "the KV cache: what it keeps and what it saves"),
         _letters("ACD"), options="ABCDE"),
-    "q20_kv_bytes": Question(
-        20, "number", "ch08_efficiency", ("KV cache 的内存：2 · 层数 · token 数 · d", "KV cache memory: 2 · layers · tokens · d"),
+    "q23_kv_bytes": Question(
+        23, "number", "ch08_efficiency", ("KV cache 的内存：2 · 层数 · token 数 · d", "KV cache memory: 2 · layers · tokens · d"),
         lambda: kv_cache_bytes(LLAMA2_7B["n_layer"], 4096, LLAMA2_7B["d"], 2), rtol=0.02, wrong_values=(
             (lambda: kv_cache_bytes(LLAMA2_7B["n_layer"], 4096, LLAMA2_7B["d"], 2) / 2,
              Note("少了一个因子 2：K 和 V 都要存，而且每个 fp16 数占 2 字节。",
@@ -284,14 +328,14 @@ QUESTIONS: dict[str, Question] = {
              Note("少了两个因子 2：K 和 V 都要存，而且每个 fp16 数占 2 字节。",
                   "two factors of 2 are missing: both K and V are stored, and each fp16 value takes 2 bytes.")),
         )),
-    "q21_gqa": Question(
-        21, "number", "ch08_efficiency", ("分组查询注意力（GQA）与多查询注意力（MQA）", "grouped-query and multi-query attention"),
+    "q24_gqa": Question(
+        24, "number", "ch08_efficiency", ("分组查询注意力（GQA）与多查询注意力（MQA）", "grouped-query and multi-query attention"),
         lambda: 64 / 8, wrong_values=(
             (lambda: 64, Note("GQA 还保留着 8 组 K/V 头，不是只有 1 组（那是 MQA）。",
                               "GQA still keeps 8 K/V heads, not 1 (that would be MQA).")),
         )),
-    "q22_flash": Question(
-        22, "choice", "ch08_efficiency", ("FlashAttention 的思路：分块与在线 softmax", "FlashAttention's idea: blocks and an online softmax"),
+    "q25_flash": Question(
+        25, "choice", "ch08_efficiency", ("FlashAttention 的思路：分块与在线 softmax", "FlashAttention's idea: blocks and an online softmax"),
         _letter("A"), notes={
             "B": Note("FlashAttention 是精确的：结果与普通注意力相同，没有丢掉任何权重。",
                       "FlashAttention is exact: it gives the same result as ordinary attention and drops no weight."),
@@ -300,8 +344,8 @@ QUESTIONS: dict[str, Question] = {
             "D": Note("它与数值精度无关：用同样的精度得到与普通注意力相同的结果。",
                       "it is not about precision: at the same precision it gives the same result as ordinary attention."),
         }),
-    "q24_induction": Question(
-        24, "choice", "ch09_inside_gpt", ("归纳头：复制上一次出现之后的 token", "induction heads: copy what followed the last occurrence"),
+    "q27_induction": Question(
+        27, "choice", "ch09_inside_gpt", ("归纳头：复制上一次出现之后的 token", "induction heads: copy what followed the last occurrence"),
         _letter("B"), notes={
             "A": Note("那是同一个 token 上一次出现的位置；归纳头要的是它后面那个 token（差一个位置）。",
                       "that is where the same token occurred last time; an induction head wants the token after it "
@@ -309,35 +353,35 @@ QUESTIONS: dict[str, Question] = {
             "C": Note("只看前一个 token 的是前一个 token 头（通常在第 0 层），不是归纳头。",
                       "looking at the token just before is a previous-token head (usually in layer 0), not an induction head."),
         }),
-    "q25_uniform_prev": Question(
-        25, "number", "ch09_inside_gpt", ("头的分数，以及和随机头的比较", "scoring heads, and the random-head baseline"),
+    "q28_uniform_prev": Question(
+        28, "number", "ch09_inside_gpt", ("头的分数，以及和随机头的比较", "scoring heads, and the random-head baseline"),
         lambda: uniform_prev_token_score(8), rtol=0.01, wrong_values=(
             (lambda: 1 / 8, Note("因果掩码下位置 i 只能看到 i + 1 个位置，不是全部 n 个。",
                                  "under the causal mask position i sees i + 1 positions, not all n.")),
             (lambda: uniform_prev_token_score(8) * 7 / 8,
              Note("位置 0 没有前一个 token，不参与平均。", "position 0 has no previous token and is not averaged over.")),
         )),
-    "q26_ablation": Question(
-        26, "choices", "ch09_inside_gpt", ("消融：去掉一个头，量损失", "ablation: remove a head, measure the loss"),
+    "q29_ablation": Question(
+        29, "choices", "ch09_inside_gpt", ("消融：去掉一个头，量损失", "ablation: remove a head, measure the loss"),
         _letters("ABD"), options="ABCDE"),
-    "q27_rmsnorm": Question(
-        27, "choice", "ch10_llama_block", ("RMSNorm：不减均值、没有偏置", "RMSNorm: no mean, no bias"),
+    "q30_rmsnorm": Question(
+        30, "choice", "ch10_llama_block", ("RMSNorm：不减均值、没有偏置", "RMSNorm: no mean, no bias"),
         _letter("A"), notes={
             "B": Note("RMSNorm 保留了可学习的缩放 γ（LLaMA 里叫 weight）。",
                       "RMSNorm keeps the learnable gain γ (called weight in LLaMA)."),
             "D": Note("除以均方根正是 RMSNorm 名字的由来：它保留了这一步。",
                       "dividing by the root mean square is where RMSNorm gets its name: that step stays."),
         }),
-    "q28_swiglu_params": Question(
-        28, "number", "ch10_llama_block", ("SwiGLU：三个矩阵，d_ff ≈ 8d/3", "SwiGLU: three matrices, d_ff ≈ 8d/3"),
+    "q31_swiglu_params": Question(
+        31, "number", "ch10_llama_block", ("SwiGLU：三个矩阵，d_ff ≈ 8d/3", "SwiGLU: three matrices, d_ff ≈ 8d/3"),
         lambda: swiglu_params(4096, 11008), rtol=0.01, wrong_values=(
             (lambda: 2 * 4096 * 11008, Note("SwiGLU 有三个矩阵（gate、up、down），不是两个。",
                                              "SwiGLU has three matrices (gate, up, down), not two.")),
             (lambda: 2 * 4096 * 4 * 4096, Note("这是 GPT-2 式 d → 4d → d 的前馈层，不是 SwiGLU。",
                                                 "that is a GPT-2-style d → 4d → d feed-forward layer, not SwiGLU.")),
         )),
-    "q29_gqa_bytes": Question(
-        29, "number", "ch10_llama_block", ("分组查询注意力的 KV cache", "the KV cache of grouped-query attention"),
+    "q32_gqa_bytes": Question(
+        32, "number", "ch10_llama_block", ("分组查询注意力的 KV cache", "the KV cache of grouped-query attention"),
         lambda: gqa_cache_bytes(80, 4096, 8, 128, 2), rtol=0.01, wrong_values=(
             (lambda: gqa_cache_bytes(80, 4096, 64, 128, 2),
              Note("这是每个 query 头都有自己 K/V 的多头注意力；GQA 只存 8 个 K/V 头。",
@@ -346,16 +390,16 @@ QUESTIONS: dict[str, Question] = {
              Note("少了一个因子 2：K 和 V 都要存（或者每个 fp16 数是 2 字节）。",
                   "a factor of 2 is missing: both K and V are stored (or each fp16 value takes 2 bytes).")),
         )),
-    "q30_repeat_kv": Question(
-        30, "number", "ch10_llama_block", ("repeat_kv：query 头 i 用 K/V 头 i // n_rep", "repeat_kv: query head i uses K/V head i // n_rep"),
+    "q33_repeat_kv": Question(
+        33, "number", "ch10_llama_block", ("repeat_kv：query 头 i 用 K/V 头 i // n_rep", "repeat_kv: query head i uses K/V head i // n_rep"),
         lambda: repeat_kv_source(6, n_head=8, n_kv_head=2), wrong_values=(
             (lambda: 6 % 2, Note("这是 `repeat`（整块重复）的顺序：头 i 用 K/V 头 i % n_kv_head；LLaMA 用的是 "
                                  "`repeat_interleave`，相邻的头共享同一个 K/V 头。",
                                  "that is the order of `repeat` (whole blocks): head i uses K/V head i % n_kv_head; "
                                  "LLaMA uses `repeat_interleave`, where neighbouring heads share one K/V head.")),
         )),
-    "q31_cross_attention": Question(
-        31, "choice", "ch11_encoder_decoder", ("交叉注意力：query 来自解码器，key/value 来自编码器",
+    "q34_cross_attention": Question(
+        34, "choice", "ch11_encoder_decoder", ("交叉注意力：query 来自解码器，key/value 来自编码器",
                                                "cross-attention: queries from the decoder, keys and values from the encoder"),
         _letter("A"), notes={
             "B": Note("方向反了：正在写译文的解码器提问（query），被读的源句子（编码器）给出 key 和 value。",
@@ -364,8 +408,8 @@ QUESTIONS: dict[str, Question] = {
             "D": Note("那是解码器的自注意力；交叉注意力的 key/value 来自编码器。",
                       "that is the decoder's self-attention; cross-attention takes its keys and values from the encoder."),
         }),
-    "q32_padding": Question(
-        32, "choice", "ch11_encoder_decoder", ("填充掩码：屏蔽作为 key 的填充位置", "the padding mask: hide the padding positions as keys"),
+    "q35_padding": Question(
+        35, "choice", "ch11_encoder_decoder", ("填充掩码：屏蔽作为 key 的填充位置", "the padding mask: hide the padding positions as keys"),
         _letter("A"), notes={
             "B": Note("屏蔽行只影响填充位置自己的输出；真实 token 仍然会读到填充。",
                       "hiding the rows only changes the padding's own outputs; real tokens still read the padding."),
@@ -374,8 +418,8 @@ QUESTIONS: dict[str, Question] = {
             "D": Note("填充的嵌入并不是 0，而且即使是 0，它的分数 0 也会分走 softmax 的一部分权重。",
                       "a padding embedding is not 0, and even a score of 0 would take a share of the softmax weight."),
         }),
-    "q33_bert_gpt_t5": Question(
-        33, "choices", "ch11_encoder_decoder", ("BERT、GPT 与 T5 各用哪一半", "BERT, GPT and T5: which half each uses"),
+    "q36_bert_gpt_t5": Question(
+        36, "choices", "ch11_encoder_decoder", ("BERT、GPT 与 T5 各用哪一半", "BERT, GPT and T5: which half each uses"),
         _letters("ABC"), options="ABCDE"),
 }
 

@@ -158,7 +158,7 @@ def test_all_right_scores_everything_all_wrong_nothing_and_a_mix_exactly_its_rig
     assert _score({}) == (total, set())
     earned, failed = _score(ans(**ALL_WRONG))
     assert earned == 0 and failed == set(tests)
-    wrong = ["q01_sqrt_dk", "q06_bert_gpt", "q16_12Ld2", "q21_gqa"]
+    wrong = ["q01_sqrt_dk", "q06_bert_gpt", "q16_12Ld2", "q24_gqa"]
     earned, failed = _score(ans(**{name: ALL_WRONG[name] for name in wrong}))
     assert failed == {f"test_{name}" for name in wrong}
     assert earned == total - sum(tests[f"test_{name}"][1] for name in wrong)
@@ -220,12 +220,45 @@ def test_later_chapters_keys_agree_with_those_chapters_references():
     allowed = torch.ones(8, 8, dtype=torch.float64).tril()
     uniform = (allowed / allowed.sum(-1, keepdim=True)).expand(1, 1, 1, 8, 8)
     assert abs(float(ref_prev_token_score(uniform)[0, 0]) - uniform_prev_token_score(8)) < 1e-12
-    assert abs(QUESTIONS["q25_uniform_prev"].key() - 0.2454) < 1e-4
+    assert abs(QUESTIONS["q28_uniform_prev"].key() - 0.2454) < 1e-4
     # q28: LLaMA-2 7B's FFN, three bias-free matrices
-    assert swiglu_params(4096, 11008) == 3 * 4096 * 11008 == QUESTIONS["q28_swiglu_params"].key()
+    assert swiglu_params(4096, 11008) == 3 * 4096 * 11008 == QUESTIONS["q31_swiglu_params"].key()
     # q29: chapter 10's GQA cache for LLaMA-2 70B is 1.25 GiB
     assert gqa_cache_bytes(80, 4096, 8, 128, 2) == 1.25 * 2 ** 30
     assert abs(model_kv_gib(8) - 1.25) < 1e-9
     # q30: the head order of chapter 10's repeat_kv
     heads = torch.arange(2.0).view(1, 2, 1, 1)
     assert int(ref_repeat_kv(heads, 4)[0, 6, 0, 0]) == repeat_kv_source(6, n_head=8, n_kv_head=2) == 1
+
+
+def test_chapter_7_keys_agree_with_that_chapters_reference_and_with_torch():
+    import math
+
+    import torch
+
+    from grading.ch07_gpt import ref_cross_entropy
+    from grading.ch12_quiz import CLIP_GRAD, CLIP_MAX, QUESTIONS, initial_loss
+
+    # q18: chapter 7's own cross-entropy of all-zero logits (a fresh model) is ln V
+    zeros, targets = torch.zeros(4, 65, dtype=torch.float64), torch.tensor([0, 7, 33, 64])
+    assert abs(float(ref_cross_entropy(zeros, targets)) - initial_loss(65)) < 1e-12
+    assert abs(QUESTIONS["q18_initial_loss"].key() - math.log(65)) < 1e-12
+    # q19: clip_grad_norm_ scales the whole vector by max_norm / ‖g‖ (not each component to ±max_norm)
+    g = torch.tensor(CLIP_GRAD, dtype=torch.float64)
+    assert g.norm() > CLIP_MAX
+    assert abs(QUESTIONS["q19_clipped_component"].key() - float(g[0] * CLIP_MAX / g.norm())) < 1e-6
+    assert QUESTIONS["q20_evaluation"].key() == frozenset("ABE")
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_chapter_7_misconceptions_are_named(lang):
+    from grading.ch12_quiz import check
+    set_language(lang)
+    for name, answer, words in (("q19_clipped_component", 1.0, ("clip_grad_value_", "clip_grad_norm_")),
+                                ("q19_clipped_component", 0.2, ("max_norm / ‖g‖",)),
+                                ("q18_initial_loss", 6.022, ("ln",)),
+                                ("q20_evaluation", "ABCE", ("q20_evaluation",))):
+        with pytest.raises(AssertionError) as err:
+            check(name, {name: answer})
+        assert all(w in str(err.value) for w in words), (name, str(err.value))
+        assert "ch07_gpt" in str(err.value)

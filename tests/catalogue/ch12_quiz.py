@@ -20,10 +20,11 @@ ALL_WRONG = dict(
     q01_sqrt_dk='"A"', q02_dot_variance="8", q03_causal_mask='"B"', q04_first_row='"A"', q05_masked_zeros="15",
     q06_bert_gpt='"AB"', q08_heads='"ABC"', q10_permutation='"A"', q11_rope_relative='"A"',
     q12_positions='"ABCDE"', q13_pre_ln='"A"', q14_why_pre_ln='"C"', q15_ffn_share="0.5", q16_12Ld2="4 * 24 * 1024**2",
-    q17_gpt2_medium="406_286_336", q18_double_context="2", q19_kv_cache='"AB"', q20_kv_bytes="2 * 32 * 4096 * 4096",
-    q21_gqa="64", q22_flash='"C"', q24_induction='"A"', q25_uniform_prev="1 / 8", q26_ablation='"ABC"',
-    q27_rmsnorm='"B"', q28_swiglu_params="2 * 4096 * 11008", q29_gqa_bytes="2 * 80 * 4096 * 64 * 128 * 2",
-    q30_repeat_kv="0", q31_cross_attention='"B"', q32_padding='"B"', q33_bert_gpt_t5='"ABD"',
+    q17_gpt2_medium="406_286_336", q18_initial_loss="1 / 65", q19_clipped_component="1.0", q20_evaluation='"ABCE"',
+    q21_double_context="2", q22_kv_cache='"AB"', q23_kv_bytes="2 * 32 * 4096 * 4096",
+    q24_gqa="64", q25_flash='"C"', q27_induction='"A"', q28_uniform_prev="1 / 8", q29_ablation='"ABC"',
+    q30_rmsnorm='"B"', q31_swiglu_params="2 * 4096 * 11008", q32_gqa_bytes="2 * 80 * 4096 * 64 * 128 * 2",
+    q33_repeat_kv="0", q34_cross_attention='"B"', q35_padding='"B"', q36_bert_gpt_t5='"ABD"',
 )
 
 BUGS = [
@@ -51,50 +52,56 @@ BUGS = [
     Variant("q16_off_by_10pct", ans(q16_12Ld2="3.3e8"), lose=("test_q16_12Ld2",), words=("±2%",)),
     Variant("q17_untied", ans(q17_gpt2_medium="24 * (12 * 1024**2 + 13 * 1024) + 2 * 50257 * 1024 + 1024**2 + 2048"),
             lose=("test_q17_gpt2_medium",), words=("第 17 题", "共享权重")),
-    Variant("q18_linear", ans(q18_double_context="2"), lose=("test_q18_double_context",),
-            words=("第 18 题", "线性", "第 8 章（ch08_efficiency")),
-    Variant("q20_only_k", ans(q20_kv_bytes="32 * 4096 * 4096 * 2"), lose=("test_q20_kv_bytes",), words=("因子 2",)),
-    Variant("q21_mqa", ans(q21_gqa="64"), lose=("test_q21_gqa",), words=("MQA",)),
+    Variant("q21_linear", ans(q21_double_context="2"), lose=("test_q21_double_context",),
+            words=("第 21 题", "线性", "第 8 章（ch08_efficiency")),
+    Variant("q23_only_k", ans(q23_kv_bytes="32 * 4096 * 4096 * 2"), lose=("test_q23_kv_bytes",), words=("因子 2",)),
+    Variant("q24_mqa", ans(q24_gqa="64"), lose=("test_q24_gqa",), words=("MQA",)),
+    # chapter 7: the probability for the loss, clipping each component, eval() taken for a freeze
+    Variant("q18_q20_training_misconceptions",
+            ans(q18_initial_loss="1 / 65", q19_clipped_component="1.0", q20_evaluation='"ABCE"'),
+            lose=("test_q18_initial_loss", "test_q19_clipped_component", "test_q20_evaluation"),
+            words=("题（q", "第 7 章（ch07_gpt，训练一个 GPT）")),
     # answers of the wrong form: no points, a message about the form, no crash
-    Variant("form_string_for_number", ans(q18_double_context='"4"'), lose=("test_q18_double_context",),
+    Variant("form_string_for_number", ans(q21_double_context='"4"'), lose=("test_q21_double_context",),
             words=("格式不对", "字符串")),
     Variant("form_int_for_letter", ans(q01_sqrt_dk="3"), lose=("test_q01_sqrt_dk",), words=("格式不对", "数字 3")),
     Variant("form_repeated_letter", ans(q06_bert_gpt='["A", "A"]'), lose=("test_q06_bert_gpt",), words=("重复",)),
     Variant("form_none", ans(q10_permutation="None"), lose=("test_q10_permutation",), words=("还没有作答",)),
     Variant("form_two_letters_for_one", ans(q14_why_pre_ln='"CD"'), lose=("test_q14_why_pre_ln",),
             words=("只选一个",)),
-    Variant("form_list_for_one", ans(q22_flash='["A"]'), lose=("test_q22_flash",), words=("不要用列表",)),
+    Variant("form_list_for_one", ans(q25_flash='["A"]'), lose=("test_q25_flash",), words=("不要用列表",)),
     Variant("form_unknown_letter", ans(q12_positions='"ACF"'), lose=("test_q12_positions",), words=("不认识",)),
-    Variant("form_nan", ans(q21_gqa='float("nan")'), lose=("test_q21_gqa",), words=("有限",)),
+    Variant("form_nan", ans(q24_gqa='float("nan")'), lose=("test_q24_gqa",), words=("有限",)),
     # the later chapters: a misconception with its note for each
-    Variant("q24_earlier_occurrence", ans(q24_induction='"A"'), lose=("test_q24_induction",),
-            words=("第 24 题", "差一个位置", "第 9 章（ch09_inside_gpt")),
-    Variant("q25_ignores_causality", ans(q25_uniform_prev="1 / 8"), lose=("test_q25_uniform_prev",),
-            words=("第 25 题", "i + 1 个位置")),
-    Variant("q25_counts_position_0", ans(q25_uniform_prev="sum(1 / (i + 1) for i in range(1, 8)) / 8"),
-            lose=("test_q25_uniform_prev",), words=("位置 0 没有前一个 token",)),
-    Variant("q28_two_matrices", ans(q28_swiglu_params="2 * 4096 * 11008"), lose=("test_q28_swiglu_params",),
-            words=("第 28 题", "三个矩阵", "第 10 章（ch10_llama_block")),
-    Variant("q29_mha_cache", ans(q29_gqa_bytes="2 * 80 * 4096 * 64 * 128 * 2"), lose=("test_q29_gqa_bytes",),
-            words=("第 29 题", "只存 8 个 K/V 头")),
-    Variant("q30_repeat_order", ans(q30_repeat_kv="6 % 2"), lose=("test_q30_repeat_kv",), words=("repeat_interleave",)),
-    Variant("q31_reversed", ans(q31_cross_attention='"B"'), lose=("test_q31_cross_attention",),
-            words=("第 31 题", "方向反了", "第 11 章（ch11_encoder_decoder")),
-    Variant("q32_rows", ans(q32_padding='"B"'), lose=("test_q32_padding",), words=("真实 token 仍然会读到填充",)),
-    Variant("q33_bert_causal", ans(q33_bert_gpt_t5='"ABCD"'), lose=("test_q33_bert_gpt_t5",), words=("第 33 题",)),
+    Variant("q27_earlier_occurrence", ans(q27_induction='"A"'), lose=("test_q27_induction",),
+            words=("第 27 题", "差一个位置", "第 9 章（ch09_inside_gpt")),
+    Variant("q28_ignores_causality", ans(q28_uniform_prev="1 / 8"), lose=("test_q28_uniform_prev",),
+            words=("第 28 题", "i + 1 个位置")),
+    Variant("q28_counts_position_0", ans(q28_uniform_prev="sum(1 / (i + 1) for i in range(1, 8)) / 8"),
+            lose=("test_q28_uniform_prev",), words=("位置 0 没有前一个 token",)),
+    Variant("q31_two_matrices", ans(q31_swiglu_params="2 * 4096 * 11008"), lose=("test_q31_swiglu_params",),
+            words=("第 31 题", "三个矩阵", "第 10 章（ch10_llama_block")),
+    Variant("q32_mha_cache", ans(q32_gqa_bytes="2 * 80 * 4096 * 64 * 128 * 2"), lose=("test_q32_gqa_bytes",),
+            words=("第 32 题", "只存 8 个 K/V 头")),
+    Variant("q33_repeat_order", ans(q33_repeat_kv="6 % 2"), lose=("test_q33_repeat_kv",), words=("repeat_interleave",)),
+    Variant("q34_reversed", ans(q34_cross_attention='"B"'), lose=("test_q34_cross_attention",),
+            words=("第 34 题", "方向反了", "第 11 章（ch11_encoder_decoder")),
+    Variant("q35_rows", ans(q35_padding='"B"'), lose=("test_q35_padding",), words=("真实 token 仍然会读到填充",)),
+    Variant("q36_bert_causal", ans(q36_bert_gpt_t5='"ABCD"'), lose=("test_q36_bert_gpt_t5",), words=("第 36 题",)),
 ]
 
 CORRECT = [
-    Variant("ok_lower_case_and_spaces", ans(q01_sqrt_dk='"c"', q03_causal_mask='" A "', q22_flash='"a"')),
+    Variant("ok_lower_case_and_spaces", ans(q01_sqrt_dk='"c"', q03_causal_mask='" A "', q25_flash='"a"')),
     Variant("ok_multi_forms", ans(q06_bert_gpt='["a", "b", "d"]', q08_heads='"B, C, E"',
-                                  q12_positions='{"E", "C", "A"}', q19_kv_cache='("D", "A", "C")')),
+                                  q12_positions='{"E", "C", "A"}', q22_kv_cache='("D", "A", "C")')),
     Variant("ok_numbers_written_differently", ans(
         q02_dot_variance="64.0", q05_masked_zeros="10.0", q15_ffn_share="0.67", q16_12Ld2="3.02e8",
-        q17_gpt2_medium="3.548e8", q18_double_context="4.0", q20_kv_bytes="2.147e9", q21_gqa="8")),
+        q17_gpt2_medium="3.548e8", q21_double_context="4.0", q23_kv_bytes="2.147e9", q24_gqa="8")),
     Variant("ok_later_chapters_written_differently", ans(
-        q24_induction='"b"', q25_uniform_prev="0.2454", q26_ablation='["D", "B", "A"]', q28_swiglu_params="1.3527e8",
-        q29_gqa_bytes="1.342e9", q30_repeat_kv="1.0", q33_bert_gpt_t5='"C, B, A"')),
-    Variant("ok_numbers_as_tensors", {"q18_double_context": "import torch\nq18_double_context = torch.tensor(2048.0)**2 / 1024**2\n",
+        q18_initial_loss="__import__('math').log(65)", q19_clipped_component="0.6", q20_evaluation='["e", "b", "a"]',
+        q27_induction='"b"', q28_uniform_prev="0.2454", q29_ablation='["D", "B", "A"]', q31_swiglu_params="1.3527e8",
+        q32_gqa_bytes="1.342e9", q33_repeat_kv="1.0", q36_bert_gpt_t5='"C, B, A"')),
+    Variant("ok_numbers_as_tensors", {"q21_double_context": "import torch\nq21_double_context = torch.tensor(2048.0)**2 / 1024**2\n",
                                       "q15_ffn_share": "from fractions import Fraction\nq15_ffn_share = Fraction(2, 3)\n"}),
 ]
 
@@ -102,4 +109,4 @@ CORRECT = [
 # ------------------------------------------------------------------ browser test
 
 # The quiz has no widget: its answers' form checks stand in (every cell kept).
-WIDGET = dict(cell="expect_choice(q22_flash", labels=("✓",), ipywidgets=False, keep=("",))
+WIDGET = dict(cell="expect_choice(q25_flash", labels=("✓",), ipywidgets=False, keep=("",))
