@@ -175,9 +175,14 @@ def periodic_batch(batch_size: int, n: int, periods: tuple[int, int] = (2, 16),
 
 
 def train_toy(model: TinyGPT, steps: int = 1000, batch_size: int = 64, lr: float = 3e-3,
-              periods: tuple[int, int] = (2, 16), seed: int = 0, progress: bool = True):
+              periods: tuple[int, int] = (2, 16), seed: int = 0, progress: bool = True,
+              snapshots: list | None = None, snapshot_every: int = 25):
     """Train on repeated random blocks. Every sequence has its own period, so
-    no head can solve the task by position alone. Returns (loss per step, seconds)."""
+    no head can solve the task by position alone. Returns (loss per step, seconds).
+
+    With a list as ``snapshots``, a copy of the weights is appended to it as
+    ``(step, state_dict)`` before the first step and every ``snapshot_every``
+    steps after it (see ``phase_curve``)."""
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
@@ -191,6 +196,8 @@ def train_toy(model: TinyGPT, steps: int = 1000, batch_size: int = 64, lr: float
     start = time.perf_counter()
     model.train()
     for step in range(steps):
+        if snapshots is not None and step % snapshot_every == 0:
+            snapshots.append((step, {k: v.detach().clone() for k, v in model.state_dict().items()}))
         x, y = periodic_batch(batch_size, model.config.n_ctx, periods, model.config.vocab_size, gen)
         _, loss = model(x, y)
         opt.zero_grad(set_to_none=True)
@@ -202,6 +209,8 @@ def train_toy(model: TinyGPT, steps: int = 1000, batch_size: int = 64, lr: float
             if step % 20 == 19:
                 bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
     seconds = time.perf_counter() - start
+    if snapshots is not None:
+        snapshots.append((steps, {k: v.detach().clone() for k, v in model.state_dict().items()}))
     torch.set_num_threads(threads)
     if bar is not None:
         bar.close()
@@ -458,3 +467,129 @@ def head_explorer_figure(model, text: str, prev_token_score, induction_score):
 
 def config_dict(model) -> dict:
     return asdict(model.config)
+
+
+# ------------------------------------------------------------------ when the heads appear, and what they write
+
+@torch.no_grad()
+def phase_curve(config: Config, snapshots, x: torch.Tensor, y: torch.Tensor, period: int,
+                prev_token_score, induction_score) -> dict:
+    """For each ``(step, state_dict)`` of ``snapshots``, on the fixed batch
+    ``(x, y)`` of a block and its repeat: the loss on the first copy and on the
+    repeat, and the best previous-token score of layer 0 and the best induction
+    score of the last layer (the scores are the functions passed in).
+    Returns lists under "step", "loss_first", "loss_repeat", "prev", "induction"."""
+    model = TinyGPT(config).eval()
+    curve = {k: [] for k in ("step", "loss_first", "loss_repeat", "prev", "induction")}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for step, state in snapshots:
+            model.load_state_dict(state)
+            logits, _ = model(x)                                             # one pass: losses and weights
+            per_pos = F.cross_entropy(logits.transpose(1, 2), y, reduction="none").mean(0)
+            attn = torch.stack([b.attn.weights for b in model.blocks])
+            curve["step"].append(step)
+            curve["loss_first"].append(float(per_pos[:period - 1].mean()))
+            curve["loss_repeat"].append(float(per_pos[period:].mean()))
+            curve["prev"].append(float(torch.as_tensor(prev_token_score(attn))[0].max()))
+            curve["induction"].append(float(torch.as_tensor(induction_score(attn, period))[-1].max()))
+    finally:
+        torch.set_num_threads(threads)
+    return curve
+
+
+def steepest_drop(curve: dict, key: str = "loss_repeat") -> tuple[int, int]:
+    """The pair of consecutive snapshot steps between which ``curve[key]`` falls the most."""
+    vals, steps = curve[key], curve["step"]
+    i = max(range(len(vals) - 1), key=lambda j: vals[j] - vals[j + 1])
+    return steps[i], steps[i + 1]
+
+
+def phase_figure(curve: dict, chance: float):
+    """Left: loss on the first copy and on the repeat against the step.
+    Right: the best previous-token score (layer 0) and induction score (last layer)."""
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
+    steps = curve["step"]
+    ax1.plot(steps, curve["loss_first"], label=label("第一遍", "first copy"), color="tab:gray")
+    ax1.plot(steps, curve["loss_repeat"], label=label("重复部分", "the repeat"), color="tab:blue")
+    ax1.axhline(chance, color="tab:red", ls=":", lw=1, label=label(f"随机猜 {chance:.2f}", f"guessing {chance:.2f}"))
+    ax1.set_xlabel(label("训练步数", "training step"))
+    ax1.set_ylabel(label("交叉熵", "cross-entropy"))
+    ax1.set_title(label("损失", "loss"))
+    ax1.legend(fontsize=9)
+    ax2.plot(steps, curve["prev"], label=label("第 0 层最好的前一个 token 得分", "best previous-token score, layer 0"),
+             color="tab:orange")
+    ax2.plot(steps, curve["induction"], label=label("第 1 层最好的归纳得分", "best induction score, layer 1"),
+             color="tab:green")
+    ax2.set_ylim(0, 1)
+    ax2.set_xlabel(label("训练步数", "training step"))
+    ax2.set_title(label("头的得分", "head scores"))
+    ax2.legend(fontsize=9)
+    a, b = steepest_drop(curve)
+    for ax in (ax1, ax2):
+        ax.axvspan(a, b, color="gold", alpha=0.25, lw=0)
+    fig.tight_layout()
+    return fig
+
+
+def _head_slices(model, layer: int, head: int):
+    attn = model.blocks[layer].attn
+    d, dh = model.config.d_model, attn.d_head
+    rows = slice(2 * d + head * dh, 2 * d + (head + 1) * dh)             # this head's value rows of c_attn
+    w_v, b_v = attn.c_attn.weight[rows], attn.c_attn.bias[rows]          # (dh, d), (dh,)
+    w_o = attn.c_proj.weight[:, head * dh:(head + 1) * dh]               # (d, dh)
+    return w_v, b_v, w_o
+
+
+@torch.no_grad()
+def ov_circuit(model, layer: int, head: int) -> torch.Tensor:
+    """(V, V): row t is what the head adds to the logits when it attends to a
+    position holding token t (its token embedding only), through values, the
+    output projection and the unembedding: (W_E W_V + b_V) W_O W_U."""
+    w_v, b_v, w_o = _head_slices(model, layer, head)
+    values = model.wte.weight @ w_v.T + b_v                              # (V, dh)
+    return model.lm_head(values @ w_o.T)                                 # (V, V)
+
+
+def copies_own_token(ov: torch.Tensor) -> int:
+    """How many tokens t raise their own logit more than any other (row t's largest entry on the diagonal)."""
+    return int((ov.argmax(dim=-1) == torch.arange(ov.shape[0])).sum())
+
+
+@torch.no_grad()
+def direct_copy_rate(model, x: torch.Tensor, layer: int, head: int, positions) -> float:
+    """On real sequences: the share of (sequence, position) where the token the
+    head attends to most is also the token whose logit the head's own output
+    raises the most (its direct path to the logits: W_O, then the unembedding)."""
+    seen = {}
+    hook = model.blocks[layer].attn.heads.register_forward_hook(lambda m, i, out: seen.__setitem__("out", out))
+    try:
+        model(x)
+    finally:
+        hook.remove()
+    _, _, w_o = _head_slices(model, layer, head)
+    logits = model.lm_head(seen["out"][:, head] @ w_o.T)                  # (B, n, V)
+    weights = model.blocks[layer].attn.weights[:, head]                   # (B, n, n)
+    pos = torch.as_tensor(list(positions))
+    attended = x.gather(1, weights[:, pos].argmax(dim=-1))                # (B, len(pos)) token attended most
+    raised = logits[:, pos].argmax(dim=-1)
+    return float((attended == raised).double().mean())
+
+
+def ov_figure(model, heads: dict):
+    """One heatmap per named (layer, head): its OV circuit, rows = the token attended to."""
+    fig, axes = plt.subplots(1, len(heads), figsize=(4.6 * len(heads), 4.4), squeeze=False)
+    for ax, (name, (l, h)) in zip(axes[0], heads.items()):
+        ov = ov_circuit(model, l, h)
+        ov = (ov - ov.mean(dim=-1, keepdim=True)) / ov.std(dim=-1, keepdim=True)   # each row on its own scale
+        ax.imshow(ov.numpy(), cmap="RdBu_r", vmin=-3, vmax=3)
+        ax.set_xticks(range(len(ALPHABET)), list(ALPHABET), fontsize=6)
+        ax.set_yticks(range(len(ALPHABET)), list(ALPHABET), fontsize=6)
+        ax.set_xlabel(label("加到哪个 logit 上（下一个 token）", "logit raised (next token)"))
+        ax.set_ylabel(label("被关注位置上的 token", "token at the attended position"))
+        ax.set_title(label(f"{name}：L{l} H{h}，对角线最大的行 {copies_own_token(ov_circuit(model, l, h))}/26",
+                           f"{name}: L{l} H{h}, diagonal largest in {copies_own_token(ov_circuit(model, l, h))}/26 rows"),
+                     fontsize=10)
+    fig.tight_layout()
+    return fig

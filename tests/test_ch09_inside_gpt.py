@@ -206,3 +206,56 @@ def test_model_is_untouched_by_the_reference():
     g.ref_ablate_heads(model, [(0, 1)], x, x)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert g._n_hooks(model) == 0
+
+
+# ------------------------------------------------------------------ the phase change and the OV side
+
+def test_snapshots_are_taken_without_changing_the_training():
+    plain, kept = inside.TinyGPT(inside.Config()), inside.TinyGPT(inside.Config())
+    kept.load_state_dict(plain.state_dict())
+    start = copy.deepcopy(plain.state_dict())
+    snaps = []
+    a, _ = inside.train_toy(plain, steps=6, batch_size=8, progress=False)
+    b, _ = inside.train_toy(kept, steps=6, batch_size=8, progress=False, snapshots=snaps, snapshot_every=2)
+    assert a == b and [s for s, _ in snaps] == [0, 2, 4, 6]
+    assert all(torch.equal(snaps[0][1][k], start[k]) for k in start)
+    assert all(torch.equal(snaps[-1][1][k], v) for k, v in kept.state_dict().items())
+
+
+def test_phase_curve_scores_every_snapshot_with_the_functions_given():
+    model = inside.test_model()
+    snaps = [(0, copy.deepcopy(model.state_dict()))]
+    x, y = inside.repeated_batch(8, 6, generator=torch.Generator().manual_seed(0))
+    curve = inside.phase_curve(model.config, snaps, x, y, 6, g.ref_prev_token_score, g.ref_induction_score)
+    per_pos = inside.loss_per_position(model, x, y)
+    attn = model.attention(x)
+    assert curve["step"] == [0]
+    assert curve["loss_repeat"][0] == pytest.approx(float(per_pos[6:].mean()))
+    assert curve["loss_first"][0] == pytest.approx(float(per_pos[:5].mean()))
+    assert curve["prev"][0] == pytest.approx(float(g.ref_prev_token_score(attn)[0].max()))
+    assert curve["induction"][0] == pytest.approx(float(g.ref_induction_score(attn, 6)[-1].max()))
+    assert inside.steepest_drop({"step": [0, 25, 50, 75], "loss_repeat": [3.0, 2.9, 1.0, 0.9]}) == (25, 50)
+
+
+def test_ov_circuit_is_what_a_layer_0_head_adds_to_the_logits_where_it_looks_at_one_token():
+    model = inside.test_model()
+    x = torch.randint(26, (3, 7), generator=torch.Generator().manual_seed(1))
+    seen = {}
+    hook = model.blocks[0].attn.heads.register_forward_hook(lambda m, i, out: seen.__setitem__("out", out))
+    try:
+        model(x)
+    finally:
+        hook.remove()
+    attn = model.blocks[0].attn
+    for h in range(model.config.n_head):
+        w_o = attn.c_proj.weight[:, h * attn.d_head:(h + 1) * attn.d_head]
+        direct = model.lm_head(seen["out"][:, h, 0] @ w_o.T)          # position 0 can only look at itself
+        assert torch.allclose(direct, inside.ov_circuit(model, 0, h)[x[:, 0]], atol=1e-5)
+
+
+def test_copies_own_token_counts_rows_whose_largest_entry_is_on_the_diagonal():
+    assert inside.copies_own_token(torch.eye(5)) == 5
+    assert inside.copies_own_token(torch.eye(5).roll(1, dims=1)) == 0
+    ov = torch.eye(4)
+    ov[2, 0] = 2.0
+    assert inside.copies_own_token(ov) == 3

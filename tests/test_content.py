@@ -197,14 +197,47 @@ def printed(chapter: str, lang: str) -> str:
     return "\n".join(chapter_run(chapter, lang)[0])
 
 
+def code_hash(chapter: str) -> str:
+    """A fingerprint of what a chapter runs: its code cells (English build), except
+    the graded test cells, whose checks print nothing the text quotes."""
+    import hashlib
+
+    nb = build.build_chapter(chapter, "en")
+    cells = [c.source for c in nb.cells
+             if c.cell_type == "code" and not c.metadata.get("nbgrader", {}).get("grade")]
+    return hashlib.sha256("\n\x00".join(cells).encode()).hexdigest()[:16]
+
+
+KEPT = ROOT / "bench" / "results" / "chapter_outputs"
+
+
+@lru_cache(maxsize=None)
+def kept_output(chapter: str) -> str:
+    """What a chapter that trains for minutes printed: the run kept by
+    bench/chapter_outputs.py, or a fresh run with COURSE_RUN_TRAINING_CHAPTERS=1."""
+    import os
+
+    if os.environ.get("COURSE_RUN_TRAINING_CHAPTERS"):
+        return printed(chapter, "en")
+    kept = json.loads((KEPT / f"{chapter}.json").read_text(encoding="utf-8"))
+    assert kept["code_hash"] == code_hash(chapter), (
+        f"{chapter}'s code changed since its outputs were kept: rerun python bench/chapter_outputs.py {chapter}")
+    return "\n".join(kept["outputs"])
+
+
 @lru_cache(maxsize=None)
 def prose(chapter: str, lang: str) -> str:
     """The chapter's markdown in one language (no need to run anything)."""
     return "\n".join(c.source for c in build.build_chapter(chapter, lang).cells if c.cell_type == "markdown")
 
 
+def same_worker(chapter: str):
+    """Tests that run a chapter share one pytest-xdist worker, so the chapter runs once per language there."""
+    return pytest.mark.xdist_group(f"content_{chapter}")
+
+
 @pytest.mark.parametrize("lang", build.LANGS)
-@pytest.mark.parametrize("chapter", RUN)
+@pytest.mark.parametrize("chapter", [pytest.param(c, marks=same_worker(c)) for c in RUN])
 def test_every_figure_of_the_chapter_draws_its_text(chapter, lang):
     _, _, figures, problems = chapter_run(chapter, lang)
     assert figures > 0
@@ -255,12 +288,14 @@ def test_training_progress_bar_shows_the_time_budget(capsys):
 
 # --------------------------------------------------------- ch01's numbers
 
+@same_worker("ch01_attention")
 def test_ch01_rnn_steps_are_n_minus_1_in_text_and_code():
     for lang, steps in (("zh", "127 步"), ("en", "127 steps")):
         assert "$n-1$" in prose("ch01_attention", lang) and "$n$ 步" not in prose("ch01_attention", lang)
         assert steps in printed("ch01_attention", lang)
 
 
+@same_worker("ch01_attention")
 def test_ch01_saturation_numbers_are_the_printed_ones():
     out = printed("ch01_attention", "en")
     unscaled = [float(v) for v in re.search(r"unscaled: \[(.*?)\]", out).group(1).split(",")]
@@ -294,6 +329,75 @@ def test_ch01_exercise_3_says_what_a_fully_masked_row_gives():
     assert "nan" in prose("ch01_attention", "zh") and "`nan`" in prose("ch01_attention", "en")
 
 
+def test_ch01_names_the_papers_other_constants_and_shows_bahdanau_first():
+    zh, en = prose("ch01_attention", "zh"), prose("ch01_attention", "en")
+    assert "唯一的“魔法常数”" not in zh and 'only "magic constant"' not in en
+    for text in (zh, en):
+        # the paper's other constants: sinusoid base, warm-up steps, Adam's beta_2, label smoothing, sqrt(d_model)
+        for constant in ("10000", "4000", r"\beta_2=0.98", "0.1", r"\sqrt{d_\text{model}}"):
+            assert constant in text, constant
+        bahdanau = text.index(r"\mathbf v_a^\top\tanh")
+        assert bahdanau < text.index(r"e_{ij}=\mathbf q_i\cdot\mathbf k_j")       # the formula the three changes start from
+    assert "梯度能顺畅地流过去" in zh and "so that gradients can flow" in en
+
+
+def test_ch03_heads_are_attributed_to_the_work_that_found_them():
+    zh, en = prose("ch03_multi_head", "zh"), prose("ch03_multi_head", "en")
+    assert "括号配对头" not in zh and "bracket-matching heads" not in en
+    assert "basic part behind" not in en and "上下文学习的基本零件" not in zh
+    for text in (zh, en):
+        for source in ("Elhage", "Olsson", "Clark", "Wang", "Michel", "1906.04341", "2211.00593"):
+            assert source in text, source
+    assert "假设" in zh and "hypothesis" in en
+
+
+def test_ch06_qwen_keeps_its_biases_and_gpt3_has_96_layers():
+    from helpers.ch06_param_count import model_cards
+    zh, en = prose("ch06_param_count", "zh"), prose("ch06_param_count", "en")
+    assert "（以及 Qwen、Mistral 等）" not in zh and "(and Qwen, Mistral and others)" not in en
+    assert "Qwen 1 到 2.5" in zh and "Qwen 1 to 2.5" in en
+    gpt3 = model_cards.card("GPT-3 175B")
+    assert (gpt3.n_layer, gpt3.d, gpt3.n_head) == (96, 12288, 96)
+    approx = round(12 * gpt3.n_layer * gpt3.d ** 2 / 1e9)
+    for text in (zh, en):
+        assert r"12\times96\times12288^2\approx" + f"{approx}$B" in text
+    assert "叠了 96 层" in zh and "stacks this block 96 times" in en
+
+
+def test_ch08_kv_paragraph_says_the_layer_below():
+    assert "是下一层在位置" not in prose("ch08_efficiency", "zh")
+    assert "前一层" in prose("ch08_efficiency", "zh") and "the layer below" in prose("ch08_efficiency", "en")
+
+
+# where the seed course's further reading belongs: chapter -> links its reading list must hold
+READING = {
+    "ch01_attention": ("arxiv.org/abs/1706.03762", "jalammar.github.io/illustrated-transformer",
+                       "nlp.seas.harvard.edu/annotated-transformer", "web.stanford.edu/class/cs224n"),
+    "ch03_multi_head": ("transformer-circuits.pub/2022/in-context-learning-and-induction-heads",),
+    "ch04_positions": ("kexue.fm/archives/8265", "arxiv.org/abs/2108.12409"),
+    "ch05_block": ("youtube.com/watch?v=kCc8FmEb1nY", "arxiv.org/abs/2004.08249", "arxiv.org/abs/1908.03265"),
+    "ch06_param_count": ("youtube.com/watch?v=l8pRSuU81PU", "github.com/ggml-org/llama.cpp",
+                         "github.com/ml-explore/mlx-lm"),
+    "ch08_efficiency": ("arxiv.org/abs/2205.14135",),
+    "ch09_inside_gpt": ("arxiv.org/abs/2005.14165",),
+    "ch10_llama_block": ("kexue.fm/archives/8265", "arxiv.org/abs/2405.04434"),
+    "ch11_encoder_decoder": ("arxiv.org/abs/1810.04805", "arxiv.org/abs/1910.10683"),
+}
+
+
+@pytest.mark.parametrize("chapter", sorted(READING))
+def test_further_reading_is_written_out_in_both_languages(chapter):
+    links = {}
+    for lang, heading in (("zh", "### 延伸阅读"), ("en", "### Further reading")):
+        text = prose(chapter, lang)
+        assert heading in text, (chapter, lang)
+        block = text[text.index(heading):]
+        links[lang] = set(re.findall(r"https?://[^\s）)，,；;]+", block))
+        for link in READING[chapter]:
+            assert any(link in found for found in links[lang]), (chapter, lang, link)
+    assert links["zh"] == links["en"], links["zh"] ^ links["en"]
+
+
 # --------------------------------------------------------- ch02, ch04
 
 def test_ch02_scores_are_scaled_by_sqrt_d_k_and_bert_masks_padding():
@@ -308,6 +412,7 @@ def test_ch02_scores_are_scaled_by_sqrt_d_k_and_bert_masks_padding():
     assert abs(r["Q"][0, 0] - sum(r["X"][0, i] * first.weights[0].values[i, 0] for i in range(4))) < 1e-9
 
 
+@same_worker("ch04_positions")
 def test_ch04_permuted_rotate_half_gives_the_adjacent_scores():
     out = printed("ch04_positions", "en")
     same = float(re.search(r"same weights: largest difference ([\d.e+-]+)", out).group(1))
@@ -317,8 +422,73 @@ def test_ch04_permuted_rotate_half_gives_the_adjacent_scores():
     assert "距离 $k$" not in prose("ch04_positions", "zh") and "distance $k$" not in prose("ch04_positions", "en")
 
 
+EN_KINDS = {"sinusoidal": "sinusoidal", "learned table": "learned", "RoPE": "rope",
+            "RoPE + NTK scaling": "rope+ntk", "ALiBi": "alibi"}
+
+
+def extrapolation_table() -> tuple[list[int], dict[str, list[float | None]]]:
+    """The table chapter 4's experiment prints (English build): lengths and, per kind, the loss or None."""
+    out = printed("ch04_positions", "en")
+    lines = out[out.index("length read"):].splitlines()
+    lengths = [int(v) for v in lines[0].split()[2:]]
+    rows = {}
+    for line in lines[1:1 + len(EN_KINDS)]:
+        name, values = line[:22].strip(), line[22:].split()
+        rows[EN_KINDS[name]] = [None if v == "—" else float(v) for v in values]
+    return lengths, rows
+
+
+@same_worker("ch04_positions")
+def test_ch04_extrapolation_text_is_what_the_experiment_prints():
+    lengths, rows = extrapolation_table()
+    assert lengths == [32, 48, 64, 96, 128]
+    assert rows["learned"][0] is not None and rows["learned"][1:] == [None] * 4     # no row past position 31
+    at32 = [rows[k][0] for k in ("sinusoidal", "learned", "rope", "alibi")]
+    sin, rope, ntk, alibi = rows["sinusoidal"], rows["rope"], rows["rope+ntk"], rows["alibi"]
+    assert all(a < b for a, b in zip(sin, sin[1:])) and sin[-1] > 3 * sin[0]       # climbs all the way
+    assert rope[-1] > 2 * rope[0]                                                     # RoPE degrades too
+    assert ntk[0] == rope[0] and rope[0] < ntk[-1] < rope[-1]                         # part back, not all
+    assert alibi[0] == max(at32) and max(alibi) - min(alibi) < 0.15                   # worst at 32, level
+    zh, en = prose("ch04_positions", "zh"), prose("ch04_positions", "en")
+    assert f"{min(at32):.2f} 到 {max(at32):.2f}" in zh and f"between {min(at32):.2f} and {max(at32):.2f}" in en
+    for lang, text in (("zh", zh), ("en", en)):
+        for value in (sin[0], sin[-1], rope[0], rope[-1], ntk[-1], alibi[0], alibi[-1]):
+            assert f"{value:.2f}" in text, (lang, value)
+    assert "（理论上可以外推）" not in zh and "(in principle it can extrapolate)" not in en
+    assert "## 2. Sinusoidal encoding" in en and "## 2. 正弦位置编码" in zh
+
+
+@same_worker("ch04_positions")
+def test_ch04_other_seeds_keep_the_shape_the_text_describes():
+    kept = json.loads((ROOT / "bench" / "results" / "extrapolation_seeds.json").read_text())
+    runs = {r["seed"]: r["losses"] for r in kept["runs"]}
+    assert len(runs) >= 3 and 0 in runs
+    _, live = extrapolation_table()
+    assert {k: [None if v is None else round(v, 3) for v in vs] for k, vs in runs[0].items()} == live
+    lower_at_128 = set()
+    for seed, r in runs.items():
+        rise = {k: r[k][-1] - r[k][0] for k in ("sinusoidal", "rope", "alibi")}
+        assert rise["sinusoidal"] == max(rise.values()), seed          # "climbs the most"
+        assert rise["rope"] > 0, seed                                  # "RoPE climbs too"
+        assert r["rope+ntk"][-1] < r["rope"][-1], seed                 # "NTK takes back part of it"
+        assert abs(rise["alibi"]) < 0.15, seed                         # "ALiBi stays about level"
+        lower_at_128.add("rope" if r["rope"][-1] < r["alibi"][-1] else "alibi")
+    assert lower_at_128 == {"rope", "alibi"}                           # "changes from seed to seed"
+    assert "extrapolation_seeds.json" in prose("ch04_positions", "zh")
+
+
+def test_ch10_says_rope_degrades_past_the_trained_length():
+    zh, en = prose("ch10_llama_block", "zh"), prose("ch10_llama_block", "en")
+    assert "copes better with length" not in en and "对长度更友好" not in zh
+    assert "degraded past the trained length" in en and "过了训练长度同样会退化" in zh
+    assert "almost all share one block design" not in en and "几乎都一样" not in zh
+    for text in (zh, en):
+        assert "MLA" in text and "MoE" in text and "Qwen 1" in text
+
+
 # --------------------------------------------------------- ch05
 
+@same_worker("ch05_block")
 def test_ch05_gradient_text_matches_the_experiment():
     out = printed("ch05_block", "en")
     block = out[out.index("layer Pre-LN   Post-LN"):].split("\n\n")[0]     # not the residual-stream table after it
@@ -335,6 +505,7 @@ def test_ch05_gradient_text_matches_the_experiment():
     assert "several times larger at every layer" not in prose("ch05_block", "en")
 
 
+@same_worker("ch05_block")
 def test_ch05_ffn_share_per_block_and_for_gpt2_small():
     out = printed("ch05_block", "en")
     share = re.search(r"the 12 FFNs ([\d.]+)%", out).group(1)
@@ -351,6 +522,71 @@ def test_ch05_warm_up_and_initialisation_are_stated_as_they_are():
     assert "按原论文的方式初始化" not in zh and "as in the original paper (Xavier)" not in en
     assert "need no warm-up" not in en and "不需要 warm-up" not in zh
     assert "*requires*" in en and "**必须**" in zh
+
+
+def _solution(chapter: str) -> dict:
+    """A chapter's answer cells (the model solution) run in one namespace, with its imports."""
+    nb = build.build_chapter(chapter, "en")
+    ns: dict = {"__name__": "__solution__"}
+    cells = [c for c in nb.cells if c.cell_type == "code"]
+    exec(cells[0].source, ns)                                   # the chapter's imports
+    for cell in cells:
+        if cell.metadata.get("nbgrader", {}).get("solution"):
+            exec(cell.source, ns)
+    return ns
+
+
+@same_worker("ch05_block")
+def test_ch05_adam_takes_steps_of_one_size_and_post_ln_output_moves_further():
+    out = printed("ch05_block", "en")
+    rows = re.findall(r"^\s*(\d)\s+([\d.]+) /\s+([\d.]+)\s+([\d.]+) / ([\d.]+)\s+([\d.]+) / ([\d.]+)$", out, re.M)
+    assert [int(r[0]) for r in rows] == [1, 2, 3]
+    g_pre, g_post, u_pre, u_post, o_pre, o_post = map(float, rows[0][1:])
+    assert u_pre == u_post and abs(u_pre - 5e-3) < 1e-4           # Adam's first step: lr · sign(g), whatever g
+    assert g_post > 2 * g_pre                                      # "more than twice as large"
+    assert 1.5 < o_post / o_pre < 2                                # "almost twice as far" / "将近一倍"
+    for lang in build.LANGS:
+        text = prose("ch05_block", lang)
+        for value in (f"{u_pre:.5f}", f"{g_pre:.2f}", f"{g_post:.2f}", f"{o_pre:.2f}", f"{o_post:.2f}"):
+            assert value in text, (lang, value)
+    zh, en = prose("ch05_block", "zh"), prose("ch05_block", "en")
+    assert "the first steps are large" not in en and "一开始迈的步子就大" not in zh
+    assert "takes large steps from the start" not in en and "一开始就迈大步" not in zh
+    assert "cannot do without it" not in en and "离不开它" not in zh
+    for text in (zh, en):
+        for name in ("T-Fixup", "Admin", "DeepNorm", "RAdam", "2004.08249"):
+            assert name in text, name
+
+
+@same_worker("ch05_block")
+def test_ch05_xiong_is_quoted_for_post_ln_only():
+    out = printed("ch05_block", "en")
+    block = out[out.index("layer Pre-LN   Post-LN"):].split("\n\n")[0]
+    rows = re.findall(r"^\s*(\d+)\s+([\d.]+)\s+([\d.]+)$", block, re.M)
+    pre = [float(r[1]) for r in rows]
+    ratio = pre[0] / pre[-1]
+    assert 2 < ratio < 3.5                                          # Pre-LN falls toward the output: not level
+    assert f"降了 {ratio:.1f} 倍" in prose("ch05_block", "zh") and f"fall {ratio:.1f} times" in prose("ch05_block", "en")
+    assert "This agrees with the analysis of Xiong" not in prose("ch05_block", "en")
+
+
+def test_ch05_a_smaller_learning_rate_moves_post_ln_without_warm_up():
+    import math
+
+    from helpers.ch05_block import norm_placement
+    Block = _solution("ch05_block")["Block"]
+
+    class PostLNBlock(Block):
+        def forward(self, x):
+            x = self.ln1(x + self.attn(x))
+            return self.ln2(x + self.ffn(x))
+
+    settings = dict(n_layers=8, d=32, n=16, batch=16, steps=60)
+    stuck = norm_placement.train(lambda: PostLNBlock(32, 4), lr=5e-3, **settings)
+    moving = norm_placement.train(lambda: PostLNBlock(32, 4), lr=2e-3, **settings)
+    assert abs(sum(stuck[-10:]) / 10 - math.log(16)) < 0.05        # on the plateau at the chapter's rate
+    assert sum(moving[-10:]) / 10 < math.log(16) - 0.4             # "leaves the plateau (slowly)"
+    assert "2e-3" in prose("ch05_block", "zh") and "2e-3" in prose("ch05_block", "en")
 
 
 # --------------------------------------------------------- ch07
@@ -408,6 +644,7 @@ def test_ch08_cache_sizes_in_gib_and_gb():
     assert "几乎所有新模型都用 GQA" not in prose("ch08_efficiency", "zh")
 
 
+@same_worker("ch08_efficiency")
 def test_ch08_crossover_is_explained_and_printed():
     out = printed("ch08_efficiency", "en")
     assert re.search(r"measured crossover: the scores are slower from n = \d+ on \(the FLOP count says n = 6d = 384\)",
@@ -417,6 +654,153 @@ def test_ch08_crossover_is_explained_and_printed():
     assert "6d=384" in prose("ch08_efficiency", "en").replace(" ", "")
     assert "逐位相同（在浮点误差内）" not in prose("ch08_efficiency", "zh")
     assert "只取决于第 $j$ 个 token 本身" not in prose("ch08_efficiency", "zh")
+
+
+# --------------------------------------------------------- ch09, ch11: kept runs
+
+def test_ch09_ov_text_is_what_the_run_printed():
+    out = kept_output("ch09_inside_gpt")
+    rows = {(int(l), int(h)): (int(own), int(rate)) for l, h, own, rate in
+            re.findall(r"^L(\d) H(\d)\s+[\d.]+\s+[\d.]+\s+(\d+)/26\s+(\d+)%$", out, re.M)}
+    assert len(rows) == 8
+    prev_head = int(re.search(r"previous-token head of layer 0 is H(\d)", out).group(1))
+    layer1 = [rows[(1, h)] for h in range(4)]
+    layer0 = [rows[(0, h)] for h in range(4)]
+    own1, rate1 = [o for o, _ in layer1], [r for _, r in layer1]
+    assert min(rate1) > 50 and max(r for _, r in layer0) < 20 and rows[(0, prev_head)] == (0, 0)
+    zh, en = prose("ch09_inside_gpt", "zh"), prose("ch09_inside_gpt", "en")
+    assert f"{min(rate1)}% 到 {max(rate1)}%" in zh and f"{min(rate1)}% to {max(rate1)}%" in en
+    assert f"{min(own1)} 到 {max(own1)} 行" in zh and f"{min(own1)} to {max(own1)} of the 26 rows" in en
+    most0 = (max(r for _, r in layer0), max(o for o, _ in layer0))
+    assert f"最多 {most0[0]}%、{most0[1]} 行" in zh and f"at most {most0[0]}%, {most0[1]} rows" in en
+    assert f"L0 H{prev_head} 一行也没有" in zh and f"previous-token head L0 H{prev_head} has not a single" in en
+
+
+def test_ch09_phase_change_text_is_what_the_run_printed():
+    out = kept_output("ch09_inside_gpt")
+    table = {int(step): tuple(map(float, v)) for step, *v in
+             re.findall(r"^\s*(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$",
+                        out[out.index("step  first copy"):out.index("falls fastest")], re.M)}
+    a, b = map(int, re.search(r"falls fastest between steps (\d+) and (\d+)", out).groups())
+    first, repeat, prev, ind = zip(*(table[s] for s in (0, 300, 500)))
+    assert repeat[0] - repeat[1] < 0.3 and repeat[1] - repeat[2] > 2      # flat for 300 steps, then within 200
+    assert prev[1] < 0.2 and ind[1] < 0.2 and prev[2] > 0.8 and ind[2] > 0.7
+    assert first[2] > first[1] > first[0]                                  # the first copy gets worse meanwhile
+    assert 300 <= a < b <= 500
+    zh, en = prose("ch09_inside_gpt", "zh"), prose("ch09_inside_gpt", "en")
+    for text in (zh, en):
+        for value in (repeat[0], repeat[1], repeat[2], prev[1], ind[1], prev[2], ind[2], first[1], first[2]):
+            assert f"{value:.2f}" in text, value
+    assert f"第 {a} 到第 {b} 步" in zh and f"between steps {a} and {b}" in en
+
+
+def test_ch09_ablation_lowers_the_first_copy_loss_for_every_layer_1_head():
+    out = kept_output("ch09_inside_gpt")
+    line = re.search(r"^L1: (.*)$", out, re.M).group(1)
+    first = [float(v) for v in re.findall(r"\(([+-][\d.]+)\)", line)]
+    repeat = [float(v) for v in re.findall(r"H\d ([+-][\d.]+) \(", line)]
+    assert len(first) == 4 and max(first) < 0 and min(repeat) > 0
+    lo, hi = sorted((-max(first), -min(first)))
+    assert f"降 {lo:.2f} 到 {hi:.2f}" in prose("ch09_inside_gpt", "zh")
+    assert f"by {lo:.2f} to {hi:.2f}" in prose("ch09_inside_gpt", "en")
+    # the quiz (question 29, D) says this of the previous-token head of layer 0
+    l0 = re.search(r"^L0: (.*)$", out, re.M).group(1)
+    prev_head = int(re.search(r"previous-token head of layer 0 is H(\d)", out).group(1))
+    rep0, first0 = map(float, re.search(rf"H{prev_head} ([+-][\d.]+) \(([+-][\d.]+)\)", l0).groups())
+    assert rep0 > 2 and rep0 > 5 * abs(first0)
+    assert "去掉第 0 层的前一个 token 头，重复后半段的损失上升得比随机的前半段多得多" in prose("ch12_quiz", "zh")
+
+
+def test_ch09_ablation_and_character_model_text_is_what_the_run_printed():
+    out = kept_output("ch09_inside_gpt")
+    base = float(re.search(r"full model, loss on the repeat: ([\d.]+)", out).group(1))
+    deltas = {}
+    for layer in (0, 1):
+        line = re.search(rf"^L{layer}: (.*)$", out, re.M).group(1)
+        for h, rep, first in re.findall(r"H(\d) ([+-][\d.]+) \(([+-][\d.]+)\)", line):
+            deltas[(layer, int(h))] = (float(rep), float(first))
+    prev_head = int(re.search(r"previous-token head of layer 0 is H(\d)", out).group(1))
+    cuts = dict(re.findall(r"^(drop the heads that cost|keep only the best induction head|drop only the previous-token "
+                           r"head)[^\n]*→ ([\d.]+)$", out, re.M))
+    zh, en = prose("ch09_inside_gpt", "zh"), prose("ch09_inside_gpt", "en")
+    prev_loss = float(cuts["drop only the previous-token head"])
+    assert abs(base + deltas[(0, prev_head)][0] - prev_loss) < 0.02
+    others = [h for h in range(4) if h != prev_head]
+    crucial = max(others, key=lambda h: deltas[(0, h)][0])                      # the head that looks at itself
+    spare = [h for h in others if h != crucial]
+    assert all(0.2 <= deltas[(1, h)][0] <= 0.45 for h in range(4))             # "only about 0.3 each"
+    assert all(abs(deltas[(0, h)][0]) < 0.2 for h in spare)                      # "barely matter for the repeat"
+    first_big = max(spare, key=lambda h: deltas[(0, h)][1])
+    for text in (zh, en):
+        for value in (f"{base:.2f}", f"{prev_loss:.2f}", f"{base + deltas[(0, crucial)][0]:.2f}",
+                      f"{deltas[(0, first_big)][1]:.1f}", f"{float(cuts['drop the heads that cost']):.2f}",
+                      f"{float(cuts['keep only the best induction head']):.2f}"):
+            assert value in text, value
+        assert f"L0 H{prev_head}" in text and f"L0 H{crucial}" in text and f"L0 H{first_big}" in text
+    # section 4: chapter 7's character model
+    best = dict((name.strip(), (float(tr), float(un))) for name, tr, un in
+                re.findall(r"^  (previous character|word start|induction)\s+L\dH\d ([\d.]+)\s+\|\s+([\d.]+)$", out, re.M))
+    layer0 = [float(v) for v in re.search(r"previous-character scores of the heads of layer 0: (.*)$", out, re.M)
+              .group(1).split()]
+    chance = best["previous character"][1]
+    assert 3.5 * chance <= min(layer0) and max(layer0) <= 6 * chance and best["induction"][0] == best["induction"][1]
+    assert "3.5 到 6 倍" in prose("ch09_inside_gpt", "zh") and "between 3.5 and 6 times" in prose("ch09_inside_gpt", "en")
+    for text in (zh, en):
+        for value in (min(layer0), max(layer0), chance, best["word start"][0], best["induction"][0]):
+            assert f"{value:.2f}" in text, value
+
+
+def test_ch09_in_context_learning_is_stated_as_olsson_et_al_do():
+    zh, en = prose("ch09_inside_gpt", "zh"), prose("ch09_inside_gpt", "en")
+    assert "rests on mechanisms of this kind" not in en and "靠的也是这类机制" not in zh
+    assert "hypothesis" in en and "假设" in zh and "Brown" in en and "Brown" in zh
+    assert "some track matching brackets" not in en and "有的追踪括号配对" not in zh
+
+
+def test_ch11_misses_are_one_rule_and_the_text_says_which():
+    out = kept_output("ch11_encoder_decoder")
+    wrong, total, trained = map(int, re.search(r"(\d+) wrong out of (\d+) numbers, (\d+) of them in the training set",
+                                                out).groups())
+    rows = {p: (int(n), int(w), int(tr)) for p, n, w, tr in re.findall(r"^(X[X0]*)\s+(\d+)\s+(\d+)\s+(\d+)\s", out, re.M)}
+    clean = re.search(r"patterns without a miss: (.*)$", out, re.M).group(1).split()
+    tens, shaped = map(int, re.search(r"of the (\d+) misses shaped X00X, (\d+) put", out).groups()[::-1])
+    assert total == 10_000 and sum(w for _, w, _ in rows.values()) == wrong
+    assert shaped == tens == rows["X00X"][1]                               # "every one of them at the same place"
+    assert all(len(p) == 4 and p.count("0") >= 2 for p in rows)            # only four-digit numbers, two zeros or more
+    assert {"0", "X", "XX", "XXX", "XXXX", "X0XX", "XX0X", "XXX0"} <= set(clean)
+    assert trained > wrong / 2                                             # most misses were trained on
+    n_x00x, w_x00x, _ = rows["X00X"]
+    others = wrong - w_x00x
+    zh, en = prose("ch11_encoder_decoder", "zh"), prose("ch11_encoder_decoder", "en")
+    assert f"10,000 个数错了 {wrong} 个，其中 {trained} 个在训练集里" in zh
+    assert f"{wrong} of the 10,000 come out wrong, and {trained} of them are in the training set" in en
+    assert f"`X00X` 形的 {n_x00x} 个数" in zh and f"错了 {w_x00x} 个" in zh
+    assert f"{w_x00x} of the {n_x00x} numbers shaped `X00X`" in en
+    assert f"其余 {others} 个错误" in zh and f"The other {others} misses" in en
+    for example in ("1003 → 一千零三十 = 1030", "1005 → 一千零五十五 = 1055", "6000 → 六千零 = 6000",
+                    "5900 → 五千九百零九 = 5909", "6050 → 六千零五 = 6005"):
+        assert example in out, example
+    assert "零 zero" in en and "千 thousand" in en                          # the gloss English readers need
+    assert "Radford et al., 2018" in en and "Radford 等，2018" in zh
+
+
+def test_ch11_held_out_text_is_what_the_run_printed():
+    out = kept_output("ch11_encoder_decoder")
+    acc = re.search(r"exact-match accuracy on the held-out numbers: ([\d.]+)%", out).group(1)
+    misses = re.findall(r"^\s+(\d+): (\S+)\s+\(should be", out, re.M)
+    for lang in build.LANGS:
+        text = prose("ch11_encoder_decoder", lang)
+        paragraph = next(p for p in text.split("\n\n") if f"{acc}%" in p)
+        assert str(len(misses)) in paragraph
+        quoted = re.findall(r"(\d+) → ([零一二三四五六七八九十百千]+)", paragraph)
+        assert len(quoted) >= 3 and set(quoted) <= set(misses), (lang, quoted)
+
+
+def test_kept_outputs_are_those_of_the_chapters_as_they_are():
+    for chapter in ("ch09_inside_gpt", "ch11_encoder_decoder"):
+        kept = json.loads((KEPT / f"{chapter}.json").read_text(encoding="utf-8"))
+        assert kept["code_hash"] == code_hash(chapter), (
+            f"{chapter}'s code changed since its outputs were kept: rerun python bench/chapter_outputs.py {chapter}")
 
 
 # --------------------------------------------------------- widget + picture, one output
