@@ -810,11 +810,12 @@ def test_show_widget_puts_the_widget_and_its_picture_in_one_output(monkeypatch):
     from IPython import display as ipd
 
     shown = []
-    monkeypatch.setattr(ipd, "display", lambda obj, raw=False: shown.append((obj, raw)))
+    monkeypatch.setattr(ipd, "display", lambda obj, raw=False, metadata=None: shown.append((obj, raw, metadata)))
     fig, ax = plt.subplots()
     ax.plot([0, 1])
-    plots.show_widget(W.IntSlider(), fig)
-    (bundle, raw), = shown
+    plots.show_widget(W.IntSlider(), fig, alt="a line")
+    (bundle, raw, metadata), = shown
     assert raw and set(bundle) == {"text/plain", "application/vnd.jupyter.widget-view+json", "image/png"}
+    assert metadata == {"image/png": {"alt": "a line"}}     # what a screen reader says for the picture
     assert bundle["image/png"].startswith("iVBOR")          # base64 of a PNG header
     assert fig.number not in plt.get_fignums()              # closed: the inline backend must not show it again
