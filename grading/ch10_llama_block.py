@@ -16,6 +16,7 @@ from torch import nn
 from helpers import ch10_llama_block as bridge
 from helpers.i18n import t
 
+from .cases import COMMON_HINTS, Earlier, on_its_own
 from .core import (
     LAYER_NORM_FAMILY,
     Bug,
@@ -24,6 +25,7 @@ from .core import (
     call,
     close,
     diagnose,
+    ensure_untampered,
     expect_autograd,
     failure,
     forbidden,
@@ -46,11 +48,39 @@ def _hf_close(out, ref) -> bool:
     return close(out, ref, atol=1e-5 * max(scale, 1.0), rtol=1e-5)
 
 
+# ---------------------------------------------------------------- crashes in plain words
+
+def allowed(key, zh_when, en_when, zh_why, en_why) -> list:
+    """Hints for a call on an input the exercise allows: whatever the student's code raises there, the message
+    says that this input is allowed (and why), instead of leaving a bare traceback."""
+    return [(lambda exc, line: True,
+             Bug(key, f"你的代码在这种输入上出错了（{zh_when}），而练习允许它：{zh_why}",
+                 f"your code fails on this input ({en_when}), which the exercise allows: {en_why}"))]
+
+
+SUPER_HINTS = [(lambda exc, line: "before Module.__init__() call" in str(exc), Bug(
+    "super_init_missing", "__init__ 里没有先调用 super().__init__()：nn.Module 要先初始化，才能给它添加子模块和参数。",
+    "__init__ does not call super().__init__() first: an nn.Module must be set up before submodules and "
+    "parameters can be added to it."))]
+
+
+def passes(verify):
+    """A probe for ``Earlier`` made of the earlier exercise's own hidden checks (``verify(theirs)`` raises when
+    they fail): a correct version stands in exactly when that exercise loses its own points."""
+    def probe(theirs) -> bool:
+        with torch.enable_grad():              # the checks test gradients; probes run under no_grad
+            verify(theirs)
+        return True
+    return probe
+
+
 # ---------------------------------------------------------------- references (float64)
 
 def ref_rms_norm(x, w, eps=1e-6, *, center=False, eps_outside=False, no_eps=False, no_sqrt=False,
-                 no_weight=False, unbiased=False, l2=False, dim=-1, var=False, weight_first=False):
-    """RMSNorm; the keyword arguments switch on known bugs."""
+                 no_weight=False, unbiased=False, l2=False, dim=-1, var=False, weight_first=False,
+                 everything=False, divisor=None):
+    """RMSNorm; the keyword arguments switch on known bugs (``everything``: the mean over the whole tensor;
+    ``divisor``: the sum of squares divided by x.shape[divisor] instead of d)."""
     x, w = as_f64(x), as_f64(w)
     if weight_first:
         x, no_weight = x * w, True
@@ -60,6 +90,10 @@ def ref_rms_norm(x, w, eps=1e-6, *, center=False, eps_outside=False, no_eps=Fals
     ms = (xc ** 2).sum(dim=dim, keepdim=True) / (x.shape[dim] - (1 if unbiased else 0))
     if l2:
         ms = (x ** 2).sum(dim=dim, keepdim=True)
+    if everything:
+        ms = (x ** 2).mean()
+    if divisor is not None:
+        ms = (x ** 2).sum(dim=-1, keepdim=True) / x.shape[divisor]
     e = 0.0 if no_eps else eps
     denom = ms + e if no_sqrt else (ms.sqrt() + e if eps_outside else (ms + e).sqrt())
     y = x / denom
@@ -78,8 +112,10 @@ B_EPS_OUT = Bug("rms_eps_outside_sqrt",
                 "eps 加在了根号外面（√mean(x²) + eps）：应写 √(mean(x²) + eps)，eps 在根号里面。",
                 "eps is added outside the square root (√mean(x²) + eps): write √(mean(x²) + eps), with eps "
                 "inside the root.", _bug(ref_rms_norm, eps_outside=True))
-B_NO_EPS = Bug("rms_no_eps", "没有加 eps：输入很小（或全为 0）时会除以接近 0 的数。",
-               "eps is missing: for tiny (or all-zero) inputs you divide by almost nothing.",
+B_NO_EPS = Bug("rms_no_eps", "没有在根号里加 eps（没加，或者加在了除法之后）：输入很小（或全为 0）时会除以接近 0 的数。"
+               "写 x / √(mean(x²) + eps)。",
+               "eps is not added under the root (missing, or added after the division): for tiny (or all-zero) "
+               "inputs you divide by almost nothing. Write x / √(mean(x²) + eps).",
                _bug(ref_rms_norm, no_eps=True))
 B_NO_SQRT = Bug("rms_no_sqrt", "除的是均方 mean(x²) + eps，没有开根号：应除以它的平方根。",
                 "you divide by the mean square mean(x²) + eps without taking its square root.",
@@ -92,9 +128,18 @@ B_UNBIASED = Bug("rms_divides_by_d_minus_1", "平方和除以了 d − 1：RMSNo
 B_L2 = Bug("rms_uses_l2_norm", "除的是向量长度 ‖x‖ = √Σx²，而不是均方根 √(Σx²/d)：差了一个 √d。",
            "you divide by the length ‖x‖ = √Σx² instead of the root mean square √(Σx²/d): off by √d.",
            _bug(ref_rms_norm, l2=True))
-B_DIM = Bug("rms_wrong_axis", "均方沿错误的维度计算：应沿最后一维（每个 token 的 d 个通道，dim=-1）。",
-            "the mean square is taken over the wrong axis: it must be over the last axis (the d channels of "
-            "each token, dim=-1).", _bug(ref_rms_norm, dim=-2))
+_DIM_ZH, _DIM_EN = ("均方沿错误的维度计算：应沿最后一维（每个 token 的 d 个通道，dim=-1）。",
+                    "the mean square is taken over the wrong axis: it must be over the last axis (the d channels of "
+                    "each token, dim=-1).")
+B_DIM = Bug("rms_wrong_axis", _DIM_ZH, _DIM_EN, _bug(ref_rms_norm, dim=-2))
+B_DIM0 = Bug("rms_wrong_axis", _DIM_ZH, _DIM_EN, _bug(ref_rms_norm, dim=0))
+B_EVERYTHING = Bug("rms_mean_over_everything", "均方是对整个张量求的（mean 没有给 dim）：每个 token 要用它自己那一行的均方，"
+                   "mean(x², dim=-1, keepdim=True)。", "the mean square is taken over the whole tensor (mean without a "
+                   "dim): each token needs the mean square of its own row, mean(x², dim=-1, keepdim=True).",
+                   _bug(ref_rms_norm, everything=True))
+B_WRONG_SIZE = Bug("rms_divides_by_wrong_size", "平方和除以的是 x.shape[0]（第一维的长度）：要除以最后一维的长度 d = x.shape[-1]。",
+                   "the sum of squares is divided by x.shape[0] (the length of the first axis): divide by the length "
+                   "of the last axis, d = x.shape[-1].", _bug(ref_rms_norm, divisor=0))
 B_VAR = Bug("rms_uses_variance", "除的是方差 x.var(...)（先减了均值再平方）：RMSNorm 用均方 mean(x²)，不减均值。",
             "you divide by the variance x.var(...) (squares taken after subtracting the mean): RMSNorm uses the "
             "mean square mean(x²) and subtracts nothing.", _bug(ref_rms_norm, var=True))
@@ -104,8 +149,22 @@ B_VAR1 = Bug("rms_uses_unbiased_variance", "除的是方差 x.var(...)（默认�
 B_WEIGHT_FIRST = Bug("rms_weight_before_norm", "先乘了 weight 再归一化：weight 要乘在归一化之后，x / √(mean(x²) + eps) · weight。",
                      "weight is applied before normalising: multiply by weight after it, x / √(mean(x²) + eps) · weight.",
                      _bug(ref_rms_norm, weight_first=True))
-RMS_BUGS = [B_CENTER, B_EPS_OUT, B_NO_EPS, B_NO_SQRT, B_NO_WEIGHT, B_UNBIASED, B_L2, B_DIM, B_VAR, B_VAR1,
-            B_WEIGHT_FIRST]
+RMS_BUGS = [B_CENTER, B_EPS_OUT, B_NO_EPS, B_NO_SQRT, B_NO_WEIGHT, B_UNBIASED, B_L2, B_DIM, B_DIM0, B_VAR, B_VAR1,
+            B_WEIGHT_FIRST, B_EVERYTHING, B_WRONG_SIZE]
+_EPS_DEFAULT = ("rms_default_eps_changed", "eps 的默认值不对：练习要求 rms_norm(x, weight, eps=1e-6)，不传 eps 时就用 1e-6。",
+                "the default eps is wrong: the exercise asks for rms_norm(x, weight, eps=1e-6), so without an eps "
+                "argument it is 1e-6.")
+B_EPS_DEFAULT = [Bug(*_EPS_DEFAULT, lambda x, w, eps, e=e: ref_rms_norm(x, w, e)) for e in (1e-5, 1e-8, 1e-12, 0.0)]
+_EPS_IGNORED = ("rms_eps_argument_ignored", "没有用参数 eps：算的时候用的是一个写死的数。要用调用者传进来的 eps。",
+                "the eps argument is not used: a fixed number is used instead. Use the eps the caller passes.")
+B_EPS_IGNORED = [Bug(*_EPS_IGNORED, lambda x, w, eps, e=e: ref_rms_norm(x, w, e)) for e in (1e-6, 1e-5, 1e-8)]
+B_RMS_DTYPE = Bug("rms_dtype_changed", "输出的 dtype 变了：float64 进就要 float64 出。不要在最后 .float()，"
+                  "或者在 float32 里算完再 .to(x.dtype) 转回来。", "the output's dtype changed: float64 in, float64 out. Do not "
+                  "call .float() at the end, or cast back with .to(x.dtype) after computing in float32.")
+B_RMS_IN_PLACE = Bug("rms_modifies_input", "输入 x 被改了（x /= …、x.mul_(…) 这样的原地运算）：要返回一个新的张量，"
+                     "x 保持原样——块里的残差还要用原来的 x。", "the input x was modified (an in-place operation such as "
+                     "x /= … or x.mul_(…)): return a new tensor and leave x as it is — the block's residual still needs "
+                     "the original x.")
 B_LOW_PRECISION = Bug("rms_low_precision", "只差舍入级别的误差（不到 1%）：是不是在 float16 / bfloat16 里计算了？要在输入的 dtype（或 float32）里算。",
                       "off only by rounding-sized errors (under 1%): did you compute in float16 / bfloat16? Compute in the "
                       "input's dtype (or float32).")
@@ -119,9 +178,12 @@ def ref_swiglu(x, wg, wu, wd, *, act="silu", branch="gate", combine="mul"):
     x = as_f64(x)
     g, u = x @ as_f64(wg).T, x @ as_f64(wu).T
     f = {"silu": lambda z: z * torch.sigmoid(z), "gelu": lambda z: 0.5 * z * (1 + torch.erf(z / math.sqrt(2))),
+         "gelu_tanh": lambda z: 0.5 * z * (1 + torch.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z ** 3))),
          "sigmoid": torch.sigmoid, "relu": torch.relu, "none": lambda z: z, "silu_neg": lambda z: z * torch.sigmoid(-z)}[act]
     if branch == "up":
         g, u = u, g
+    if combine == "down_each":                              # down applied to each branch, then multiplied
+        return (f(g) @ as_f64(wd).T) * (u @ as_f64(wd).T)
     h = {"mul": lambda: f(g) * u, "add": lambda: f(g) + u, "both": lambda: f(g) * f(u),
          "product": lambda: f(g * u), "out": lambda: g * u}[combine]()
     out = h @ as_f64(wd).T
@@ -156,8 +218,25 @@ B_SILU_OUT = Bug("swiglu_silu_after_down", "SiLU 用在了 down 的输出上：S
 B_SILU_SIGN = Bug("swiglu_silu_sign", "手写的 SiLU 符号反了（z / (1 + exp(z)) = z·σ(−z)）：SiLU 是 z·σ(z) = z / (1 + exp(−z))。",
                   "your hand-written SiLU has the wrong sign (z / (1 + exp(z)) = z·σ(−z)): SiLU is z·σ(z) = "
                   "z / (1 + exp(−z)).", _bug(ref_swiglu, act="silu_neg"))
-SWIGLU_BUGS = [B_SILU_UP, B_GELU, B_SIGMOID, B_RELU, B_NO_ACT, B_ADD, B_SILU_BOTH, B_SILU_PRODUCT, B_SILU_OUT,
-               B_SILU_SIGN]
+B_GELU_TANH = Bug(B_GELU.key, B_GELU.zh, B_GELU.en, _bug(ref_swiglu, act="gelu_tanh"))
+B_DOWN_EACH = Bug("swiglu_down_on_each_branch", "self.down 分别用在了两个分支上再相乘：应先逐元素相乘 silu(gate(x)) * up(x)，"
+                  "再对乘积做一次 down。", "self.down is applied to each branch and the results multiplied: multiply "
+                  "silu(gate(x)) * up(x) element-wise first, then apply down once to the product.",
+                  _bug(ref_swiglu, combine="down_each"))
+SWIGLU_BUGS = [B_SILU_UP, B_GELU, B_GELU_TANH, B_SIGMOID, B_RELU, B_NO_ACT, B_ADD, B_SILU_BOTH, B_SILU_PRODUCT,
+               B_SILU_OUT, B_SILU_SIGN, B_DOWN_EACH]
+B_SWIGLU_NAMES = Bug("swiglu_attribute_names", "三个线性层要叫 self.gate、self.up、self.down（LLaMA 原版代码叫 w1、w3、w2，"
+                     "Hugging Face 叫 gate_proj、up_proj、down_proj）：评分和块都按这些名字找它们。",
+                     "the three linear layers must be called self.gate, self.up and self.down (LLaMA's original code "
+                     "says w1, w3, w2; Hugging Face says gate_proj, up_proj, down_proj): the grader and the block "
+                     "look them up by these names.")
+B_SWIGLU_FUSED = Bug("swiglu_gate_up_fused", "gate 和 up 合成了一个 nn.Linear(d, 2·d_ff)：练习要求两个分开的层 self.gate "
+                     "和 self.up（各是 nn.Linear(d, d_ff, bias=False)）。", "gate and up are fused into one "
+                     "nn.Linear(d, 2·d_ff): the exercise asks for two separate layers, self.gate and self.up (each "
+                     "nn.Linear(d, d_ff, bias=False)).")
+B_SWIGLU_EXTRA = Bug("swiglu_extra_parameters", "除了三个线性层的权重之外还有别的参数（一个可学习的 β、bias……）："
+                     "SwiGLU 正好有 3·d·d_ff 个参数。", "there are parameters besides the three linear layers' weights "
+                     "(a learnable β, a bias, …): SwiGLU has exactly 3·d·d_ff parameters.")
 B_NO_DOWN = Bug("swiglu_down_missing", "输出的最后一维是 d_ff：silu(gate(x)) * up(x) 之后还要经过 self.down 映回 d。",
                 "the output's last axis is d_ff: after silu(gate(x)) * up(x), self.down must map it back to d.")
 B_LINEAR_ARGS = Bug("linear_in_out_swapped", "nn.Linear 的两个参数写反了：nn.Linear(输入维度, 输出维度)，weight 的形状是 (输出, 输入)。",
@@ -196,6 +275,13 @@ B_MIXED = Bug("repeat_kv_copies_next_to_tokens",
               _bug(ref_repeat_kv, mode="mixed"))
 B_BATCH = Bug("repeat_kv_batch_axis", "复制的是 batch 轴（dim=0）：要复制的是 KV 头所在的 dim=1。",
               "the batch axis (dim=0) is repeated: repeat the axis of the KV heads, dim=1.")
+B_FLAT = Bug("repeat_kv_flattened", "结果被拉平成了一维：repeat_interleave 不给 dim 时会先把张量展平。写 "
+             "x.repeat_interleave(n_rep, dim=1)。", "the result is flattened to one axis: repeat_interleave without a "
+             "dim flattens the tensor first. Write x.repeat_interleave(n_rep, dim=1).")
+B_NOT_REPEATED = Bug("repeat_kv_not_repeated", "输出的头数没有变：还是 n_kv_head 个。要得到 n_kv_head·n_rep 个头"
+                     "（用下标的话，要覆盖 range(n_kv_head * n_rep)）。", "the number of heads did not change: it is "
+                     "still n_kv_head. The result needs n_kv_head·n_rep heads (with an index, cover "
+                     "range(n_kv_head * n_rep)).")
 B_FEATURE = Bug("repeat_kv_feature_axis", "复制的是最后一维 d_k（dim=-1）：要复制的是 KV 头所在的 dim=1。",
                 "the last axis d_k (dim=-1) is repeated: repeat the axis of the KV heads, dim=1.")
 REPEAT_HINTS = [
@@ -216,7 +302,9 @@ def _repeat_shape_bug(out, B, n_kv, N, d_k, n_rep):
         return None, t("形状是 (B, n_kv, n_rep, N, d_k)：还要 reshape 把 n_kv 和 n_rep 合并。",
                        "the shape is (B, n_kv, n_rep, N, d_k): reshape to fuse n_kv and n_rep.")
     known = {(B, n_kv, N * n_rep, d_k): B_TOKENS, (B * n_rep, n_kv, N, d_k): B_BATCH,
-             (B, n_kv, N, d_k * n_rep): B_FEATURE}
+             (B, n_kv, N, d_k * n_rep): B_FEATURE, (B * n_kv * N * d_k * n_rep,): B_FLAT}
+    if shape == (B, n_kv, N, d_k) and n_rep > 1:
+        return B_NOT_REPEATED, None
     return known.get(shape), None
 
 
@@ -237,9 +325,12 @@ def ref_rope_pairs(x, pos, base):
 
 
 def ref_attention(x, wq, wk, wv, wo, n_head, n_kv, base=10000.0, *, rope="pairs", kv="interleave",
-                  scale="d_k", causal=True, rope_v=False, out_proj=True, rope_k=True, base_used=None, softmax_dim=-1):
+                  scale="d_k", causal=True, rope_v=False, out_proj=True, rope_k=True, base_used=None, softmax_dim=-1,
+                  split="slices", merge="transpose"):
     """Causal grouped-query attention with RoPE, one query head at a time. ``causal`` may also name a wrong
-    mask: "after" (applied after the softmax), "diag" (the diagonal masked too), "reversed" (the past masked)."""
+    mask: "after" (applied after the softmax), "diag" (the diagonal masked too), "reversed" (the past masked),
+    "reversed_diag" (the past and the diagonal masked). ``split="view"``: heads taken with a view to
+    (B, h, N, d_k) and no transpose; ``merge="view"``: heads merged the same way."""
     x = as_f64(x)
     base = base if base_used is None else base_used
     B, N, d = x.shape
@@ -248,24 +339,32 @@ def ref_attention(x, wq, wk, wv, wo, n_head, n_kv, base=10000.0, *, rope="pairs"
     q_all, k_all, v_all = x @ as_f64(wq).T, x @ as_f64(wk).T, x @ as_f64(wv).T
     if rope == "full":                                     # before the head split, over all d channels
         q_all, k_all = ref_rope_pairs(q_all, pos, base), ref_rope_pairs(k_all, pos, base)
+
+    def heads_of(a, count):
+        if split == "view":
+            return a.reshape(B, count, N, d_k)
+        return torch.stack([a[..., j * d_k:(j + 1) * d_k] for j in range(count)], dim=1)
+
+    qh, kh, vh = heads_of(q_all, n_head), heads_of(k_all, n_kv), heads_of(v_all, n_kv)
     heads = []
     for i in range(n_head):
         j = i // (n_head // n_kv) if kv == "interleave" else i % n_kv
-        q = q_all[..., i * d_k:(i + 1) * d_k]
-        k, v = k_all[..., j * d_k:(j + 1) * d_k], v_all[..., j * d_k:(j + 1) * d_k]
+        q, k, v = qh[:, i], kh[:, j], vh[:, j]
         if rope == "pairs":
             q, k = ref_rope_pairs(q, pos, base), ref_rope_pairs(k, pos, base) if rope_k else k
             v = ref_rope_pairs(v, pos, base) if rope_v else v
         elif rope == "half":
             q, k = bridge.rotate_half_rope(q, pos, base), bridge.rotate_half_rope(k, pos, base)
-        s = q @ k.transpose(-2, -1) / math.sqrt(d_k if scale == "d_k" else d)
+        s = q @ k.transpose(-2, -1)
+        s = s * math.sqrt(d_k) if scale == "times" else s / math.sqrt(d_k if scale == "d_k" else d)
         ones = torch.ones(N, N, dtype=torch.bool)
-        mask = {"diag": ones.triu(0), "reversed": ones.tril(-1)}.get(causal, ones.triu(1))
+        mask = {"diag": ones.triu(0), "reversed": ones.tril(-1), "reversed_diag": ones.tril(0)}.get(causal, ones.triu(1))
         if causal and causal != "after":
             s = s.masked_fill(mask, float("-inf"))
         p = torch.softmax(s, dim=softmax_dim)
         heads.append((p.masked_fill(mask, 0.0) if causal == "after" else p) @ v)
-    y = torch.cat(heads, dim=-1)
+    y = torch.stack(heads, dim=1)                          # (B, h, N, d_k)
+    y = y.reshape(B, N, d) if merge == "view" else y.transpose(1, 2).reshape(B, N, d)
     return y @ as_f64(wo).T if out_proj else y
 
 
@@ -307,6 +406,21 @@ ATT = dict(
     reversed=("attention_mask_reversed", "掩码方向反了（遮住的是过去，用了 tril）：位置 i 只能看 j ≤ i，"
               "要遮住的是上三角 triu(1)。", "the mask is reversed (it hides the past, tril): position i may only see "
               "j ≤ i, so hide the upper triangle, triu(1).", dict(causal="reversed")),
+    reversed_diag=("attention_mask_reversed", "掩码方向反了，而且连对角线也遮住了（把 tril 当成了要屏蔽的部分）：位置 i 只能看 j ≤ i，"
+                   "要屏蔽的是上三角 triu(1)；按现在的写法最后一行什么都看不到，softmax 得到 NaN。",
+                   "the mask is reversed and covers the diagonal too (tril taken as the part to block): position i "
+                   "may only see j ≤ i, so block the upper triangle, triu(1); as written the last row sees nothing and "
+                   "the softmax gives NaN.", dict(causal="reversed_diag")),
+    times=("attention_multiplied_by_sqrt_dk", "分数乘了 √d_k，应该除以 √d_k：q @ kᵀ / √d_k。",
+           "the scores are multiplied by √d_k; divide instead: q @ kᵀ / √d_k.", dict(scale="times")),
+    split_view=("heads_split_without_transpose", "拆头时直接 view 成了 (B, h, N, d_k)，没有先 view 成 (B, N, h, d_k) 再 "
+                "transpose(1, 2)：每个“头”里混进了不同位置的通道。", "the heads are split with a direct view to "
+                "(B, h, N, d_k), without viewing to (B, N, h, d_k) first and then transpose(1, 2): each 'head' mixes "
+                "channels of different positions.", dict(split="view")),
+    merge_view=("heads_merged_without_transpose", "合并各头时直接 reshape 成了 (B, N, d)，没有先 transpose(1, 2) 成 "
+                "(B, N, h, d_k)：不同位置的输出被拼在了一起。", "the heads are merged with a direct reshape to (B, N, d), "
+                "without transpose(1, 2) to (B, N, h, d_k) first: outputs of different positions are glued together.",
+                dict(merge="view")),
     softmax_dim=("attention_softmax_wrong_axis", "softmax 沿错误的维度：应沿最后一维（dim=-1，每个查询对所有键归一化）。",
                  "the softmax runs over the wrong axis: it must be over the last one (dim=-1, each query normalised "
                  "over all keys).", dict(softmax_dim=-2)),
@@ -328,7 +442,8 @@ B_ASSERT = Bug("assert_instead_of_valueerror", "形状不能整除时用了 asse
 
 
 def ref_block(x, wts, n_head, n_kv, eps, base, *, post=False, attn_res=True, ffn_res=True, eps_used=None,
-              swap=False, shared_norm=False, res_normed=False, base_used=None, norm_out=False, parallel=False):
+              swap=False, shared_norm=False, res_normed=False, base_used=None, norm_out=False, parallel=False,
+              final_norm=False):
     """x + attn(norm(x)), then + ffn(norm(·)); keyword arguments switch on known bugs."""
     e = eps if eps_used is None else eps_used
     n1 = wts["attn_norm"]
@@ -355,7 +470,8 @@ def ref_block(x, wts, n_head, n_kv, eps, base, *, post=False, attn_res=True, ffn
     z = ref_rms_norm(x, n1, e)
     x = (z if res_normed else x) + first(z) if attn_res else first(z)
     z = ref_rms_norm(x, n2, e)
-    return (z if res_normed else x) + second(z) if ffn_res else second(z)
+    out = (z if res_normed else x) + second(z) if ffn_res else second(z)
+    return ref_rms_norm(out, n2, e) if final_norm else out
 
 
 def _block_bug(key, zh, en, **kw):
@@ -375,6 +491,10 @@ BLOCK_BUGS = [
     _block_bug("norm_shared", "两个子层用了同一个 RMSNorm：attn_norm 和 ffn_norm 是两组各自的 weight。",
                "both sublayers use the same RMSNorm: attn_norm and ffn_norm have weights of their own.",
                shared_norm=True),
+    _block_bug("final_norm_in_block", "块的最后又做了一次 RMSNorm：块返回 x + ffn(ffn_norm(x)) 本身；最后的归一化"
+               "在整个模型的末尾（所有块之后）只做一次。", "the block ends with one more RMSNorm: it returns "
+               "x + ffn(ffn_norm(x)) as it is; the final normalisation happens once, at the end of the whole model "
+               "(after all the blocks).", final_norm=True),
     _block_bug("eps_not_passed", "eps 没有传给 RMSNorm（用的是默认的 1e-6）：RMSNorm(d, eps)。",
                "eps is not passed on to the RMSNorms (they use the default 1e-6): RMSNorm(d, eps).",
                eps_used=1e-6),
@@ -397,6 +517,12 @@ B_BLOCK_BASE = _block_bug("base_not_passed", "base 没有传给 LlamaAttention�
 # ---------------------------------------------------------------- rms_norm
 
 def check_rms_norm(rms_norm) -> None:
+    passed("rms_norm", _rms_checks(rms_norm))
+
+
+def _rms_checks(rms_norm) -> int:
+    """Exercise 1's hidden checks (raise GradingFailure, return the count); also the probe that decides whether
+    a correct rms_norm stands in for the student's while the block is checked."""
     what = "rms_norm"
     gen = seeded(1001)
     n = 0
@@ -405,6 +531,8 @@ def check_rms_norm(rms_norm) -> None:
         (t("一维输入 (16,)", "a 1-D input (16,)"), torch.randn(16, generator=gen), 1e-6),
         (t("很小的输入（约 1e-4），eps 起作用", "tiny inputs (about 1e-4), where eps matters"),
          torch.randn(3, 6, generator=gen) * 1e-4, 1e-6),
+        (t("很小的输入，不传 eps（默认 1e-6）", "tiny inputs without an eps argument (default 1e-6)"),
+         torch.randn(2, 6, generator=gen) * 1e-4, None),
         (t("eps = 0.5", "eps = 0.5"), torch.randn(4, 10, generator=gen) * 0.5, 0.5),
         (t("非零均值的输入", "inputs with a large mean"), torch.randn(2, 3, 12, generator=gen) + 4.0, 1e-5),
         (t("全为 0 的一行", "a row of zeros"), torch.cat([torch.zeros(1, 8), torch.randn(2, 8, generator=gen)]), 1e-6),
@@ -415,23 +543,33 @@ def check_rms_norm(rms_norm) -> None:
         kw = {} if eps is None else {"eps": eps}
         full = f"{what}(x, weight{'' if eps is None else f', eps={eps}'}): {label}"
         x_before = x.clone()
+        hints = RMS_HINTS + (allowed("rms_1d_input", "x 是一维的 (d,)", "x is 1-D, (d,)",
+                                     "x 的形状是 (..., d)：一个单独的向量也可以。",
+                                     "x has shape (..., d): a single vector is allowed too.") if x.dim() == 1 else [])
         with forbidden(LAYER_NORM_FAMILY, what):
-            out = call(rms_norm, x, w, what=full, hints=RMS_HINTS, **kw)
+            out = call(rms_norm, x, w, what=full, hints=hints, **kw)
         expected = ref_rms_norm(x, w, 1e-6 if eps is None else eps)
         n += 1
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(x.shape):
             got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-            raise failure(t(f"{full}：输出形状", f"{full}: output shape"), str(tuple(x.shape)), str(got))
+            raise failure(t(f"{full}：输出形状", f"{full}: output shape"), str(tuple(x.shape)), str(got),
+                          hint=t("输出的形状和 x 一样：mean 要写 keepdim=True，不要把最后一维求和掉。",
+                                 "the output has x's shape: write mean(..., keepdim=True) and do not sum the last "
+                                 "axis away."))
         tol = 1e-6 if x.dtype == torch.float64 else 2e-5
         if not near(out, expected, tol):
-            bug = diagnose(out, RMS_BUGS, x, w, 1e-6 if eps is None else eps, expected=expected,
+            bugs = RMS_BUGS + (B_EPS_DEFAULT if eps is None else B_EPS_IGNORED)
+            bug = diagnose(out, bugs, x, w, 1e-6 if eps is None else eps, expected=expected,
                            match=lambda a, b, tol=tol: near(a, b, tol))
             bug = bug or (B_LOW_PRECISION if near(out, expected, 1e-2) else None)
             raise failure(full, show(expected), show(out), bug,
                           hint=t("y = x / √(mean(x², 最后一维) + eps) · weight", "y = x / √(mean(x², last axis) + eps) · weight"))
-        if out.dtype != x.dtype or not torch.equal(x, x_before):
-            raise failure(t(f"{full}：dtype 不变、输入不被修改", f"{full}: same dtype, input left unchanged"),
-                          str(x.dtype), f"{out.dtype}{'' if torch.equal(x, x_before) else t('，输入被改了', ', input modified')}")
+        if not torch.equal(x, x_before):
+            raise failure(t(f"{full}：调用之后的输入 x", f"{full}: the input x afterwards"), t("不变", "unchanged"),
+                          t("被改了", "modified"), B_RMS_IN_PLACE)
+        if out.dtype != x.dtype:
+            raise failure(t(f"{full}：输出的 dtype", f"{full}: dtype of the output"), str(x.dtype), str(out.dtype),
+                          B_RMS_DTYPE)
     # Hugging Face's LlamaRMSNorm, float64 in
     hf = bridge.hf_rms_norm(24, eps=1e-5)
     x = torch.randn(2, 9, 24, generator=gen, dtype=torch.float64)
@@ -449,19 +587,30 @@ def check_rms_norm(rms_norm) -> None:
         out = call(rms_norm, x, torch.ones(8), what=t(f"{what}（需要梯度的输入）", f"{what} (input with requires_grad)"))
     n += 1
     expect_autograd(out, what)
-    passed(what, n)
+    return n
+
+
+def rms_norm_stand_in(x, weight, eps=1e-6):
+    """A correct rms_norm (exercise 1) for the given RMSNorm of a student's block to call, in x's dtype."""
+    return x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + eps) * weight
 
 
 # ---------------------------------------------------------------- SwiGLU
 
-def _linear(m, name, d_in, d_out, what):
+def _linear(m, name, d_in, d_out, what, missing: Bug | None = None, wrong: dict | None = None):
+    """self.<name> must be nn.Linear(d_in, d_out, bias=False). ``missing``: the bug named when there is no such
+    layer; ``wrong``: weight shape -> the bug that gives it."""
     lin = getattr(m, name, None)
     if not isinstance(lin, nn.Linear):
+        if missing is not None:
+            raise failure(t(f"{what}：self.{name}", f"{what}: self.{name}"), f"nn.Linear({d_in}, {d_out}, bias=False)",
+                          t("没有这个属性", "no such attribute") if lin is None else type(lin).__name__, missing)
         raise GradingFailure(t(f"{what}：没有属性 self.{name}（nn.Linear）。", f"{what}: no attribute self.{name} (nn.Linear)."))
     if tuple(lin.weight.shape) != (d_out, d_in):
+        shape = tuple(lin.weight.shape)
+        bug = B_LINEAR_ARGS if shape == (d_in, d_out) else (wrong or {}).get(shape)
         raise failure(t(f"{what}：self.{name}.weight 的形状", f"{what}: shape of self.{name}.weight"),
-                      str((d_out, d_in)), str(tuple(lin.weight.shape)),
-                      B_LINEAR_ARGS if tuple(lin.weight.shape) == (d_in, d_out) else None,
+                      str((d_out, d_in)), str(shape), bug,
                       hint=t(f"nn.Linear({d_in}, {d_out}, bias=False)", f"nn.Linear({d_in}, {d_out}, bias=False)"))
     if lin.bias is not None:
         raise failure(t(f"{what}：self.{name}.bias", f"{what}: self.{name}.bias"), "None",
@@ -469,30 +618,45 @@ def _linear(m, name, d_in, d_out, what):
     return lin
 
 
-def _build(cls, args, what):
-    m = call(cls, *args, what=what)
+def _build(cls, args, what, hints=()):
+    m = call(cls, *args, what=what, hints=list(hints) + SUPER_HINTS)
     if not isinstance(m, nn.Module):
         raise GradingFailure(t(f"{what}：返回的不是 nn.Module。", f"{what}: did not build an nn.Module."))
     return m
 
 
+def _swiglu_missing(m, d, d_ff) -> Bug:
+    """Which bug a SwiGLU without self.gate / self.up / self.down has."""
+    shapes = [tuple(x.weight.shape) for x in m.modules() if isinstance(x, nn.Linear)]
+    return B_SWIGLU_FUSED if (2 * d_ff, d) in shapes else B_SWIGLU_NAMES
+
+
 def check_swiglu(SwiGLU) -> None:
+    passed("SwiGLU", _swiglu_checks(SwiGLU))
+
+
+def _swiglu_checks(SwiGLU) -> int:
+    """Exercise 2's hidden checks; also the probe for a block that builds SwiGLU."""
     what = "SwiGLU"
     gen = seeded(1002)
     n = 0
     for d, d_ff, shape in ((8, 20, (2, 5)), (12, 32, (3,)), (16, 8, (1, 2, 3)), (6, 16, (4, 7))):
         label = f"{what}(d={d}, d_ff={d_ff})"
         m = _build(SwiGLU, (d, d_ff), label)
-        gate, up = _linear(m, "gate", d, d_ff, label), _linear(m, "up", d, d_ff, label)
-        down = _linear(m, "down", d_ff, d, label)
+        missing = _swiglu_missing(m, d, d_ff)
+        gate, up = _linear(m, "gate", d, d_ff, label, missing), _linear(m, "up", d, d_ff, label, missing)
+        down = _linear(m, "down", d_ff, d, label, missing)
         total = sum(p.numel() for p in m.parameters())
         n += 1
         if total != 3 * d * d_ff:
-            raise failure(t(f"{label}：参数个数", f"{label}: number of parameters"), f"3·d·d_ff = {3 * d * d_ff}", str(total))
+            raise failure(t(f"{label}：参数个数", f"{label}: number of parameters"), f"3·d·d_ff = {3 * d * d_ff}", str(total),
+                          B_SWIGLU_EXTRA if total > 3 * d * d_ff else None)
         bridge.randomise(m, int(torch.randint(1000, (1,), generator=gen)), scale=0.8)
         m = m.double()
         x = torch.randn(*shape, d, generator=gen, dtype=torch.float64)
-        out = call(m, x, what=label)
+        hints = allowed("swiglu_1d_input", "x 是一维的 (d,)", "x is 1-D, (d,)", "x 的形状是 (..., d)。",
+                        "x has shape (..., d).") if len(shape) == 1 else []
+        out = call(m, x, what=label, hints=hints)
         expected = ref_swiglu(x, gate.weight, up.weight, down.weight)
         n += 1
         if not near(out, expected):
@@ -510,14 +674,35 @@ def check_swiglu(SwiGLU) -> None:
     n += 1
     if not isinstance(out, torch.Tensor) or out.dtype != torch.float32:
         raise failure(t(f"{what}：float32 输入的输出 dtype", f"{what}: output dtype for a float32 input"), "torch.float32",
-                      str(getattr(out, "dtype", type(out).__name__)))
+                      str(getattr(out, "dtype", type(out).__name__)),
+                      hint=t("不要把结果转成别的 dtype：float32 进，float32 出。", "do not cast the result: float32 in, "
+                             "float32 out."))
     expect_autograd(out, what)
-    passed(what, n)
+    return n
+
+
+class SwiGLUStandIn(nn.Module):
+    """A correct SwiGLU (exercise 2) for a student's block to build."""
+
+    def __init__(self, d: int, d_ff: int):
+        super().__init__()
+        self.gate = nn.Linear(d, d_ff, bias=False)
+        self.up = nn.Linear(d, d_ff, bias=False)
+        self.down = nn.Linear(d_ff, d, bias=False)
+
+    def forward(self, x):
+        g = self.gate(x)
+        return self.down(g * torch.sigmoid(g) * self.up(x))
 
 
 # ---------------------------------------------------------------- repeat_kv
 
 def check_repeat_kv(repeat_kv) -> None:
+    passed("repeat_kv", _repeat_checks(repeat_kv))
+
+
+def _repeat_checks(repeat_kv) -> int:
+    """Exercise 3's hidden checks; also the probe for the attention and the block that call repeat_kv."""
     what = "repeat_kv"
     gen = seeded(1003)
     from transformers.models.llama.modeling_llama import repeat_kv as hf_repeat_kv
@@ -528,7 +713,12 @@ def check_repeat_kv(repeat_kv) -> None:
         x = torch.randn(B, n_kv, N, d_k, generator=gen, dtype=torch.float64)
         full = t(f"{what}(x, n_rep={n_rep})，x 的形状 (B={B}, n_kv_head={n_kv}, N={N}, d_k={d_k})",
                  f"{what}(x, n_rep={n_rep}), x of shape (B={B}, n_kv_head={n_kv}, N={N}, d_k={d_k})")
-        out = call(repeat_kv, x.clone(), n_rep, what=full, hints=REPEAT_HINTS)
+        edge = (allowed("repeat_kv_n_rep_1", "n_rep = 1", "n_rep = 1", "n_rep=1 时原样返回 x（每个 KV 头正好一个 query 头）。",
+                        "with n_rep=1, return x as it is (one query head per KV head).") if n_rep == 1 else
+                allowed("repeat_kv_one_token", "N = 1，只有一个 token", "N = 1, a single token",
+                        "生成时每一步只有一个新 token。", "when generating, each step has a single new token.")
+                if N == 1 else [])
+        out = call(repeat_kv, x.clone(), n_rep, what=full, hints=REPEAT_HINTS + edge)
         expected = ref_repeat_kv(x, n_rep)
         n += 1
         want = (B, n_kv * n_rep, N, d_k)
@@ -548,65 +738,120 @@ def check_repeat_kv(repeat_kv) -> None:
     out = call(repeat_kv, x, 2, what=t(f"{what}（需要梯度的输入）", f"{what} (input with requires_grad)"))
     n += 1
     expect_autograd(out, what)
-    passed(what, n)
+    return n
+
+
+def repeat_kv_stand_in(x, n_rep):
+    """A correct repeat_kv (exercise 3) for a student's attention to call (keeps dtype and autograd)."""
+    B, n_kv, N, d_k = x.shape
+    return x[:, :, None].expand(B, n_kv, n_rep, N, d_k).reshape(B, n_kv * n_rep, N, d_k)
 
 
 # ---------------------------------------------------------------- LlamaAttention
 
+B_KV_WIDTH = Bug("kv_proj_full_width", "k_proj、v_proj 的输出宽度是 d：分组查询注意力里它们只有 n_kv_head 个头，"
+                 "nn.Linear(d, n_kv_head * d_k, bias=False)。", "k_proj and v_proj output d channels: in grouped-query "
+                 "attention they have only n_kv_head heads, nn.Linear(d, n_kv_head * d_k, bias=False).")
+
+
 def _attention_structure(m, d, n_head, n_kv, label):
     d_k = d // n_head
-    ws = [_linear(m, name, a, b, label).weight for name, a, b in
-          (("q_proj", d, n_head * d_k), ("k_proj", d, n_kv * d_k), ("v_proj", d, n_kv * d_k), ("o_proj", d, d))]
+    kv_wide = {(d, d): B_KV_WIDTH} if n_kv != n_head else {}
+    ws = [_linear(m, name, a, b, label, wrong=kv_wide if name in ("k_proj", "v_proj") else None).weight
+          for name, a, b in (("q_proj", d, n_head * d_k), ("k_proj", d, n_kv * d_k), ("v_proj", d, n_kv * d_k),
+                             ("o_proj", d, d))]
     total = sum(p.numel() for p in m.parameters())
     if total != bridge.gqa_attention_params(d, n_head, n_kv):
         raise failure(t(f"{label}：参数个数", f"{label}: number of parameters"),
-                      f"2d² + 2·d·n_kv_head·d_k = {bridge.gqa_attention_params(d, n_head, n_kv)}", str(total))
+                      f"2d² + 2·d·n_kv_head·d_k = {bridge.gqa_attention_params(d, n_head, n_kv)}", str(total),
+                      hint=t("只有 q_proj、k_proj、v_proj、o_proj 四个没有 bias 的线性层，没有别的参数。",
+                             "only the four linear layers q_proj, k_proj, v_proj, o_proj, without biases, and no "
+                             "other parameters."))
     return ws
 
 
-def _expect_value_error(cls, args, label):
+B_ODD_DK = Bug("attention_odd_head_width_accepted", "每个头的宽度 d_k = d / n_head 是奇数时也没有抛出 ValueError：RoPE 成对旋转，"
+               "d_k 必须是偶数。加上 if (d // n_head) % 2: raise ValueError(...)。", "no ValueError for an odd head "
+               "width d_k = d / n_head: RoPE rotates pairs, so d_k must be even. Add if (d // n_head) % 2: raise "
+               "ValueError(...).")
+
+
+def _expect_value_error(cls, args, label, missing: Bug | None = None):
+    ensure_untampered(label)
     try:
         cls(*args)
     except ValueError:
         return
+    except NotImplementedError:
+        call(cls, *args, what=label)                   # core's own "not implemented" verdict
+        raise
     except AssertionError:
         raise failure(label, "ValueError", "AssertionError", B_ASSERT) from None
     except Exception as exc:  # noqa: BLE001
-        raise failure(label, "ValueError", f"{type(exc).__name__}: {exc}") from None
-    raise failure(label, "ValueError", t("没有抛出异常", "no exception"),
+        raise failure(label, "ValueError", f"{type(exc).__name__}: {exc}",
+                      hint=t("在 __init__ 里先检查形状，不合法时 raise ValueError(...)，再去建线性层。",
+                             "check the shapes at the start of __init__ and raise ValueError(...) before building "
+                             "the linear layers.")) from None
+    raise failure(label, "ValueError", t("没有抛出异常", "no exception"), missing,
                   hint=t("在 __init__ 里检查并 raise ValueError(...)。", "check in __init__ and raise ValueError(...)."))
 
 
 ROPE_HINT = [(lambda exc, line: "positions must have shape" in str(exc), Bug(
     "rope_on_wrong_axis", "apply_rope 要求 token 在倒数第二维：先 view 成 (B, N, h, d_k) 再 transpose(1, 2) 成 "
     "(B, h, N, d_k)，然后旋转。", "apply_rope wants the tokens on axis -2: view to (B, N, h, d_k), transpose(1, 2) "
-    "to (B, h, N, d_k), then rotate."))]
+    "to (B, h, N, d_k), then rotate.")),
+    (lambda exc, line: "view size is not compatible" in str(exc), Bug(
+        "merge_view_not_contiguous", "transpose 之后张量在内存里不连续，不能直接 view：合并各头时写 "
+        "y.transpose(1, 2).reshape(B, N, d)（或先 .contiguous() 再 view）。", "after a transpose the tensor is not "
+        "contiguous in memory, so view fails: merge the heads with y.transpose(1, 2).reshape(B, N, d) (or call "
+        ".contiguous() before view).")),
+    (lambda exc, line: "must match the size of tensor" in str(exc) and "non-singleton dimension 1" in str(exc), Bug(
+        "kv_heads_not_repeated", "q 有 n_head 个头，k、v 只有 n_kv_head 个：算分数之前先用 repeat_kv(k, n_head // n_kv_head) "
+        "和 repeat_kv(v, n_head // n_kv_head) 把它们复制到 n_head 个头（n_rep = n_head // n_kv_head，不是反过来）。",
+        "q has n_head heads but k and v only n_kv_head: before the scores, repeat them to n_head heads with "
+        "repeat_kv(k, n_head // n_kv_head) and repeat_kv(v, n_head // n_kv_head) (n_rep = n_head // n_kv_head, not "
+        "the other way round).")),
+    (lambda exc, line: "Expected size for first two dimensions of batch2" in str(exc), Bug(
+        "scores_k_not_transposed", "矩阵乘的两边形状对不上：分数是 q @ k.transpose(-2, -1)，k 要先转置最后两维。",
+        "the two sides of the product do not fit: the scores are q @ k.transpose(-2, -1); transpose k's last two "
+        "axes first."))] + COMMON_HINTS
+VALID_SHAPES = [(lambda exc, line: isinstance(exc, ValueError), Bug(
+    "valueerror_for_valid_shapes", "这组形状是合法的（d 能被 n_head 整除，n_head 能被 n_kv_head 整除，d_k 是偶数），"
+    "__init__ 却抛出了 ValueError：检查一下判断条件。", "these shapes are valid (n_head divides d, n_kv_head divides "
+    "n_head, d_k is even), yet __init__ raised ValueError: check the conditions."))]
 
 
 def check_llama_attention(cls) -> None:
+    with on_its_own(cls, (E_REPEAT,)):
+        passed("LlamaAttention", _attention_checks(cls))
+
+
+def _attention_checks(cls) -> int:
+    """Exercise 4's hidden checks; also the probe for a block that builds LlamaAttention."""
     what = "LlamaAttention"
     gen = seeded(1004)
     n = 0
-    for args, why in (((10, 3, 1), "d % n_head"), ((12, 4, 3), "n_head % n_kv_head"), ((12, 12, 4), "d_k")):
-        _expect_value_error(cls, args, t(f"{what}{args}：{why} ≠ 0 时应抛出 ValueError",
-                                         f"{what}{args}: {why} does not divide, so it must raise ValueError"))
-        n += 1
     cases = [(2, 6, 16, 4, 2, 10000.0), (1, 7, 24, 6, 3, 10000.0), (2, 5, 16, 2, 2, 10000.0), (1, 9, 32, 4, 1, 100.0),
              (2, 4, 24, 4, 4, 10000.0), (1, 1, 16, 4, 2, 10000.0)]
     for B, N, d, n_head, n_kv, base in cases:
         label = f"{what}(d={d}, n_head={n_head}, n_kv_head={n_kv}, base={base:g}), x (B={B}, N={N}, d={d})"
-        m = _build(cls, (d, n_head, n_kv, base), label)
+        m = _build(cls, (d, n_head, n_kv, base), label, hints=VALID_SHAPES)
         ws = _attention_structure(m, d, n_head, n_kv, label)
         bridge.randomise(m, int(torch.randint(1000, (1,), generator=gen)), scale=0.5)
         m = m.double()
         ws = [w.detach() for w in _attention_structure(m, d, n_head, n_kv, label)]
         x = torch.randn(B, N, d, generator=gen, dtype=torch.float64)
-        out = call(m, x.clone(), what=label, hints=ROPE_HINT)
+        edge = allowed("attention_one_token", "N = 1，只有一个 token", "N = 1, a single token",
+                       "一个 token 的序列也要能算（它只看自己）。", "a sequence of one token must work too (it sees "
+                       "only itself).") if N == 1 else []
+        out = call(m, x.clone(), what=label, hints=ROPE_HINT + edge)
         expected = ref_attention(x, *ws, n_head, n_kv, base)
         n += 1
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != (B, N, d):
             got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-            raise failure(t(f"{label}：输出形状", f"{label}: output shape"), str((B, N, d)), str(got))
+            raise failure(t(f"{label}：输出形状", f"{label}: output shape"), str((B, N, d)), str(got),
+                          hint=t("合并各头：y.transpose(1, 2).reshape(B, N, d)，再经过 self.o_proj。",
+                                 "merge the heads with y.transpose(1, 2).reshape(B, N, d), then apply self.o_proj."))
         if not near(out, expected):
             bug = diagnose(out, ATT_BUGS + [B_ROPE_BASE], x, *ws, n_head, n_kv, base, expected=expected, match=near)
             raise failure(t(f"{label}：与独立参考实现比较（最后一个位置）", f"{label}: vs an independent reference "
@@ -622,19 +867,28 @@ def check_llama_attention(cls) -> None:
             raise failure(t(f"{label}：与 transformers 的 LlamaAttention（W_Q、W_K 行置换后）比较",
                             f"{label}: vs transformers' LlamaAttention (rows of W_Q, W_K permuted)"),
                           show(theirs[:, -1]), show(out[:, -1]))
+    for args, zh, en, missing in (((10, 3, 1), "d 不能被 n_head 整除", "n_head does not divide d", None),
+                                  ((12, 4, 3), "n_head 不能被 n_kv_head 整除", "n_kv_head does not divide n_head", None),
+                                  ((12, 12, 4), "d_k = 1 是奇数", "d_k = 1 is odd", B_ODD_DK)):
+        _expect_value_error(cls, args, t(f"{what}{args}：{zh}，应抛出 ValueError",
+                                         f"{what}{args}: {en}, so it must raise ValueError"), missing)
+        n += 1
     n += _attention_float32_and_causal(cls, gen)
-    passed(what, n)
+    return n
 
 
 def _attention_float32_and_causal(cls, gen) -> int:
     what = "LlamaAttention"
     label = t(f"{what}(16, 4, 2)：float32 输入，梯度，因果性", f"{what}(16, 4, 2): float32 input, gradients, causality")
-    m = _build(cls, (16, 4, 2), label)
+    m = _build(cls, (16, 4, 2), label, hints=VALID_SHAPES)
     x = torch.randn(2, 8, 16, generator=gen)
     out = call(m, x, what=label, hints=ROPE_HINT)
     if not isinstance(out, torch.Tensor) or out.dtype != torch.float32 or tuple(out.shape) != (2, 8, 16):
         got = f"{out.dtype}, {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
-        raise failure(label, "torch.float32, (2, 8, 16)", got)
+        raise failure(t(f"{label}：输出的 dtype 和形状", f"{label}: dtype and shape of the output"),
+                      "torch.float32, (2, 8, 16)", got,
+                      hint=t("float32 进，float32 出：掩码、位置这些辅助张量不要用 float64 去和 q、k 相乘。",
+                             "float32 in, float32 out: do not mix float64 helper tensors (masks, positions) into q and k."))
     out.sum().backward()
     if m.q_proj.weight.grad is None or m.k_proj.weight.grad is None:
         raise GradingFailure(t(f"{label}：梯度没有传到 q_proj / k_proj。", f"{label}: no gradient reaches q_proj / k_proj."))
@@ -653,27 +907,84 @@ def _attention_float32_and_causal(cls, gen) -> int:
     return 2
 
 
+class LlamaAttentionStandIn(nn.Module):
+    """A correct LlamaAttention (exercise 4) for a student's block to build; its own repeat, not theirs."""
+
+    def __init__(self, d: int, n_head: int, n_kv_head: int, base: float = 10000.0):
+        super().__init__()
+        if d % n_head or n_head % n_kv_head or (d // n_head) % 2:
+            raise ValueError(f"d={d}, n_head={n_head}, n_kv_head={n_kv_head}: the shapes do not fit")
+        self.n_head, self.n_kv_head, self.d_k, self.base = n_head, n_kv_head, d // n_head, base
+        self.q_proj = nn.Linear(d, d, bias=False)
+        self.k_proj = nn.Linear(d, n_kv_head * self.d_k, bias=False)
+        self.v_proj = nn.Linear(d, n_kv_head * self.d_k, bias=False)
+        self.o_proj = nn.Linear(d, d, bias=False)
+
+    def forward(self, x):
+        B, N, d = x.shape
+        q = self.q_proj(x).view(B, N, self.n_head, self.d_k).transpose(1, 2)
+        k = self.k_proj(x).view(B, N, self.n_kv_head, self.d_k).transpose(1, 2)
+        v = self.v_proj(x).view(B, N, self.n_kv_head, self.d_k).transpose(1, 2)
+        pos = torch.arange(N, device=x.device)
+        q, k = bridge.apply_rope(q, pos, self.base), bridge.apply_rope(k, pos, self.base)
+        rep = self.n_head // self.n_kv_head
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        s = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
+        s = s.masked_fill(torch.ones(N, N, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
+        s = s - s.amax(dim=-1, keepdim=True)
+        w = s.exp() / s.exp().sum(dim=-1, keepdim=True)
+        return self.o_proj((w @ v).transpose(1, 2).reshape(B, N, d))
+
+
 # ---------------------------------------------------------------- LlamaBlock
 
-def _block_structure(m, d, n_head, n_kv, d_ff, label):
+B_NORM_SHARED = Bug("norm_shared", "两个子层用了同一个 RMSNorm：attn_norm 和 ffn_norm 是两组各自的 weight。",
+                    "both sublayers use the same RMSNorm: attn_norm and ffn_norm have weights of their own.")
+B_EPS_NOT_PASSED = Bug("eps_not_passed", "eps 没有传给 RMSNorm（它们用的是默认值或一个写死的数）：RMSNorm(d, eps)。",
+                       "eps is not passed on to the RMSNorms (they use the default or a fixed number): RMSNorm(d, eps).")
+B_D_FF = Bug("d_ff_not_passed", "FFN 的隐藏宽度不是参数 d_ff：self.ffn = SwiGLU(d, d_ff)。",
+             "the FFN's hidden width is not the argument d_ff: self.ffn = SwiGLU(d, d_ff).")
+BLOCK_ARGS = [(lambda exc, line: isinstance(exc, ValueError), Bug(
+    "attention_arguments_order", "构造块的时候 LlamaAttention 抛出了 ValueError，而这组形状是合法的：检查传给它的参数顺序，"
+    "LlamaAttention(d, n_head, n_kv_head, base)。", "building the block, LlamaAttention raised ValueError although "
+    "these shapes are valid: check the order of its arguments, LlamaAttention(d, n_head, n_kv_head, base)."))]
+
+
+def _block_structure(m, d, n_head, n_kv, d_ff, eps, label):
     for name in ("attn_norm", "ffn_norm"):
         w = getattr(getattr(m, name, None), "weight", None)
         if not isinstance(w, torch.Tensor) or tuple(w.shape) != (d,):
             raise failure(t(f"{label}：self.{name}.weight", f"{label}: self.{name}.weight"), t(f"形状 ({d},) 的参数",
-                          f"a parameter of shape ({d},)"), str(tuple(w.shape)) if isinstance(w, torch.Tensor) else t("没有", "none"))
+                          f"a parameter of shape ({d},)"), str(tuple(w.shape)) if isinstance(w, torch.Tensor) else t("没有", "none"),
+                          hint=t(f"self.{name} = RMSNorm(d, eps)", f"self.{name} = RMSNorm(d, eps)"))
         if getattr(getattr(m, name), "bias", None) is not None:
             raise failure(t(f"{label}：self.{name} 有 bias（LayerNorm？）", f"{label}: self.{name} has a bias (LayerNorm?)"),
                           "RMSNorm(d, eps)", "bias", B_BIAS)
+        used = getattr(getattr(m, name), "eps", eps)
+        if isinstance(used, (int, float)) and used != eps:
+            raise failure(t(f"{label}：self.{name}.eps", f"{label}: self.{name}.eps"), f"{eps:g}", f"{used:g}",
+                          B_EPS_NOT_PASSED)
+    if m.attn_norm is m.ffn_norm:
+        raise failure(t(f"{label}：self.attn_norm 和 self.ffn_norm", f"{label}: self.attn_norm and self.ffn_norm"),
+                      t("两个各自的 RMSNorm", "two RMSNorms of their own"), t("同一个对象", "one and the same object"),
+                      B_NORM_SHARED)
     for name in ("attn", "ffn"):
         if not isinstance(getattr(m, name, None), nn.Module):
             raise GradingFailure(t(f"{label}：没有子模块 self.{name}。", f"{label}: no submodule self.{name}."))
     _attention_structure(m.attn, d, n_head, n_kv, label + " .attn")
     for name, a, b in (("gate", d, d_ff), ("up", d, d_ff), ("down", d_ff, d)):
+        lin = getattr(m.ffn, name, None)
+        if isinstance(lin, nn.Linear) and d_ff not in lin.weight.shape and d in lin.weight.shape:
+            raise failure(t(f"{label} .ffn：self.{name}.weight 的形状", f"{label} .ffn: shape of self.{name}.weight"),
+                          str((b, a)), str(tuple(lin.weight.shape)), B_D_FF)
         _linear(m.ffn, name, a, b, label + " .ffn")
     total = sum(p.numel() for p in m.parameters())
     want = 2 * d + bridge.gqa_attention_params(d, n_head, n_kv) + 3 * d * d_ff
     if total != want:
-        raise failure(t(f"{label}：参数个数", f"{label}: number of parameters"), str(want), str(total))
+        raise failure(t(f"{label}：参数个数", f"{label}: number of parameters"), str(want), str(total),
+                      hint=t("块的参数就是两个 RMSNorm 的 weight、注意力的四个投影和 SwiGLU 的三个矩阵。",
+                             "the block's parameters are the two RMSNorm weights, the attention's four projections "
+                             "and SwiGLU's three matrices."))
 
 
 def _sublayer_diagnosis(m, x, wts, n_head, n_kv, eps, base, label):
@@ -699,6 +1010,11 @@ def _sublayer_diagnosis(m, x, wts, n_head, n_kv, eps, base, label):
 
 
 def check_llama_block(cls) -> None:
+    with on_its_own(cls, (E_RMS, E_SWIGLU, E_REPEAT, E_ATTENTION)):
+        passed("LlamaBlock", _block_checks(cls))
+
+
+def _block_checks(cls) -> int:
     what = "LlamaBlock"
     gen = seeded(1005)
     n = 0
@@ -709,8 +1025,8 @@ def check_llama_block(cls) -> None:
     for B, N, d, n_head, n_kv, d_ff, eps, base, sx in cases:
         label = (f"{what}(d={d}, n_head={n_head}, n_kv_head={n_kv}, d_ff={d_ff}, eps={eps:g}, base={base:g}), "
                  f"x (B={B}, N={N}, d={d})")
-        m = _build(cls, (d, n_head, n_kv, d_ff, eps, base), label)
-        _block_structure(m, d, n_head, n_kv, d_ff, label)
+        m = _build(cls, (d, n_head, n_kv, d_ff, eps, base), label, hints=BLOCK_ARGS)
+        _block_structure(m, d, n_head, n_kv, d_ff, eps, label)
         bridge.randomise(m, int(torch.randint(1000, (1,), generator=gen)), scale=0.4)
         m = m.double()
         wts = {k: v.detach() for k, v in bridge.block_weights(m).items()}
@@ -720,7 +1036,8 @@ def check_llama_block(cls) -> None:
         n += 1
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != (B, N, d):
             got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-            raise failure(t(f"{label}：输出形状", f"{label}: output shape"), str((B, N, d)), str(got))
+            raise failure(t(f"{label}：输出形状", f"{label}: output shape"), str((B, N, d)), str(got),
+                          hint=t("块的输出和输入形状相同：(B, N, d)。", "the block's output has the input's shape, (B, N, d)."))
         if not near(out, expected):
             bug = diagnose(out, BLOCK_BUGS + [B_BLOCK_BASE], x, wts, n_head, n_kv, eps, base, expected=expected,
                            match=near)
@@ -731,12 +1048,23 @@ def check_llama_block(cls) -> None:
         if not _hf_close(out, theirs):
             raise failure(t(f"{label}：与 transformers 的 LlamaDecoderLayer 比较", f"{label}: vs transformers' "
                             "LlamaDecoderLayer"), show(theirs[:, -1]), show(out[:, -1]))
-    m = _build(cls, (16, 4, 2, 32), f"{what}(16, 4, 2, 32)")
+    m = _build(cls, (16, 4, 2, 32), f"{what}(16, 4, 2, 32)", hints=BLOCK_ARGS)
     x = torch.randn(2, 5, 16, generator=gen, requires_grad=True)
     out = call(m, x, what=t(f"{what}：float32 输入，需要梯度", f"{what}: float32 input with requires_grad"))
     n += 1
     if not isinstance(out, torch.Tensor) or out.dtype != torch.float32:
         raise failure(t(f"{what}：float32 输入的输出", f"{what}: output for a float32 input"), "torch.float32",
-                      str(getattr(out, "dtype", type(out).__name__)))
+                      str(getattr(out, "dtype", type(out).__name__)),
+                      hint=t("float32 进，float32 出。", "float32 in, float32 out."))
     expect_autograd(out, what)
-    passed(what, n)
+    return n
+
+
+# ---------------------------------------------------------------- each exercise on its own
+# The earlier exercises a later one uses, in the order they are probed: a correct repeat_kv is already in place
+# when the student's LlamaAttention is probed, so a wrong repeat_kv is not charged to it (nor to the block).
+
+E_RMS = Earlier("rms_norm", 1, passes(_rms_checks), rms_norm_stand_in)
+E_SWIGLU = Earlier("SwiGLU", 2, passes(_swiglu_checks), SwiGLUStandIn)
+E_REPEAT = Earlier("repeat_kv", 3, passes(_repeat_checks), repeat_kv_stand_in)
+E_ATTENTION = Earlier("LlamaAttention", 4, passes(_attention_checks), LlamaAttentionStandIn)
