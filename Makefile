@@ -12,7 +12,7 @@ endif
 override LANG := C.UTF-8
 export LANG
 
-.PHONY: help env lab instructor-lab test source release dist grade bench bench-train
+.PHONY: help env lab instructor-lab test source release dist grade collect return bench bench-train
 
 help:
 	@$(PY) course.py help
@@ -41,6 +41,19 @@ dist:     ## the student packs, one zip per language, in dist/
 # make grade [CHAPTER=ch01_attention] [STUDENT=alice] [REGRADE=1]
 grade:    ## autograde submitted/, feedback, grades.csv, class report
 	$(PY) course.py grade $(if $(CHAPTER),--chapter $(CHAPTER)) $(if $(STUDENT),--student $(STUDENT)) $(if $(REGRADE),--regrade)
+
+# make collect FROM="canvas.zip" [WORKSHEET="Grades.csv"] [LMS=canvas|moodle|plain] [TIMEZONE=Asia/Shanghai]
+#              [CANVAS_URL=https://... CANVAS_COURSE=42]   (the token in the CANVAS_TOKEN environment variable)
+collect:  ## file what an LMS gave you into submitted/ (FROM= archives or folders, oldest first)
+	$(PY) course.py collect $(FROM) $(foreach w,$(WORKSHEET),--worksheet $(w)) $(if $(LMS),--lms $(LMS)) \
+		$(if $(TIMEZONE),--timezone $(TIMEZONE)) $(CANVAS_ARGS)
+
+# make return [CHAPTER=ch01_attention] [CANVAS_URL=... CANVAS_COURSE=42 [ASSIGNMENTS="ch01_attention=7"]] [SEND=1]
+return:   ## hand back: Moodle's feedback archives; Canvas comments with page and score (a dry run unless SEND=1)
+	$(PY) course.py return $(if $(CHAPTER),--chapter $(CHAPTER)) $(CANVAS_ARGS) $(if $(SEND),--send)
+
+CANVAS_ARGS = $(if $(CANVAS_URL),--canvas-url $(CANVAS_URL)) $(if $(CANVAS_COURSE),--canvas-course $(CANVAS_COURSE)) \
+	$(foreach a,$(ASSIGNMENTS),--assignment $(a))
 
 bench:    ## the benchmarks; output kept under bench/results/
 	$(PY) course.py bench

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from . import build, dist, release
 
@@ -39,6 +40,61 @@ def cmd_grade(args) -> int:
     return 0 if all(j.ok for j in jobs) else 1
 
 
+def _assignments(pairs) -> dict[str, int]:
+    """--assignment ch01_attention=123 (repeated) -> {chapter: Canvas assignment id}."""
+    out = {}
+    for pair in pairs or ():
+        chapter, _, aid = pair.partition("=")
+        if not aid.strip().isdigit():
+            raise build.BuildError(f"--assignment wants CHAPTER=ID (a Canvas assignment id), not {pair!r}")
+        out[chapter.strip()] = int(aid)
+    return out
+
+
+def _canvas(args):
+    """The Canvas course of --canvas-url / --canvas-course, the token from CANVAS_TOKEN (never on the command line)."""
+    import os
+    if not (args.canvas_url and args.canvas_course):
+        return None, None
+    token = os.environ.get("CANVAS_TOKEN", "")
+    if not token:
+        raise build.BuildError("Canvas needs an access token in the CANVAS_TOKEN environment variable "
+                               "(Canvas: Account, Settings, New access token)")
+    return token, args.canvas_course
+
+
+def cmd_collect(args) -> int:
+    from . import collect, export
+    root = Path(args.root or build.ROOT)
+    token, course_id = _canvas(args)
+    course = export.canvas_course(args.canvas_url, token, course_id) if token else None
+    try:
+        result = collect.collect(root, [Path(p) for p in args.sources], lms=args.lms, worksheets=args.worksheet,
+                                 timezone=args.timezone, canvas=course, assignment_ids=_assignments(args.assignment))
+    except (ValueError, OSError) as exc:
+        raise build.BuildError(str(exc)) from exc
+    print(result.table())
+    return 1 if result.left_out else 0
+
+
+def cmd_return(args) -> int:
+    from . import handback
+    root = Path(args.root or build.ROOT)
+    token, course_id = _canvas(args)
+    result = handback.hand_back(root, chapter=args.chapter, canvas_url=args.canvas_url, token=token,
+                                canvas_course=course_id, assignment_ids=_assignments(args.assignment), send=args.send)
+    print("\n".join(result.lines))
+    return 1 if result.failed else 0
+
+
+def _canvas_options(parser) -> None:
+    parser.add_argument("--canvas-url", help="the Canvas server, e.g. https://canvas.example.edu "
+                                             "(the token in the CANVAS_TOKEN environment variable)")
+    parser.add_argument("--canvas-course", type=int, help="the Canvas course id (the number in its address)")
+    parser.add_argument("--assignment", action="append", metavar="CHAPTER=ID",
+                        help="the Canvas assignment of a chapter (default: the one named like the chapter)")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="course", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -66,6 +122,25 @@ def main(argv=None) -> int:
     g.add_argument("--check", action="store_true",
                    help="only the preflight: start one graded kernel per chapter, write nothing")
     g.set_defaults(fn=cmd_grade)
+    c = sub.add_parser("collect", help="file what an LMS gave you (Canvas, Moodle, a folder or zip) into submitted/")
+    c.add_argument("sources", nargs="+", metavar="FROM", help="archives or folders, oldest first")
+    c.add_argument("--lms", default="auto", choices=("auto", "canvas", "moodle", "plain"),
+                   help="the layout of the names (default: recognised from them)")
+    c.add_argument("--worksheet", action="append", default=[],
+                   help="Moodle's grading worksheet of the assignment (CSV), which maps participants to "
+                        "students and gives the submission times")
+    c.add_argument("--timezone", help="the time zone of times without one (Moodle's worksheet, file times); "
+                                      "default: this machine's")
+    c.add_argument("--root", help="the course folder (default: this one)")
+    _canvas_options(c)
+    c.set_defaults(fn=cmd_collect)
+    b = sub.add_parser("return", help="hand back: Moodle's feedback-files archives, Canvas comments with the "
+                                      "feedback page and the score (a dry run unless --send)")
+    b.add_argument("--chapter", help="only this chapter")
+    b.add_argument("--send", action="store_true", help="really send to Canvas (default: only say what would be sent)")
+    b.add_argument("--root", help="the course folder (default: this one)")
+    _canvas_options(b)
+    b.set_defaults(fn=cmd_return)
     args = p.parse_args(argv)
     try:
         return args.fn(args)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import io
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -175,19 +176,105 @@ def write_all(root: Path, db_url: str, chapters: list[str], out: Path | None = N
     return written
 
 
-def upload_canvas(url: str, token: str, course_id: int, scores: list[Standing],
-                  roster: dict[str, dict[str, str]], assignment_ids: dict[str, int]) -> int:
-    """Post the final chapter scores through Canvas's API (optional: the CSV
-    file never needs it). Returns how many grades were sent."""
+def canvas_course(url: str, token: str, course_id: int):
+    """The course on a Canvas server, through canvasapi (one GET)."""
     from canvasapi import Canvas
+    return Canvas(url, token).get_course(course_id)
 
-    course = Canvas(url, token).get_course(course_id)
-    _, _, final = _chapter_totals(scores)
+
+def canvas_assignment_id(course, chapter: str, given: dict) -> int | None:
+    """The Canvas assignment of a chapter: as given, else the one named like the
+    chapter (importing lms_canvas.csv creates them under the chapters' names)."""
+    if given.get(chapter):
+        return int(given[chapter])
+    for a in course.get_assignments(search_term=chapter):
+        if a.name == chapter:
+            given[chapter] = a.id
+            return a.id
+    return None
+
+
+@dataclass(frozen=True)
+class CanvasPost:
+    """One grade for Canvas: a student's final score of a chapter, with the comment and
+    the feedback page (if any) that go with it."""
+    student: str
+    chapter: str
+    user_id: str
+    grade: str
+    page: Path | None = None
+    text: str = ""
+
+
+def canvas_posts(scores: list[Standing], roster: dict[str, dict[str, str]], chapters, feedback=None,
+                 comments=None) -> tuple[list[CanvasPost], list[tuple[Standing, str]]]:
+    """What goes to Canvas, and what does not with why ("not_in_roster", "no_lms_id",
+    "pending": points still await grading, so nothing provisional is posted)."""
+    posts, skipped = [], []
+    for s in sorted(scores, key=lambda s: (s.chapter, s.student)):
+        if s.chapter not in chapters:
+            continue
+        r = roster.get(s.student)
+        why = "not_in_roster" if r is None else "no_lms_id" if not r["lms_id"] else "pending" if not s.final else None
+        if why:
+            skipped.append((s, why))
+            continue
+        posts.append(CanvasPost(s.student, s.chapter, r["lms_id"], score.num(s.score),
+                                (feedback or {}).get((s.student, s.chapter)), comments(s) if comments else ""))
+    return posts, skipped
+
+
+def upload_canvas(url: str, token: str, course_id: int, scores: list[Standing],
+                  roster: dict[str, dict[str, str]], assignment_ids: dict[str, int | None], feedback=None,
+                  comments=None, dry_run: bool = False, course=None, failed: list | None = None) -> int:
+    """Post the final chapter scores through Canvas's API (optional: the CSV
+    file never needs it). Returns how many grades were sent (with ``dry_run``:
+    would be sent; nothing is sent). A chapter's assignment id may be None: the
+    assignment named like the chapter is used.
+
+    Without ``feedback`` the grades go in one bulk update per assignment. With
+    ``feedback`` ((student, chapter) -> the feedback page), each grade goes with a
+    submission comment carrying the page, as Canvas's API takes it: the file is
+    uploaded to the submission's comment files (POST .../submissions/:user_id/
+    comments/files, then the upload itself), then one PUT on the submission with
+    comment[file_ids][], comment[text_comment] (``comments(standing)``) and
+    submission[posted_grade]. ``failed``: a list that collects (post, error) and
+    lets the others go on (without it the first error is raised)."""
+    posts, _ = canvas_posts(scores, roster, list(assignment_ids), feedback, comments)
+    if dry_run or not posts:
+        return len(posts)
+    course = course or canvas_course(url, token, course_id)
+    ids = dict(assignment_ids)
     sent = 0
-    for chapter, assignment_id in assignment_ids.items():
-        grades = {roster[s]["lms_id"]: {"posted_grade": final[s][chapter]}
-                  for s in final if s in roster and roster[s]["lms_id"] and final[s].get(chapter)}
-        if grades:
-            course.get_assignment(assignment_id).submissions_bulk_update(grade_data=grades)
-            sent += len(grades)
+    if feedback is None:
+        for chapter in assignment_ids:
+            grades = {p.user_id: {"posted_grade": p.grade} for p in posts if p.chapter == chapter}
+            if grades:
+                course.get_assignment(canvas_assignment_id(course, chapter, ids)).submissions_bulk_update(
+                    grade_data=grades)
+                sent += len(grades)
+        return sent
+    from canvasapi.upload import Uploader
+    assignments = {}
+    for p in posts:
+        try:
+            aid = canvas_assignment_id(course, p.chapter, ids)
+            if aid is None:
+                raise LookupError(f"no Canvas assignment named {p.chapter}")
+            if aid not in assignments:
+                assignments[aid] = course.get_assignment(aid)
+            sub = assignments[aid].get_submission(int(p.user_id))
+            comment = {"text_comment": p.text} if p.text else {}
+            if p.page is not None:
+                ok, info = Uploader(course._requester, f"courses/{course.id}/assignments/{aid}/submissions/"
+                                    f"{p.user_id}/comments/files", str(p.page)).start()
+                if not ok:
+                    raise RuntimeError(f"Canvas did not take the file {p.page.name}: {info}")
+                comment["file_ids"] = [info["id"]]
+            sub.edit(submission={"posted_grade": p.grade}, **({"comment": comment} if comment else {}))
+            sent += 1
+        except Exception as exc:  # noqa: BLE001 (one student's post failing leaves the others to go)
+            if failed is None:
+                raise
+            failed.append((p, exc))
     return sent
