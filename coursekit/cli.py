@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -63,11 +64,25 @@ def _canvas(args):
     return token, args.canvas_course
 
 
+@contextlib.contextmanager
+def _canvas_errors(args):
+    """Canvas unreachable or saying no: one line naming the server and course, no traceback."""
+    from canvasapi.exceptions import CanvasException
+    from requests import RequestException
+    try:
+        yield
+    except (CanvasException, RequestException) as exc:
+        raise build.BuildError(f"Canvas at {args.canvas_url}, course {args.canvas_course}: {exc}") from exc
+
+
 def cmd_collect(args) -> int:
     from . import collect, export
     root = Path(args.root or build.ROOT)
     token, course_id = _canvas(args)
-    course = export.canvas_course(args.canvas_url, token, course_id) if token else None
+    course = None
+    if token:
+        with _canvas_errors(args):
+            course = export.canvas_course(args.canvas_url, token, course_id)
     try:
         result = collect.collect(root, [Path(p) for p in args.sources], lms=args.lms, worksheets=args.worksheet,
                                  timezone=args.timezone, canvas=course, assignment_ids=_assignments(args.assignment))
@@ -81,8 +96,10 @@ def cmd_return(args) -> int:
     from . import handback
     root = Path(args.root or build.ROOT)
     token, course_id = _canvas(args)
-    result = handback.hand_back(root, chapter=args.chapter, canvas_url=args.canvas_url, token=token,
-                                canvas_course=course_id, assignment_ids=_assignments(args.assignment), send=args.send)
+    with _canvas_errors(args):
+        result = handback.hand_back(root, chapter=args.chapter, canvas_url=args.canvas_url, token=token,
+                                    canvas_course=course_id, assignment_ids=_assignments(args.assignment),
+                                    send=args.send)
     print("\n".join(result.lines))
     return 1 if result.failed else 0
 

@@ -304,13 +304,13 @@ def match(layout: str, inner: str) -> dict | None:
 
 
 def detect(entries: list[Entry]) -> str:
-    """The layout of one FROM: Moodle's folder marker, else Canvas's names, else plain."""
+    """The layout of one FROM: Moodle's folder marker, else Canvas's names (for most of
+    its files, at any depth: a folder holding the download is the download), else plain."""
     names = [e.inner for e in entries]
     if any(match("moodle", n) for n in names):
         return "moodle"
-    tops = {n.split("/")[0] for n in names}
-    canvas = sum(1 for t in tops if match("canvas", t) or match("canvas_anon", t))
-    return "canvas" if tops and canvas * 2 >= len(tops) else "plain"
+    canvas = sum(1 for n in names if match("canvas", n) or match("canvas_anon", n))
+    return "canvas" if names and canvas * 2 >= len(names) else "plain"
 
 
 @dataclass
@@ -333,18 +333,23 @@ class Worksheet:
     def read(cls, paths, zone) -> Worksheet:
         ws = cls(tz=_tz_name(zone))
         for path in paths or ():
-            with open(path, newline="", encoding="utf-8-sig") as f:
-                reader = csv.DictReader(f)
-                if not reader.fieldnames or "Identifier" not in reader.fieldnames:
-                    raise ValueError(f"{path}: not a Moodle grading worksheet (no 'Identifier' column); "
-                                     "download it from the assignment: View all submissions, Download grading worksheet")
-                for row in reader:
-                    m = re.search(r"(\d+)\s*$", row.get("Identifier") or "")
-                    if m:
-                        ws.rows[m.group(1)] = {
-                            "name": row.get("Full name", ""), "email": (row.get("Email address") or "").strip(),
-                            "idnumber": (row.get("ID number") or "").strip(),
-                            "time": moodle_time(row.get("Last modified (submission)", ""), zone)}
+            try:
+                with open(path, newline="", encoding="utf-8-sig") as f:
+                    reader = csv.DictReader(f)
+                    fields = reader.fieldnames or []
+                    rows = list(reader)
+            except UnicodeDecodeError:
+                fields = []
+            if "Identifier" not in fields:
+                raise ValueError(f"{path}: not a Moodle grading worksheet (a CSV file with an 'Identifier' column); "
+                                 "download it from the assignment: View all submissions, Download grading worksheet")
+            for row in rows:
+                m = re.search(r"(\d+)\s*$", row.get("Identifier") or "")
+                if m:
+                    ws.rows[m.group(1)] = {
+                        "name": row.get("Full name", ""), "email": (row.get("Email address") or "").strip(),
+                        "idnumber": (row.get("ID number") or "").strip(),
+                        "time": moodle_time(row.get("Last modified (submission)", ""), zone)}
         return ws
 
 

@@ -121,9 +121,13 @@ class FakeCanvas:
     TOKEN = "test-token"
 
     def __init__(self, course_id: int, assignments: dict[int, str],
-                 attempts: dict[tuple[int, int], list[tuple[str | None, list[int]]]]):
-        """attempts: (assignment id, user id) -> [(submitted_at, attachment ids)], oldest first."""
+                 attempts: dict[tuple[int, int], list[tuple[str | None, list[int]]]], enrolled=()):
+        """attempts: (assignment id, user id) -> [(submitted_at, attachment ids)], oldest first;
+        enrolled: more students of the course, who handed nothing in (an unsubmitted submission)."""
         self.course_id, self.assignments, self.attempts = course_id, dict(assignments), dict(attempts)
+        for uid in enrolled:
+            for aid in self.assignments:
+                self.attempts.setdefault((aid, uid), [])
         self.requests: list[dict] = []
         self.files: dict[int, dict] = {}          # uploaded comment files: id -> name, bytes, for
         self.pending_uploads: dict[str, dict] = {}

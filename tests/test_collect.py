@@ -228,6 +228,12 @@ def test_without_canvas_api_the_table_says_what_time_is_used(tmp_path, nbs):
     assert result.times == {"canvas_none": 29}
     assert {r.who: r.why for r in result.of("late")} == {f"s05/{CH1}": ("late_marker", {})}
     assert "没有写 timestamp.txt，nbgrader 算它们按时提交" in result.table()
+    # the download saved in a folder of its own is the same download
+    before = lms.tree(root)
+    (tmp_path / "downloads").mkdir()
+    shutil.copy(z1, tmp_path / "downloads")
+    again = collect.collect(root, [tmp_path / "downloads"])
+    assert lms.tree(root) == before and len(again.of("unchanged")) == 29
 
 
 # ------------------------------------------------------------------ Moodle

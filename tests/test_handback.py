@@ -187,7 +187,7 @@ def test_round_trip_canvas_moodle_and_a_folder(tmp_path, quiet_http):
     inbox = tmp_path / "inbox"
     inbox.mkdir()
     (inbox / "wang@uni.edu.ipynb").write_bytes(lms.notebook(CH1, "wang"))
-    with lms.FakeCanvas(COURSE, {101: CH1, A2: CH2}, attempts) as fake:
+    with lms.FakeCanvas(COURSE, {101: CH1, A2: CH2}, attempts, enrolled=(2001, 2002, 2003)) as fake:
         course = export.canvas_course(fake.url, fake.TOKEN, COURSE)
         got = collect.collect(root, [z1, mz, inbox], worksheets=[sheet], timezone="Asia/Shanghai", canvas=course)
         assert len(got.of("collected")) == 4 and not got.left_out
@@ -230,12 +230,31 @@ def test_round_trip_canvas_moodle_and_a_folder(tmp_path, quiet_http):
 
         back = handback.hand_back(root, send=True, assignment_ids={CH2: A2}, course=course, **canvas(fake))
     text = "\n".join(back.lines)
-    assert back.sent == 2 and not back.failed
-    assert set(fake.grades) == {(A2, 2001), (A2, 2002)}
+    # every final score goes to Canvas (wang's chapter 1 came from the folder, but Canvas grades wang too)
+    assert back.sent == 3 and not back.failed
+    assert set(fake.grades) == {(101, 2001), (A2, 2001), (A2, 2002)}
     assert float(fake.grades[(A2, 2002)]) == float(fake.grades[(A2, 2001)]) - 1     # the model answers; 1 of 2 by hand
-    pages = {c["user"]: fake.files[c["file_ids"][0]]["data"] for c in fake.comments}
+    pages = {c["user"]: fake.files[c["file_ids"][0]]["data"] for c in fake.comments if c["assignment"] == A2}
     assert pages[2002] == (root / "feedback" / "zhang1" / CH2 / f"{CH2}.html").read_bytes()
     assert "zhang1 again" in pages[2002].decode(), "the page of the notebook handed in again"
     # Moodle: zhang2's chapter 1 awaits grading, so the archive holds nothing for it yet
     assert not (root / "returned" / "moodle" / f"{CH1}.zip").exists()
     assert f"{CH1}：还没有可以发回的反馈" in text and f"zhang2/{CH1}：还有 3 分待批改" in text
+
+
+def test_the_return_command_is_a_dry_run_unless_told_to_send(tmp_path, quiet_http, monkeypatch, capsys):
+    from coursekit import cli
+    root = lms.course(tmp_path / "course")
+    lms.write_roster(root, ROSTER)
+    add_scores(root, CH2, {"wang": (4.0, 2.0)})
+    add_pages(root, CH2, ["wang"])
+    with lms.FakeCanvas(COURSE, {A2: CH2}, {(A2, 2001): [("2026-12-08T10:00:00Z", [1])]}) as fake:
+        args = ["return", "--root", str(root), "--canvas-url", fake.url, "--canvas-course", str(COURSE),
+                "--assignment", f"{CH2}={A2}"]
+        assert cli.main(args) == 2, "no token, no Canvas"
+        monkeypatch.setenv("CANVAS_TOKEN", fake.TOKEN)
+        assert cli.main(args) == 0 and fake.requests == []
+        assert "试运行：什么都没有发送" in capsys.readouterr().out
+        assert cli.main([*args, "--send"]) == 0
+    assert fake.grades == {(A2, 2001): "6"} and len(fake.comments) == 1
+    assert "已发送 1 条到 Canvas" in capsys.readouterr().out
