@@ -132,12 +132,8 @@ class StudentOutputs(NbGraderPreprocessor):
                 message = for_student(str(out.get("evalue", ""))).strip()
                 if out.get("ename") in COURSE_ERRORS:
                     out["traceback"] = [message]
-                elif out.get("ename") == "NotImplementedError" and not message:   # an exercise not done yet
-                    out["traceback"] = [word("needs_unfinished", lang)]
-                elif test_cell:
-                    out["traceback"] = [f"{out.get('ename', 'Error')}: {message}"]
                 else:
-                    out["traceback"] = [for_student(line) for line in out.get("traceback", [])]
+                    out["traceback"] = [error_line(out.get("ename", "Error"), message, lang, test_cell)]
             elif kind in ("display_data", "execute_result"):
                 data = out.get("data", {})
                 for mime in SCRIPTS:
@@ -154,6 +150,19 @@ class StudentOutputs(NbGraderPreprocessor):
             outputs.append(out)
         cell["outputs"] = outputs
         return cell, resources
+
+
+def error_line(ename: str, message: str, lang: str, test_cell: bool) -> str:
+    """An error that is not one of the course's own messages, in one line: an
+    exercise not done yet, a name an earlier unfinished cell did not make, or
+    the error quoted after the chapter's own words (never a traceback: a test
+    cell's would quote hidden test code, a demo's would bury the cause)."""
+    if ename == "NotImplementedError" and not message:
+        return word("needs_unfinished", lang)
+    found = re.match(r"name '(\w+)' is not defined", message)
+    if ename == "NameError" and found and not test_cell:
+        return word("name_missing", lang, name=found.group(1))
+    return word("cell_error", lang, error=f"{ename}: {message}")
 
 
 # ------------------------------------------------------------------ what markup may reach the page

@@ -30,6 +30,10 @@ TEXT = {
     "late_penalty": ("迟交扣分", "Late submission penalty"),
     "contents": ("目录", "Contents"),
     "input": ("代码", "code"),
+    "name_missing": ("… 这个单元格用到的 {name} 没有定义：给出它的单元格没有运行完（多半是因为还没有完成的练习）。",
+                     "… {name} is not defined here: the cell that makes it did not finish (most likely because of "
+                     "an exercise not done yet)."),
+    "cell_error": ("这个单元格出错了：{error}", "This cell raised an error: {error}"),
     "needs_unfinished": ("… 这个单元格用到了还没有完成的练习（它仍然是 raise NotImplementedError()），所以没有运行完。",
                          "… this cell uses an exercise that is not done yet (it still raises NotImplementedError()), "
                          "so it did not finish."),

@@ -2,10 +2,12 @@
 
 ``sync`` copies what is new in the release into the workspace and records, in
 ``.course/copies.json`` inside the workspace, the SHA-256 of the release file
-each copy came from. A copy whose bytes still equal that release file is the
-student's untouched copy and may be brought up to date; any other copy is the
-student's work and is never written: a changed release of it arrives beside it
-as ``<name>.new-<date>.ipynb``, once per release version. A copy the student
+each copy came from and of what a student can change in it (a notebook's cells:
+type, source, nbgrader fields). A copy whose cells still equal the release's is
+the student's untouched copy, even after JupyterLab opened and saved it (which
+rewrites the notebook's metadata), and is brought up to date; any other copy is
+the student's work and is never written: a changed release of it arrives beside
+it as ``<name>.new-<date>.ipynb``, once per release version. A copy the student
 deleted comes back fresh from the release.
 
 ``configure`` writes the Jupyter configuration the student's JupyterLab runs
@@ -102,24 +104,47 @@ def beside_name(path: Path, day: str) -> Path:
     raise FileExistsError(f"too many new versions beside {path}")
 
 
+def student_digest(data: bytes, name: str) -> str:
+    """What the student can change in a file. For a notebook: its cells, in
+    order, each with its type, source and nbgrader fields; never the metadata
+    or outputs that JupyterLab rewrites when it opens, runs or saves a notebook
+    (``metadata.language_info``, execution counts). Other files: their bytes."""
+    if name.endswith(".ipynb"):
+        try:
+            nb = json.loads(data.decode("utf-8"))
+            cells = [[c.get("cell_type"), "".join(c.get("source") or []) if isinstance(c.get("source"), list)
+                      else c.get("source") or "", (c.get("metadata") or {}).get("nbgrader")]
+                     for c in nb.get("cells", [])]
+            return "cells:" + hashlib.sha256(json.dumps(cells, sort_keys=True).encode()).hexdigest()
+        except (ValueError, UnicodeDecodeError, AttributeError, TypeError):
+            pass
+    return hashlib.sha256(data).hexdigest()
+
+
 def _sync_one(rel: str, src: Path, dest: Path, entry: dict | None, day: str) -> tuple[dict, Change | None]:
     """Bring one release file into the workspace; return its manifest entry
-    and what was done (None: nothing)."""
-    digest = sha256(src)
+    and what was done (None: nothing). A copy is the student's work when what
+    the student can change in it (``student_digest``) differs from the release
+    it came from; opening and saving a notebook untouched changes nothing."""
+    data = src.read_bytes()
+    digest, content = hashlib.sha256(data).hexdigest(), student_digest(data, rel)
+    fresh = {"release": digest, "content": content}
     if not dest.exists():
-        _write(dest, src.read_bytes())
-        return {"release": digest}, Change("restored" if entry else "new", rel)
-    mine = sha256(dest)
+        _write(dest, data)
+        return fresh, Change("restored" if entry else "new", rel)
     entry = dict(entry or {})
     if digest in (entry.get("release"), entry.get("offered")):
         return entry, None
-    if mine == digest:                      # already the same bytes: only the record was missing
-        return {"release": digest}, None
-    if entry.get("release") == mine:        # the student's copy is untouched: update it in place
-        _write(dest, src.read_bytes())
-        return {"release": digest}, Change("updated", rel)
-    new = beside_name(dest, day)            # the student's work: the new version goes beside it
-    _write(new, src.read_bytes())
+    mine = dest.read_bytes()
+    if hashlib.sha256(mine).hexdigest() == digest:   # already the same bytes: only the record was missing
+        return fresh, None
+    untouched = (entry.get("content") == student_digest(mine, rel) if entry.get("content")
+                 else entry.get("release") == hashlib.sha256(mine).hexdigest())   # a record from before digests
+    if untouched:                                   # the student's copy is as released: update it in place
+        _write(dest, data)
+        return fresh, Change("updated", rel)
+    new = beside_name(dest, day)                    # the student's work: the new version goes beside it
+    _write(new, data)
     entry.update(offered=digest, beside=new.name)
     return entry, Change("offered", rel, new.relative_to(dest.parent).as_posix())
 

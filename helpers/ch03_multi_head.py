@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from .i18n import t
-from .plots import label, setup, show_widget
+from .plots import label, setup, show_static, show_widget, static
 from .runtime import under_nbgrader
 
 MAX_TOKENS = 16
@@ -114,6 +114,41 @@ def _heatmap(ax, w, tokens, title):
     return im
 
 
+def _sentence(sentence, *rest) -> bool:
+    """What the grader may draw a sentence figure with: a short text (and small integers)."""
+    return isinstance(sentence, str) and len(sentence) <= 200 and all(isinstance(r, int) and 0 < r <= 8 for r in rest)
+
+
+def previous_token_alt(sentence: str) -> str:
+    """What ``previous_token_figure`` shows, in numbers."""
+    tokens = tokenize(sentence)
+    x = embed(tokens)
+    w_prev = causal_pattern(x, *previous_token_weights())[0]
+    w_rand = causal_pattern(x, *random_head_weights(seed=1))[0]
+    n = len(tokens)
+    on_prev = float(sum(w_prev[i, i - 1] for i in range(1, n)) / max(1, n - 1))
+    top_rand = float(w_rand[1:].max(-1).values.mean()) if n > 1 else 1.0
+    return t(f"两张 {n} × {n} 的注意力热力图（行是当前 token，列是被看的 token）。左：手工构造的“前一个 token”头，"
+             f"每一行的权重平均有 {on_prev:.2f} 落在前一个 token 上，形成对角线下方的一条斜线。右：随机权重的头，"
+             f"没有这样的规律，每行最大的权重平均只有 {top_rand:.2f}。",
+             f"Two {n} × {n} attention heatmaps (rows: the current token, columns: the attended one). Left: the "
+             f"hand-built previous-token head puts on average {on_prev:.2f} of each row's weight on the previous "
+             f"token, a line just below the diagonal. Right: a head with random weights shows no such pattern; "
+             f"each row's largest weight is {top_rand:.2f} on average.")
+
+
+def heads_alt(sentence: str, n_heads: int = 4) -> str:
+    """What ``heads_figure`` shows, in numbers."""
+    w = random_model_heads(embed(tokenize(sentence)), n_heads=n_heads, seed=0)
+    tops = [float(w[i].max(-1).values.mean()) for i in range(n_heads)]
+    return t(f"{n_heads} 张注意力热力图，一个随机多头层的每个头各一张。每个头每行最大权重的平均值："
+             + "，".join(f"头 {i} {v:.2f}" for i, v in enumerate(tops)) + "：同一句话，各个头看的地方不同。",
+             f"{n_heads} attention heatmaps, one per head of a random multi-head layer. Each head's average "
+             "largest weight per row: " + ", ".join(f"head {i} {v:.2f}" for i, v in enumerate(tops))
+             + ": on the same sentence, the heads look at different places.")
+
+
+@static(accepts=_sentence)
 def previous_token_figure(sentence: str, fig=None):
     """Hand-built previous-token head beside a random head, for one sentence."""
     import matplotlib.pyplot as plt
@@ -134,6 +169,7 @@ def previous_token_figure(sentence: str, fig=None):
     return fig
 
 
+@static(accepts=_sentence)
 def heads_figure(sentence: str, n_heads: int = 4, head: int | None = None, seed: int = 0, fig=None):
     """The heads of a small random multi-head layer: all of them in a row, or one."""
     import matplotlib.pyplot as plt
@@ -167,8 +203,7 @@ def previous_token_explorer(sentence: str) -> None:
             raise ImportError
         import ipywidgets as W
     except ImportError:
-        previous_token_figure(sentence)
-        plt.show()
+        show_static(previous_token_figure, sentence, alt=previous_token_alt(sentence))
         return None
     box = W.Text(value=sentence, description=t("句子", "sentence"), continuous_update=False,
                  layout=W.Layout(width="520px"))
@@ -185,7 +220,7 @@ def previous_token_explorer(sentence: str) -> None:
 
     box.observe(redraw, names="value")
     redraw()
-    show_widget(W.VBox([box, note, out]), previous_token_figure(sentence))
+    show_widget(W.VBox([box, note, out]), previous_token_figure(sentence), alt=previous_token_alt(sentence))
 
 
 def head_explorer(sentence: str, n_heads: int = 4) -> None:
@@ -198,8 +233,7 @@ def head_explorer(sentence: str, n_heads: int = 4) -> None:
             raise ImportError
         import ipywidgets as W
     except ImportError:
-        heads_figure(sentence, n_heads)
-        plt.show()
+        show_static(heads_figure, sentence, n_heads, alt=heads_alt(sentence, n_heads))
         return None
     box = W.Text(value=sentence, description=t("句子", "sentence"), continuous_update=False,
                  layout=W.Layout(width="520px"))
@@ -217,4 +251,4 @@ def head_explorer(sentence: str, n_heads: int = 4) -> None:
     box.observe(redraw, names="value")
     pick.observe(redraw, names="value")
     redraw()
-    show_widget(W.VBox([box, pick, out]), heads_figure(sentence, n_heads))
+    show_widget(W.VBox([box, pick, out]), heads_figure(sentence, n_heads), alt=heads_alt(sentence, n_heads))

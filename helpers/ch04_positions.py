@@ -12,7 +12,7 @@ from typing import Callable
 import torch
 
 from .i18n import t
-from .plots import label, setup, show_widget
+from .plots import label, setup, show, show_widget
 from .runtime import under_nbgrader
 
 Rotate = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -51,11 +51,16 @@ def sinusoid_figure(pe: torch.Tensor, dims=(6, 7, 16, 30), fig=None):
 
 
 def show_sinusoids(pe: torch.Tensor, dims=(6, 7, 16, 30)) -> None:
-    """Draw ``sinusoid_figure``."""
-    import matplotlib.pyplot as plt
-
-    sinusoid_figure(pe, dims)
-    plt.show()
+    """Draw ``sinusoid_figure``, with what it shows in words."""
+    n, d = pe.shape
+    shown = [j for j in dims if j < d]
+    lo, hi = float(pe.min()), float(pe.max())
+    alt = t(f"左：正弦位置编码表，{n} 个位置 × {d} 维，取值从 {lo:.2f} 到 {hi:.2f}，低维随位置变得快、高维变得慢。"
+            f"右：第 {'、'.join(map(str, shown))} 维随位置变化的曲线，维度越高波长越长。",
+            f"Left: the sinusoidal encoding table, {n} positions × {d} dimensions, values from {lo:.2f} to "
+            f"{hi:.2f}; low dimensions change fast with position, high ones slowly. Right: dimensions "
+            f"{', '.join(map(str, shown))} against position; the higher the dimension, the longer the wavelength.")
+    show(sinusoid_figure(pe, dims), alt)
 
 
 # ---------------------------------------------------------------- frequencies
@@ -96,11 +101,19 @@ def frequency_figure(curves: dict[str, torch.Tensor], context: int | None = None
 
 def show_frequencies(curves: dict[str, torch.Tensor], context: int | None = None,
                      extended: int | None = None) -> None:
-    """Draw ``frequency_figure``."""
-    import matplotlib.pyplot as plt
-
-    frequency_figure(curves, context, extended)
-    plt.show()
+    """Draw ``frequency_figure``, with what it shows in words."""
+    parts = []
+    for name, theta in curves.items():
+        theta = theta.detach().to(torch.float64).cpu()
+        longest = 2 * math.pi / float(theta.min())
+        parts.append(t(f"{name}：θ 从 {float(theta.max()):.3g} 降到 {float(theta.min()):.3g}，最长波长 {longest:,.0f} 个位置",
+                       f"{name}: θ from {float(theta.max()):.3g} down to {float(theta.min()):.3g}, longest "
+                       f"wavelength {longest:,.0f} positions"))
+    lengths = t(f"；训练长度 {context}，目标长度 {extended}" if context else "",
+                f"; trained length {context}, target length {extended}" if context else "")
+    alt = t("两幅对数坐标图：左边是每对维度的频率 θ_i，右边是波长 2π/θ_i。", "Two log-scale plots: the frequency θ_i "
+            "of each pair (left) and its wavelength 2π/θ_i (right). ") + t("；", "; ").join(parts) + lengths
+    show(frequency_figure(curves, context, extended), alt)
 
 
 # ---------------------------------------------------------------- one rotated pair
@@ -230,8 +243,9 @@ def rope_explorer(rotate: Rotate, q=(1.0, 0.25), k=(0.4, 0.9), m: int = 2, n: in
 
 
 def show_rope_pair(rotate: Rotate, q=(1.0, 0.25), k=(0.4, 0.9), m: int = 2, n: int = 5) -> None:
-    """The static picture of the widget."""
-    import matplotlib.pyplot as plt
-
-    rope_pair_figure(rotate, q, k, m, n)
-    plt.show()
+    """The static picture of the widget, with what it shows in words."""
+    alt = t(f"左：复平面上的 q、k 和旋转后的 R_{m} q、R_{n} k。右：分数随 n − m 的变化，"
+            f"当前 {score_text(rotate, q, k, m, n)}。",
+            f"Left: q, k and their rotations R_{m} q, R_{n} k in the complex plane. Right: the score against "
+            f"n − m; now {score_text(rotate, q, k, m, n)}.")
+    show(rope_pair_figure(rotate, q, k, m, n), alt)

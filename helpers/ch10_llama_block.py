@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from .i18n import t
+from .plots import show_static, static
 from .runtime import under_nbgrader
 
 # ---------------------------------------------------------------- RoPE (chapter 4's contract)
@@ -189,6 +190,17 @@ def model_kv_gib(n_kv_head: int, n_layer=80, d=8192, n_head=64, n_tokens=4096, b
     return 2 * n_layer * n_tokens * n_kv_head * (d // n_head) * bytes_per_value / 2**30
 
 
+def gqa_alt(n_kv_head: int = 8) -> str:
+    """What ``gqa_figure`` shows, in numbers."""
+    bars = [(h, model_kv_gib(h)) for h in (1, 2, 4, 8, 16, 32, 64)]
+    return t("柱状图：LLaMA-2 70B 一条 4096 token 序列的 KV 缓存（fp16）随 KV 头数的变化："
+             + "，".join(f"{h} 个头 {v:.2f} GiB" for h, v in bars) + f"。高亮的是 n_kv_head = {n_kv_head}。",
+             "Bar chart: LLaMA-2 70B's KV cache for one sequence of 4096 tokens (fp16) against the number of KV "
+             "heads: " + ", ".join(f"{h} heads {v:.2f} GiB" for h, v in bars)
+             + f". Highlighted: n_kv_head = {n_kv_head}.")
+
+
+@static(accepts=lambda n_kv_head=8: n_kv_head in (1, 2, 4, 8, 16, 32, 64))
 def gqa_figure(n_kv_head: int = 8, fig=None):
     """LLaMA-2 70B's KV cache (4096 tokens, fp16) against the number of KV heads."""
     import matplotlib.pyplot as plt
@@ -237,8 +249,7 @@ def gqa_explorer(initial: int = 8) -> None:
         import ipywidgets as w
     except ImportError:
         print(gqa_summary(initial))
-        gqa_figure(initial)
-        plt.show()
+        show_static(gqa_figure, initial, alt=gqa_alt(initial))
         return
     options = [1, 2, 4, 8, 16, 32, 64]
     slider = w.SelectionSlider(options=options, value=initial, description="n_kv_head",
@@ -255,7 +266,7 @@ def gqa_explorer(initial: int = 8) -> None:
 
     slider.observe(redraw, names="value")
     redraw()
-    show_widget(w.VBox([slider, text, out]), gqa_figure(initial))
+    show_widget(w.VBox([slider, text, out]), gqa_figure(initial), alt=gqa_alt(initial))
 
 
 # ---------------------------------------------------------------- the race: GPT vs LLaMA

@@ -9,6 +9,7 @@ from html.parser import HTMLParser
 INTERNAL = re.compile(r"\[bug:|\[verdict:|GradingFailure|CheckFailed|NotDoneYet|⟦seal:|Traceback|"
                       r"NotImplementedError(?!\(\))")   # "raise NotImplementedError()" is the stub's own code
 # four or more English words in a row (a sentence), outside code and maths
+QUOTED_ERROR = re.compile(r"\b[A-Z]\w*(?:Error|Exception|Warning): [^\n]*")
 VALUES = {"nan", "inf", "true", "false", "none", "tensor", "dtype", "float", "int"}   # printed values, not words
 ENGLISH = re.compile(r"\b[A-Za-z][a-z']+(?:[ ,]+[A-Za-z][a-z']+){3,}")
 
@@ -58,7 +59,9 @@ def english_sentences(text: str, allowed=()) -> list[str]:
     works (《Attention Is All You Need》, or a name in parentheses: （Natural
     Language Processing with Deep Learning）) and ``allowed`` phrases."""
     found = []
-    for m in ENGLISH.finditer(re.sub(r"《[^》]*》|（[\x20-\x7e]*）", " ", text)):
+    text = re.sub(r"《[^》]*》|（[\x20-\x7e]*）", " ", text)
+    text = QUOTED_ERROR.sub(" ", text)       # an error's own message, quoted after the course's words
+    for m in ENGLISH.finditer(text):
         phrase = m.group(0)
         words = {w.lower() for w in re.findall(r"[A-Za-z']+", phrase)} - VALUES
         if len(words) >= 2 and not any(a in phrase or phrase in a for a in allowed):

@@ -63,11 +63,21 @@ def test_figures_draw(lang):
     plt.close(fig)
 
 
-def test_widgets_do_nothing_while_grading(monkeypatch, capsys):
+def test_widgets_leave_their_static_figure_to_the_grader_while_grading(monkeypatch):
+    """Graded, the kernel draws neither figure (both depend on nothing a
+    student wrote): each leaves its description and a mark for the grader."""
+    from helpers import plots
+    from helpers.runtime import FIGURE_MARK
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda *a, **k: shown.append((a, k)))
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
     assert heads.previous_token_explorer("the cat") is None
     assert heads.head_explorer("the cat") is None
-    assert capsys.readouterr().out == ""
+    marks = [k["metadata"][FIGURE_MARK] for _, k in shown]
+    assert [m["key"] for m in marks] == [plots.figure_key(heads.previous_token_figure),
+                                         plots.figure_key(heads.heads_figure)]
+    assert marks[0]["args"] == ["the cat"] and "1.00" in marks[0]["alt"]
+    assert not plots.STATIC[marks[0]["key"]]("x" * 1000)      # a huge text is not drawn by the grader
 
 
 def test_widgets_build_outside_grading(monkeypatch):

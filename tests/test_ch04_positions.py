@@ -101,16 +101,23 @@ def test_widget_refuses_a_joint_move_past_the_end():
 def test_explorer_prints_under_grading(monkeypatch, capsys):
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
     set_language("en")
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda *a, **k: shown.append((a, k)))
     assert positions.rope_explorer(rotate, m=2, n=5) is None
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 2 and "n − m = 3" in out[0] and "n − m = 3" in out[1]
     assert _score(out[0]) == _score(out[1])
     import matplotlib.pyplot as plt
     plt.close("all")
-    positions.show_rope_pair(rotate)                          # skipped while grading: no figures
+    assert len(shown) == 1                          # the widget's static picture, for the feedback page
+    shown.clear()
+    positions.show_rope_pair(rotate)          # drawn while grading too (it shows the student's rotation)
     positions.show_sinusoids(table(8, 4))
     positions.show_frequencies({"a": torch.ones(3)})
-    assert not plt.get_fignums()
+    assert not plt.get_fignums()                              # each figure closed once shown
+    alts = [k["metadata"]["image/png"]["alt"] for _, k in shown]
+    assert len(alts) == 3 and "⟨R_m q, R_n k⟩" in alts[0] and "8 positions × 4 dimensions" in alts[1]
+    assert "longest wavelength 6 positions" in alts[2]
 
 
 # ---------------------------------------------------------------- helpers/extrapolation.py (the section 6 experiment)

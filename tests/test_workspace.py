@@ -81,6 +81,31 @@ def test_an_untouched_copy_is_brought_up_to_date(course):
     assert list((work / "ch02_causal_mask").iterdir()) == [work / "ch02_causal_mask" / "ch02_causal_mask.ipynb"]
 
 
+def test_a_copy_opened_and_saved_untouched_is_still_brought_up_to_date(course):
+    """JupyterLab rewrites a notebook it opens and saves (metadata such as
+    language_info, outputs when cells run): that is not the student's work.
+    A change to a cell's source is."""
+    rel, work = course
+    ws.sync(rel, work, DAY)
+    mine = work / "ch02_causal_mask" / "ch02_causal_mask.ipynb"
+    opened = json.loads(mine.read_text())
+    opened["metadata"]["language_info"] = {"name": "python", "version": "3.11.7"}
+    opened["cells"][0].update(outputs=[{"output_type": "stream", "name": "stdout", "text": "ran\n"}],
+                              execution_count=3)
+    opened["cells"][0]["source"] = [opened["cells"][0]["source"]]       # saved as a list of lines
+    mine.write_text(json.dumps(opened, indent=1))
+    (rel / "ch02_causal_mask" / "ch02_causal_mask.ipynb").write_bytes(nb_bytes("# ch02 v2"))
+    assert ws.sync(rel, work, DAY) == [ws.Change("updated", "ch02_causal_mask/ch02_causal_mask.ipynb")]
+    assert mine.read_bytes() == nb_bytes("# ch02 v2")
+    # a changed cell is the student's: the next release goes beside it
+    edited = json.loads(mine.read_text())
+    edited["cells"][0]["source"] = "# ch02 v2\nmy answer"
+    mine.write_text(json.dumps(edited))
+    (rel / "ch02_causal_mask" / "ch02_causal_mask.ipynb").write_bytes(nb_bytes("# ch02 v3"))
+    assert [c.kind for c in ws.sync(rel, work, DAY)] == ["offered"]
+    assert "my answer" in mine.read_text()
+
+
 def test_new_chapters_are_added_and_a_deleted_copy_comes_back(course):
     rel, work = course
     ws.sync(rel, work, DAY)
@@ -130,6 +155,19 @@ def test_student_configuration_hides_instructor_tools(tmp_path):
     disabled = json.loads((cfg / "labconfig" / "page_config.json").read_text())["disabledExtensions"]
     assert disabled["@jupyter/nbgrader:assignment-list"] is False and disabled["@jupyter/nbgrader:formgrader"]
     assert "c.Exchange.root = '/srv/nbgrader/exchange'" in (cfg / "nbgrader_config.py").read_text()
+
+
+def test_the_course_validate_replaces_nbgraders_in_a_course_folder(tmp_path):
+    cfg = ws.configure(tmp_path / "ws", "en", course=ROOT)
+    disabled = json.loads((cfg / "labconfig" / "page_config.json").read_text())["disabledExtensions"]
+    assert disabled["@jupyter/nbgrader:validate-assignment"] is True
+    server = json.loads((cfg / "jupyter_server_config.json").read_text())
+    assert server["ServerApp"]["jpserver_extensions"]["helpers.lab"] is True
+    (path,) = server["LabApp"]["extra_labextensions_path"]
+    package = json.loads((ROOT / "helpers" / "lab" / "labextension" / "transformer-course-validate" /
+                          "package.json").read_text())
+    assert path == str(ROOT / "helpers" / "lab" / "labextension")
+    assert (ROOT / "helpers" / "lab" / "labextension" / package["name"] / package["jupyterlab"]["_build"]["load"]).is_file()
 
 
 def test_student_configuration_is_valid_nbgrader_config_and_keeps_the_students_language(tmp_path):

@@ -11,6 +11,8 @@ import html as _html
 import numpy as np
 
 from ..i18n import t
+from ..plots import show_static as _show_static
+from ..plots import static
 from . import calculator
 from .calculator import Matrix, Stage
 
@@ -99,6 +101,20 @@ def _hex_to_rgb(h: str) -> tuple[float, float, float]:
     return tuple(int(h[i:i + 2], 16) / 255 for i in (1, 3, 5))
 
 
+def stages_alt(numbers=(3, 4)) -> str:
+    """What ``stages_figure`` shows, in words and numbers."""
+    on, off = calculator.stage(4, True).matrices[-1].values, calculator.stage(4, False).matrices[-1].values
+    first = " ".join(calculator.fmt(v) for v in on[0])
+    return t(f"两行矩阵图，第 {'、'.join(map(str, numbers))} 步。上排因果掩码开：分数矩阵对角线以上是 −∞，"
+             f"softmax 之后的权重是下三角，第一行是 {first}。下排掩码关（BERT 式双向）：每个位置都看得到全部 "
+             f"{len(off)} 个位置，权重的第一行是 {' '.join(calculator.fmt(v) for v in off[0])}。",
+             f"Two rows of matrices, stages {', '.join(map(str, numbers))}. Top, causal mask on: the scores are −∞ "
+             f"above the diagonal and the softmax weights are lower-triangular, first row {first}. Bottom, mask off "
+             f"(BERT-style, bidirectional): every position sees all {len(off)}, first row of the weights "
+             f"{' '.join(calculator.fmt(v) for v in off[0])}.")
+
+
+@static(accepts=lambda numbers=(3, 4): list(numbers) in ([3, 4], [3], [4]))
 def stages_figure(numbers=(3, 4), fig=None):
     """The static picture: the given stages with the causal mask on (top row)
     and off (bottom row)."""
@@ -137,10 +153,7 @@ def _plain_title(n: int, causal: bool) -> str:
 
 def show_static(numbers=(3, 4)) -> None:
     """The static version of the calculator."""
-    import matplotlib.pyplot as plt
-
-    stages_figure(numbers)
-    plt.show()
+    _show_static(stages_figure, list(numbers), alt=stages_alt(numbers))
 
 
 class Calculator:
@@ -200,9 +213,7 @@ def step_through(stage: int = 1, causal: bool = True) -> None:
     from ..runtime import under_nbgrader
 
     if under_nbgrader():
-        import matplotlib.pyplot as plt
-        stages_figure()
-        plt.show()
+        _show_static(stages_figure, [3, 4], alt=stages_alt())
         return
     try:
         box = calculator_widget(stage, causal)
@@ -210,4 +221,4 @@ def step_through(stage: int = 1, causal: bool = True) -> None:
         display(HTML(Calculator(stage, causal).html()))
         return
     from ..plots import show_widget
-    show_widget(box, stages_figure())
+    show_widget(box, stages_figure(), alt=stages_alt())
