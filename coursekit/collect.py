@@ -146,7 +146,7 @@ class Entry:
     shown: str                       # how the table names it (the FROM's name first)
     data: bytes | None = None
     mtime: dt.datetime | None = None  # the file's own time as the file system or archive records it (local)
-    problem: str | None = None       # why it could not be read: (key, fields)
+    problem: str | None = None       # why it could not be read: a key of TEXT, its fields below
     fields: dict = field(default_factory=dict)
 
 
