@@ -31,7 +31,7 @@ from .mathml import markdown_math
 from .words import HTML_LANG, word
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-TOKENS = re.compile(r"\s?\[(?:bug|verdict):[A-Za-z0-9_\-]+\]")
+TOKENS = re.compile(r"(?<=：)\s*\[(?:bug|verdict):[A-Za-z0-9_\-]+\]\s*|\s?\[(?:bug|verdict):[A-Za-z0-9_\-]+\]")
 COURSE_ERRORS = ("GradingFailure", "CheckFailed", "NotDoneYet")   # their message is the whole story
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 SCRIPTS = ("application/javascript", "text/javascript", WIDGET_VIEW)

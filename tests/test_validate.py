@@ -90,3 +90,64 @@ def test_a_raw_error_or_stderr_is_said_in_the_chapters_words(lang):
     assert "out = weights @ v" in said and "\x1b" not in said
     assert ("stderr" in r.items[1].message) and ("nbgrader 会把它算作失败" if lang == "zh" else "counts as a failure") \
         in r.items[1].message
+
+
+WRONG_SOFTMAX = "def softmax(x, dim=-1):\n    e = torch.exp(x)\n    return e / e.sum(dim=dim, keepdim=True)\n"
+
+
+def real_messages(lang: str) -> str:
+    """What a student with chapter 1's classic mistake (no max subtracted) really
+    reads: the visible test's message (Validate) and the hidden checks' (feedback),
+    as the feedback step shows them."""
+    import contextlib
+    import io
+    import re
+
+    import test_grading_inprocess as inproc
+
+    from coursekit.feedback import for_student
+    from helpers import set_language
+    set_language(lang)
+    ns = inproc.solution_namespace("ch01_attention", {"softmax": WRONG_SOFTMAX})
+    said = []
+    from coursekit.build import build_chapter
+    nb = build_chapter("ch01_attention", lang)
+    visible = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "test_softmax")
+    code = re.sub(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n", "", visible.source, flags=re.S)
+    exec(next(c.source for c in nb.cells if c.cell_type == "code"), ns)     # the chapter's imports
+    for run in (lambda: exec(code, ns), lambda: inproc.run_check("ch01_attention", "test_softmax", ns),
+                lambda: inproc.run_check("ch01_attention", "test_attention", ns)):
+        out = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out):
+                run()
+        except Exception as exc:  # noqa: BLE001 - the failure's message is what the student reads
+            said.append(str(exc))
+        said.append(out.getvalue())
+    titles = [c.source.splitlines()[0].lstrip("# ") for c in nb.cells
+              if c.cell_type == "markdown" and c.source.startswith("## ")]
+    return for_student("\n".join(said + titles))
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_the_student_readme_shows_messages_a_student_really_gets(lang):
+    """Every example in the student README's Validate and feedback sections is
+    what the course prints for chapter 1's classic mistake (in the zh build's
+    notebook language for the zh README), line for line, with no internal word."""
+    import re
+
+    from harness import ROOT
+    from student_text import internal_words
+
+    readme = (ROOT / "coursekit" / "student" / f"README.{lang}.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```\n(.*?)```", readme[readme.index("**" + ("验证" if lang == "zh" else "Validate")):],
+                        re.S)
+    assert len(blocks) >= 4, blocks
+    said = {" ".join(line.split()) for line in real_messages(lang).splitlines()}
+    status = re.compile(r"（没有通过）$| \(failed\)$")
+    for block in blocks:
+        assert internal_words(block) == [], block
+        for line in block.splitlines():
+            line = " ".join(status.sub("", line).split())
+            if line:
+                assert line in said, (line, sorted(said)[:40])
