@@ -64,6 +64,14 @@ HOSTILE = {
     "huge_output": sm("print('x' * 5_000_000)\n" + WRONG_SOFTMAX),
 }
 BROKEN = ("delete_cell", "edit_cell", "duplicate_cell", "renamed", "invalid_json")
+# markup a student wrote: a written answer and an answer cell's output that try to run in whoever opens the page
+MARKUP_TEXT = ("My derivation: $E[q\\cdot k] = 0$ <script>alert('md')</script> <img src=x onerror=\"alert('img')\"> "
+               "<a href=\"javascript:alert('a')\">link</a> <b onclick=\"alert('b')\">bold</b>")
+MARKUP = {"derivation": MARKUP_TEXT,
+          "softmax": "from IPython.display import HTML, display\n"
+                     "display(HTML(\"<img src=x onerror=alert('out')><script>alert('out2')</script><i>ok</i>\"))\n"
+                     "def softmax(x, dim=-1):\n    e = torch.exp(x - x.amax(dim=dim, keepdim=True))\n"
+                     "    return e / e.sum(dim=dim, keepdim=True)\n"}
 
 
 def _hash_tree(path: Path) -> dict[str, str]:
@@ -80,6 +88,7 @@ def graded(tmp_path_factory):
         rep = {k: v.replace("{root}", str(root)).replace("{code}", str(ROOT)).replace("{ch}", CH)
                for k, v in (rep or {}).items()}
         subs[name] = make_submission(rel, src, rep)
+    subs["markup"] = make_submission(rel, src, MARKUP)
     full = make_submission(rel, src, None)
     gid = lambda c: c.metadata.get("nbgrader", {}).get("grade_id")  # noqa: E731
     subs["delete_cell"] = nbformat.from_dict(full)
@@ -183,7 +192,7 @@ def test_broken_but_honest_notebooks_are_graded_on_their_answers(graded, name):
 def test_invalid_notebook_scores_zero_and_run_completes(graded):
     root, jobs, _ = graded
     assert sum(scores(root, "invalid_json").values()) == 0
-    assert len(jobs) == len(HOSTILE) + len(BROKEN)
+    assert len(jobs) == len(HOSTILE) + len(BROKEN) + 1
 
 
 def test_feedback_shows_no_hidden_test_and_no_seal(graded):
@@ -203,11 +212,32 @@ def test_feedback_shows_no_hidden_test_and_no_seal(graded):
 def test_outputs_grades_csv_and_class_report(graded):
     root, _, _ = graded
     rows = (root / "grades.csv").read_text().splitlines()
-    assert rows[0].startswith("assignment,") and len(rows) == 1 + len(HOSTILE) + len(BROKEN)
+    assert rows[0].startswith("assignment,") and len(rows) == 1 + len(HOSTILE) + len(BROKEN) + 1
     report = (root / "reports" / "class_report.html").read_text(encoding="utf-8")
     # flags are shown in the chapter's language (zh here)
-    assert "<svg class='chart'" in report and "score distribution" in report and "Flagged submissions" in report
+    assert "<svg class='chart'" in report and "得分分布" in report and "被标记的作业" in report
     assert Flag("tampering").render("zh") in report and Flag("tampering").render("en") not in report
+
+
+LIVE = re.compile(r"<script|<[^>]*\son\w+\s*=|<[^>]*(?:href|src)\s*=\s*[\"']?\s*javascript:", re.I)
+
+
+def test_no_page_the_course_writes_runs_what_a_student_wrote(graded):
+    """A written answer and an answer's output carrying scripts, event handlers
+    and javascript: links: no feedback page, class report or similarity page
+    holds them as live markup; the student reads them as text, and the pages
+    still show the course's figures and rendered maths."""
+    root, jobs, _ = graded
+    pages = [*(root / "feedback").rglob("*.html"), *(root / "reports").rglob("*.html")]
+    assert len(pages) > len(jobs) and any("similar" in str(p) for p in pages)
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        assert not LIVE.search(text), (page, LIVE.search(text).group(0), text[LIVE.search(text).start() - 200:][:400])
+    mine = (root / "feedback" / "markup" / CH / f"{CH}.html").read_text(encoding="utf-8")
+    assert "&lt;script&gt;alert('md')&lt;/script&gt;" in mine and "<b>bold</b>" in mine and "<i>ok</i>" in mine
+    assert "<math" in mine and "<mi>q</mi>" in mine                  # the student's maths, drawn
+    assert re.search(r'<img alt="[^"]{20,}" src="data:image/png;base64,', mine)  # the course's figures, described
+    assert scores(root, "markup")["test_softmax"] == 3
 
 
 def test_submitted_is_byte_identical_after_dying_looping_broken_and_duplicated_notebooks(graded):
