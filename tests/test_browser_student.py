@@ -37,9 +37,11 @@ needs_browser = pytest.mark.skipif(browser.skip_reason() is not None, reason=str
 pytestmark = [pytest.mark.xdist_group("browser")]
 
 CH01 = "ch01_attention"
+CH02 = "ch02_causal_mask"
 COPIED = ("course.py", "coursekit", "helpers", "nbgrader_config.py", "release", "source", ".gitignore",
           "requirements.txt", "pyproject.toml", "Makefile")
 NOTEBOOK_SETTINGS = {"@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+                     "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosaveInterval": 2},
                      "@jupyterlab/apputils-extension/notification.jupyterlab-settings":
                          {"fetchNews": "false", "checkForUpdates": False}}
 INSTRUCTOR_WORDS = re.compile(r"Formgrader|Create Assignment|创建作业|Course List|Courses")
@@ -260,6 +262,15 @@ def test_students_answer_survives_a_new_release(context, tmp_path, capsys):
         nb.type_into(cell, answer)
         nb.save()
         browser.shot(page, "workspace_01_student_answer")
+        # chapter 2 is only opened: JupyterLab marks it changed (it adds the kernel's language_info) and autosaves
+        ch2 = f"{CH02}/{CH02}.ipynb"
+        before = (lab.root / ch2).read_bytes()
+        Notebook(context.new_page(), lab, ch2)
+        import time
+        deadline = time.monotonic() + 60
+        while (lab.root / ch2).read_bytes() == before and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert (lab.root / ch2).read_bytes() != before, "chapter 2 was never autosaved"
     finally:
         lab.stop()
     assert nbformat.read(lab.root / rel, as_version=4).cells[cell].source == answer
@@ -273,7 +284,13 @@ def test_students_answer_survives_a_new_release(context, tmp_path, capsys):
     subprocess.run([sys.executable, "-m", "coursekit.cli", "release", CH01], cwd=course, env=env, check=True,
                    capture_output=True, timeout=300)
     assert "补充：新的一节。" in (course / "release" / rel).read_text(encoding="utf-8")
-    commit(course, "chapter 1: a new section")
+    src2 = course / "source" / CH02 / f"{CH02}.ipynb"
+    doc = nbformat.read(src2, as_version=4)
+    doc.cells.append(nbformat.v4.new_markdown_cell("补充：第 2 章的新一节。"))
+    nbformat.write(doc, src2)
+    subprocess.run([sys.executable, "-m", "coursekit.cli", "release", CH02], cwd=course, env=env, check=True,
+                   capture_output=True, timeout=300)
+    commit(course, "chapters 1 and 2: a new section")
 
     beside = f"{CH01}.new-{datetime.date.today().isoformat()}.ipynb"
     lab = StudentLab(course, tmp_path / "home")
@@ -293,6 +310,9 @@ def test_students_answer_survives_a_new_release(context, tmp_path, capsys):
         lab.stop()
     assert nbformat.read(lab.root / rel, as_version=4).cells[cell].source == answer
     assert "补充：新的一节。" in (lab.root / CH01 / beside).read_text(encoding="utf-8")
+    # the chapter opened and autosaved, never changed by the student, was brought up to date in place
+    assert f"{CH02}/{CH02}.ipynb：已更新" in told and not list((lab.root / CH02).glob("*.new-*")), told
+    assert "补充：第 2 章的新一节。" in (lab.root / CH02 / f"{CH02}.ipynb").read_text(encoding="utf-8")
     assert git(course, "status", "--porcelain") == ""
     lab.course_py.student_lab(lab.root)                      # a third start: nothing new, nothing said
     assert beside not in capsys.readouterr().out
@@ -603,3 +623,31 @@ def test_validate_of_a_widget_chapter_finishes_within_30_s_each_time(tmp_path, c
         Path(os.environ["COURSE_VALIDATE_TIMES"]).write_text(json.dumps({"runs": runs, "seconds": took,
                                                                         "load": os.getloadavg()}))
     assert max(took) < 30, took
+
+
+@needs_browser
+def test_a_graded_feedback_page_shows_the_chapters_figures(context, tmp_path):
+    """ch01 graded through the real pipeline: its feedback page shows the data-flow
+    diagram and the d_k figure as pictures, each described in the chapter's
+    language, with the network blocked."""
+    from harness import grading_course, make_submission, submit
+
+    from coursekit import grade as pipeline
+    from coursekit.sandbox import sandbox_available
+    root = tmp_path / "course"
+    rel, src = grading_course(root, CH01)
+    submit(root, "ann", CH01, make_submission(rel, src, None))
+    pipeline.grade(root, sandbox=sandbox_available()[0], quiet=True, report=False)
+    page = context.new_page()
+    context.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:") else route.abort())
+    page.goto((root / "feedback" / "ann" / CH01 / f"{CH01}.html").as_uri())
+    images = page.locator("img[src^='data:image/png']")
+    alts = [images.nth(i).get_attribute("alt") for i in range(images.count())]
+    flow = next(i for i, a in enumerate(alts) if a.startswith("数据流图"))
+    dk = next(i for i, a in enumerate(alts) if a.startswith("三幅图，d_k = 128"))
+    for i, name in ((flow, "feedback_ch01_qkv_flow"), (dk, "feedback_ch01_dk_figure")):
+        img = images.nth(i)
+        img.scroll_into_view_if_needed()
+        size = img.evaluate("e => [e.naturalWidth, e.naturalHeight]")
+        assert size[0] > 600 and size[1] > 150, size                 # a real picture, drawn
+        browser.shot(img, name)
