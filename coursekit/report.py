@@ -244,6 +244,22 @@ def _similarity_section(root: Path, chapters, top: int = 5, lang: str = "en") ->
                                    f"{html.escape(p.view)}'>{word('side_by_side', lang)}<span class='visually-hidden'>"
                                    f" {html.escape(p.a)} ~ {html.escape(p.b)}</span></a></td></tr>" for p in pairs)
                          + "</table>")
+    import helpers
+    close = []
+    for ch in chapters:
+        try:
+            close += similarity.chapter_helper_matches(root, ch, Path(helpers.__file__).parent)
+        except Exception:  # noqa: BLE001 (the report still gets written)
+            continue
+    if close:
+        parts.append(f"<h3>{word('helper_match', lang)}</h3><p>{word('helper_match_note', lang)}</p>"
+                     f"<table><tr><th>{word('student', lang)}</th><th>{word('chapter', lang)}</th>"
+                     f"<th>{word('exercise', lang)}</th><th>{word('helper_file', lang)}</th>"
+                     f"<th>{word('similar_shared', lang)}</th></tr>"
+                     + "".join(f"<tr><td>{html.escape(m.student)}</td><td>{html.escape(m.chapter)}</td>"
+                               f"<td>{html.escape(m.exercise)}</td><td>{html.escape(m.helper)}</td>"
+                               f"<td>{m.share:.0%} ({word('tokens', lang, n=m.shared_tokens)})</td></tr>"
+                               for m in close) + "</table>")
     if not parts:
         return ""
     return f"<h2>{word('similar', lang)}</h2><p>{word('similar_note', lang)}</p>" + "".join(parts)

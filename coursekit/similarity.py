@@ -10,6 +10,7 @@ independently share little beyond the language itself.
 """
 from __future__ import annotations
 
+import functools
 import html
 import io
 import re
@@ -156,3 +157,73 @@ def chapter_pairs(root: Path, chapter: str, out: Path, top: int = 10, lang: str 
         (out / name).write_text(side_by_side(p, answers[p.a], answers[p.b], release_code, lang), encoding="utf-8")
         shown.append(Pair(p.chapter, p.a, p.b, p.score, p.shared_tokens, f"{out.name}/{name}"))
     return shown
+
+
+# ------------------------------------------------------------------ answers close to the course's own code
+
+@dataclass(frozen=True)
+class HelperMatch:
+    chapter: str
+    student: str
+    exercise: str           # the answer cell's grade id
+    helper: str             # the helpers/ file, relative to the course
+    share: float            # how much of the answer the helper's code covers, 0…1
+    shared_tokens: int
+
+
+HELPER_SHARE = 0.7          # flag an answer when most of it is in a helper …
+HELPER_TOKENS = 20          # … and that half is more than a line or two
+
+
+def answer_cells(nb) -> dict[str, str]:
+    """grade id -> code of each answer cell."""
+    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
+            if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution")}
+
+
+def helper_sources(helpers_dir: Path) -> dict[str, str]:
+    """The code the course ships in helpers/ (a student has all of it), by file."""
+    return {f"helpers/{p.relative_to(helpers_dir).as_posix()}": p.read_text(encoding="utf-8")
+            for p in sorted(Path(helpers_dir).rglob("*.py")) if "__pycache__" not in p.parts}
+
+
+def helper_matches(chapter: str, answers: dict[str, dict[str, str]], release_cells: dict[str, str],
+                   helpers: dict[str, str]) -> list[HelperMatch]:
+    """Each answer cell that is mostly code the course ships in helpers/ (a
+    later chapter's fallback model, say): a reason to look, like any similarity.
+    ``answers``: student -> grade id -> code; ``release_cells``: the same for
+    the release (what it gave is never counted)."""
+    from copydetect import compare_files
+
+    prints = {path: _helper_print(path, code) for path, code in helpers.items()}
+    found = []
+    for student, cells in sorted(answers.items()):
+        for gid, code in cells.items():
+            given = list(_fingerprint("release", release_cells.get(gid, "") + "\n").hashes)
+            mine = _fingerprint(f"{student}_{gid}", code + "\n", boilerplate=given)
+            best = None
+            for path, fp in prints.items():
+                shared, (share, _), _ = compare_files(mine, fp)
+                if shared >= HELPER_TOKENS and share >= HELPER_SHARE and (best is None or share > best.share):
+                    best = HelperMatch(chapter, student, gid, path, float(share), int(shared))
+            if best:
+                found.append(best)
+    return found
+
+
+@functools.lru_cache(maxsize=256)
+def _helper_print(path: str, code: str):
+    """A helpers file's fingerprints (made once per process: every chapter compares with them)."""
+    return _fingerprint(path.replace("/", "_"), code)
+
+
+def chapter_helper_matches(root: Path, chapter: str, helpers_dir: Path) -> list[HelperMatch]:
+    """``helper_matches`` for the submissions of one chapter under ``root/submitted``."""
+    release = answer_cells(nbformat.read(root / "release" / chapter / f"{chapter}.ipynb", as_version=4))
+    answers = {}
+    for path in sorted((root / "submitted").glob(f"*/{chapter}/{chapter}.ipynb")):
+        try:
+            answers[path.parent.parent.name] = answer_cells(nbformat.read(path, as_version=4))
+        except Exception:       # an unreadable notebook has nothing to compare
+            continue
+    return helper_matches(chapter, answers, release, helper_sources(helpers_dir))

@@ -79,7 +79,14 @@ TEXT = {
     "similar_page_note": ("高亮的是两份答案里相同的部分（忽略变量名）；发布版里原有的代码不高亮。",
                           "Highlighted: what the two answers share (names ignored); the release's own code is "
                           "never highlighted."),
-    "helper_match": ("与课程 helpers/ 里的代码相似", "close to code the course ships in helpers/"),
+    "helper_match": ("与课程 helpers/ 里的代码相近的答案", "Answers close to code the course ships in helpers/"),
+    "helper_match_note": ("后面的章节会在 helpers/ 里给出前面练习的可用代码（例如第 9 章的备用模型里有因果注意力和 "
+                          "get_batch）：学生包里就有这些代码。这里列出大部分内容与之相同的答案，是值得看一眼的理由，"
+                          "不是抄袭的证据。",
+                          "Later chapters ship working code for earlier exercises in helpers/ (chapter 9's fallback "
+                          "model holds causal attention and a get_batch, for example), and every student pack has it. "
+                          "Answers that are mostly that code are listed here: a reason to look, not proof."),
+    "helper_file": ("helpers 里的文件", "file in helpers/"),
 }
 
 

@@ -311,3 +311,36 @@ def test_report_lists_similar_pairs_with_the_caveat(tmp_path):
     assert "reason to look, not proof" in section
     assert "alice ~ bob" in section and "dave" not in section   # independent answers share nothing listed
     assert "side by side" in section and (tmp_path / "reports" / "similar").is_dir()
+
+
+def test_an_answer_copied_from_the_courses_helpers_is_flagged_and_an_independent_one_is_not(tmp_path):
+    """Later chapters ship working code for earlier exercises in helpers/ (and
+    every student pack has it): ch07's get_batch taken from ch09's fallback and
+    ch03's attention taken from ch05's given module are listed in the class
+    report; the model answers, written apart from them, are not."""
+    import inspect
+    import shutil
+
+    import nbformat
+    from harness import ROOT, make_submission
+
+    from coursekit import report
+    from helpers import ch09_inside_gpt
+    from helpers.ch05_block import block_attention
+    copied = {
+        "ch07_gpt": {"get_batch": inspect.getsource(ch09_inside_gpt._get_batch).replace("_get_batch", "get_batch")},
+        "ch03_multi_head": {"causal_self_attention": inspect.getsource(block_attention.CausalAttention)
+                            .replace("CausalAttention", "CausalSelfAttention")}}
+    for ch, answer in copied.items():
+        shutil.copytree(ROOT / "release" / ch, tmp_path / "release" / ch)
+        rel = nbformat.read(ROOT / "release" / ch / f"{ch}.ipynb", as_version=4)
+        src = nbformat.read(ROOT / "source" / ch / f"{ch}.ipynb", as_version=4)
+        for student, replace in (("copier", answer), ("honest", None)):
+            (tmp_path / "submitted" / student / ch).mkdir(parents=True)
+            nbformat.write(make_submission(rel, src, replace), tmp_path / "submitted" / student / ch / f"{ch}.ipynb")
+    section = report._similarity_section(tmp_path, sorted(copied), lang="en")
+    rows = section[section.index("Answers close to code the course ships"):]
+    assert "<td>copier</td><td>ch07_gpt</td><td>get_batch</td><td>helpers/ch09_inside_gpt.py</td>" in rows
+    assert ("<td>copier</td><td>ch03_multi_head</td><td>causal_self_attention</td>"
+            "<td>helpers/ch05_block/block_attention.py</td>") in rows
+    assert "honest" not in rows and rows.count("<tr>") == 3          # a header and the two copies
