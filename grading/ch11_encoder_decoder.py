@@ -16,6 +16,7 @@ from torch import nn
 
 from helpers.i18n import t
 
+from .cases import COMMON_HINTS, Earlier, on_its_own
 from .core import (
     ATTENTION_FAMILY,
     Bug,
@@ -30,6 +31,32 @@ from .core import (
     seeded,
     show,
 )
+
+# ================================================================ crashes in plain words
+
+def allowed(key, zh_when, en_when, zh_why, en_why) -> list:
+    """Hints for a call on an input the exercise allows: whatever the student's code raises there, the message
+    says that this input is allowed (and why), instead of leaving a bare traceback."""
+    return [(lambda exc, line: True,
+             Bug(key, f"你的代码在这种输入上出错了（{zh_when}），而练习允许它：{zh_why}",
+                 f"your code fails on this input ({en_when}), which the exercise allows: {en_why}"))]
+
+
+def passes(verify):
+    """A probe for ``Earlier`` made of the earlier exercise's own hidden checks (``verify(theirs)`` raises when
+    they fail): a correct version stands in exactly when that exercise loses its own points."""
+    def probe(theirs) -> bool:
+        with torch.enable_grad():
+            verify(theirs)
+        return True
+    return probe
+
+
+SUPER_HINTS = [(lambda exc, line: "before Module.__init__() call" in str(exc), Bug(
+    "super_init_missing", "__init__ 里没有先调用 super().__init__()：nn.Module 要先初始化，才能给它添加子模块和参数。",
+    "__init__ does not call super().__init__() first: an nn.Module must be set up before submodules and "
+    "parameters can be added to it."))]
+
 
 # ================================================================ padding_mask
 
@@ -60,6 +87,14 @@ B_PAD_SHAPE_T = Bug("padding_mask_transposed",
                     "形状转置了：结果是 (n, B)。应为 (B, n)：每个序列一行，例如 arange(n)[None, :] < lengths[:, None]。",
                     "the result is transposed, (n, B). It must be (B, n), one row per sequence, e.g. "
                     "arange(n)[None, :] < lengths[:, None].")
+B_PAD_NOT_BOOL = Bug("padding_mask_not_bool", "掩码不是 bool 张量：比较运算（<）直接给出 bool；不要再 .float()、.int()、"
+                     ".long()，也不要用 zeros/ones 填 0 和 1。", "the mask is not a bool tensor: a comparison (<) gives "
+                     "bool directly; do not call .float(), .int() or .long(), nor fill zeros/ones with 0 and 1.")
+B_PAD_AXES = Bug("padding_mask_no_new_axes", "arange(n) 和 lengths 没有各加一个维度：(n,) 和 (B,) 不能直接比较。写 "
+                 "torch.arange(n)[None, :] < lengths[:, None]，广播成 (B, n)。", "arange(n) and lengths each need one "
+                 "more axis: (n,) and (B,) cannot be compared directly. Write torch.arange(n)[None, :] < "
+                 "lengths[:, None], which broadcasts to (B, n).")
+PAD_HINTS = [(lambda exc, line: "must match the size of tensor" in str(exc), B_PAD_AXES)]
 B_PAD_SHAPE_MAX = Bug("padding_mask_uses_max_length",
                       "宽度用了 lengths.max() 而不是参数 n：批次被填充到 n，掩码也必须有 n 列（哪怕最长的序列比 n 短）。",
                       "the width is lengths.max() instead of the argument n: the batch is padded to n, so the mask "
@@ -67,23 +102,33 @@ B_PAD_SHAPE_MAX = Bug("padding_mask_uses_max_length",
 
 
 def check_padding_mask(padding_mask) -> None:
+    passed("padding_mask", _padding_checks(padding_mask))
+
+
+def _padding_checks(padding_mask) -> int:
+    """Exercise 1's hidden checks; also the probe for greedy_decode, which calls padding_mask."""
     what = "padding_mask"
     cases = [([3, 1, 4], 4), ([2, 5], 7), ([1], 1), ([6, 6, 2, 3], 6), ([1, 2], 5), ([0, 3], 3)]
     for lengths, n in cases:
         lens = torch.tensor(lengths)
         label = f"{what}(lengths={lengths}, n={n})"
-        out = call(padding_mask, lens.clone(), n, what=label)
+        edge = (allowed("padding_mask_length_0", "某个序列的长度是 0", "a sequence has length 0",
+                        "长度为 0 的序列整行都是 False。", "a sequence of length 0 gives a row of False.")
+                if 0 in lengths else allowed("padding_mask_n_1", "n = 1", "n = 1", "只有一个位置的批次也是合法的。",
+                                             "a batch with a single position is valid too.") if n == 1 else [])
+        out = call(padding_mask, lens.clone(), n, what=label, hints=PAD_HINTS + edge)
         expected = torch.arange(n)[None, :] < lens[:, None]
         B = len(lengths)
-        if not isinstance(out, torch.Tensor) or tuple(out.shape) != (B, n):
-            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        if not isinstance(out, torch.Tensor):
+            raise failure(t(f"{label}：返回值", f"{label}: the result"), t("一个 torch.Tensor", "a torch.Tensor"),
+                          type(out).__name__, hint=t("应返回 torch.Tensor（一个比较运算的结果），不是 Python 列表。",
+                                                     "return a torch.Tensor (the result of a comparison), not a Python list."))
+        if tuple(out.shape) != (B, n):
+            got = tuple(out.shape)
             bug = B_PAD_SHAPE_T if got == (n, B) else B_PAD_SHAPE_MAX if got == (B, max(lengths)) else None
             raise failure(t(f"{label}：输出形状", f"{label}: output shape"), str((B, n)), str(got), bug)
         if out.dtype != torch.bool:
-            raise failure(t(f"{label}：dtype", f"{label}: dtype"), "torch.bool", str(out.dtype),
-                          hint=t("比较运算（<）直接给出 bool 张量；不要再 .float()、.int() 或 .long()。",
-                                 "a comparison (<) gives a bool tensor directly; do not call .float(), .int() or "
-                                 ".long()."))
+            raise failure(t(f"{label}：dtype", f"{label}: dtype"), "torch.bool", str(out.dtype), B_PAD_NOT_BOOL)
         if not torch.equal(out, expected):
             bug = diagnose(out, PAD_BUGS, lens, n, expected=expected, match=lambda a, b: torch.equal(a, b))
             raise failure(label, str(expected.int().tolist()), str(out.int().tolist()), bug,
@@ -91,7 +136,12 @@ def check_padding_mask(padding_mask) -> None:
     broadcast = out[:, None, None, :]
     if tuple(broadcast.shape) != (len(cases[-1][0]), 1, 1, cases[-1][1]):
         raise GradingFailure(t("mask[:, None, None, :] 应为 (B, 1, 1, n)。", "mask[:, None, None, :] must be (B, 1, 1, n)."))
-    passed(what, len(cases) + 1)
+    return len(cases) + 1
+
+
+def padding_mask_stand_in(lengths, n):
+    """A correct padding_mask (exercise 1) for a student's greedy_decode to call."""
+    return torch.arange(n, device=lengths.device)[None, :] < lengths[:, None]
 
 
 # ================================================================ cross_attention
@@ -109,8 +159,9 @@ def ref_cross(x, memory, w_q, w_k, w_v, memory_mask=None, *, swap=False, scale="
     x, memory, w_q, w_k, w_v = (as_f64(a) for a in (x, memory, w_q, w_k, w_v))
     if swap:
         x, memory = memory, x
-    q, k, v = x @ w_q, memory @ w_k, (memory if values == "memory" else x) @ w_v
-    denom = {"d_k": math.sqrt(q.shape[-1]), "d": math.sqrt(x.shape[-1]), "none": 1.0}[scale]
+    q, k = x @ w_q, memory @ w_k
+    v = {"memory": memory @ w_v, "x": x @ w_v, "w_k": memory @ w_k}[values]
+    denom = {"d_k": math.sqrt(q.shape[-1]), "d": math.sqrt(x.shape[-1]), "none": 1.0, "no_sqrt": q.shape[-1]}[scale]
     s = torch.einsum("bic,bjc->bij", q, k) / denom
     allowed = torch.ones_like(s, dtype=torch.bool)
     if memory_mask is not None and mask_mode != "none":
@@ -168,6 +219,10 @@ CROSS_BUGS = [
                "the scores are divided by √d (the width of x) instead of √d_k (the width of q and k, the "
                "number of columns of w_q).", scale="d"),
     _cross_bug("cross_no_scaling", "分数没有除以 √d_k。", "the scores are not divided by √d_k.", scale="none"),
+    _cross_bug("cross_divided_by_d_k", "分数除的是 d_k，不是 √d_k：q kᵀ / math.sqrt(d_k)。",
+               "the scores are divided by d_k, not √d_k: q kᵀ / math.sqrt(d_k).", scale="no_sqrt"),
+    _cross_bug("cross_values_with_w_k", "value 用的是 w_k：v = memory @ w_v，key 和 value 各有自己的投影。",
+               "the values use w_k: v = memory @ w_v; keys and values have projections of their own.", values="w_k"),
     _cross_bug("cross_softmax_wrong_dim",
                "softmax 沿错误的维度：每个 query 的一行权重（沿源位置，dim=-1）要加起来等于 1。",
                "softmax runs over the wrong dimension: each query's row of weights (over the source positions, "
@@ -185,7 +240,18 @@ B_CROSS_MASK_SHAPE = Bug("cross_mask_on_queries",
                          "must become (B, 1, n_s) (memory_mask[:, None, :]), acting on the keys (columns), not "
                          "[:, :, None] (the rows).")
 B_CROSS_SWAP_SHAPE = Bug("cross_queries_from_memory", CROSS_BUGS[0].zh, CROSS_BUGS[0].en)
-CROSS_HINTS = [(lambda exc, line: "must match the size" in str(exc) and ("mask" in line), B_CROSS_MASK_SHAPE),
+B_CROSS_K_T = Bug("cross_k_not_transposed", "分数要用 k 的转置：q @ k.transpose(-2, -1)（或 torch.bmm(q, k.transpose(1, 2))），"
+                  "形状 (B, n_t, d_k) @ (B, d_k, n_s) = (B, n_t, n_s)。", "the scores need k transposed: "
+                  "q @ k.transpose(-2, -1) (or torch.bmm(q, k.transpose(1, 2))), shapes (B, n_t, d_k) @ (B, d_k, n_s) "
+                  "= (B, n_t, n_s).")
+B_CROSS_ORDER = Bug("cross_returns_weights_first", "返回值的顺序反了：先 out 再 weights，return out, weights。",
+                    "the results come in the wrong order: out first, then weights, return out, weights.")
+CROSS_HINTS = [(lambda exc, line: "masked_fill_ only supports boolean masks" in str(exc), Bug(
+                   "mask_not_bool", "masked_fill 的掩码要是 bool 张量：memory_mask 本身就是 bool，用 ~memory_mask[:, None, :]，"
+                   "不要转成 float。", "masked_fill needs a bool mask: memory_mask is bool already, so use "
+                   "~memory_mask[:, None, :] and do not turn it into floats.")),
+               (lambda exc, line: "must match the size" in str(exc) and ("mask" in line), B_CROSS_MASK_SHAPE),
+               (lambda exc, line: "Expected size for first two dimensions of batch2" in str(exc), B_CROSS_K_T),
                (lambda exc, line: "must match the size" in str(exc) or "cannot be multiplied" in str(exc),
                 B_CROSS_SWAP_SHAPE)]
 
@@ -205,13 +271,26 @@ def _cross_cases(gen):
         yield label, (x, mem, *ws, mask)
 
 
+def _shape(a):
+    return tuple(a.shape) if isinstance(a, torch.Tensor) else None
+
+
 def _check_pair(res, expected, label, args, bugs):
     if not (isinstance(res, tuple) and len(res) == 2):
-        raise failure(label, "(out, weights)", type(res).__name__)
+        raise failure(label, "(out, weights)", type(res).__name__,
+                      hint=t("返回两个张量：return out, weights。", "return two tensors: return out, weights."))
+    if (_shape(res[0]), _shape(res[1])) == (tuple(expected[1].shape), tuple(expected[0].shape)) != \
+            (tuple(expected[0].shape), tuple(expected[1].shape)):
+        raise failure(t(f"{label}：返回值的形状", f"{label}: shapes of the results"),
+                      f"(out {tuple(expected[0].shape)}, weights {tuple(expected[1].shape)})",
+                      f"({_shape(res[0])}, {_shape(res[1])})", B_CROSS_ORDER)
+    d_k = args[2].shape[-1]
     for name, got, want in (("weights", res[1], expected[1]), ("out", res[0], expected[0])):
         if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(want.shape):
             shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
             bug = bugs[0] if isinstance(got, torch.Tensor) and shape[-2:] == tuple(want.shape[-2:])[::-1] else None
+            if name == "out" and isinstance(got, torch.Tensor) and shape == tuple(want.shape[:-1]) + (d_k,):
+                bug = next(b for b in bugs if b.key == "cross_values_with_w_k")
             raise failure(t(f"{label}：{name} 的形状", f"{label}: shape of {name}"), str(tuple(want.shape)), str(shape),
                           bug)
         if not close(got, want, atol=1e-9, rtol=1e-7):
@@ -226,8 +305,12 @@ def check_cross_attention(cross_attention) -> None:
     with forbidden(ATTENTION_FAMILY, what):
         for label, args in _cross_cases(gen):
             full = f"{what}: {label}"
+            edge = allowed("cross_mask_none", "memory_mask=None", "memory_mask=None",
+                           "memory_mask 为 None 时不屏蔽任何位置。先判断 if memory_mask is not None:，再用它。",
+                           "memory_mask=None means no masking. Check if memory_mask is not None: before using it.") \
+                if args[-1] is None else []
             res = call(cross_attention, *(a.clone() if a is not None else None for a in args), what=full,
-                       hints=CROSS_HINTS)
+                       hints=CROSS_HINTS + edge)
             _check_pair(res, ref_cross(*args), full, args, CROSS_BUGS)
             n += 1
         # property: a padded memory position may change freely
@@ -243,10 +326,14 @@ def check_cross_attention(cross_attention) -> None:
                           Bug("cross_mask_ignored", CROSS_BUGS[3].zh, CROSS_BUGS[3].en))
         # float32 input stays float32
         x32 = [a.float() if a is not None and a.is_floating_point() else a for a in args]
-        out = call(cross_attention, *x32, what=f"{what} (float32)")[0]
+        out = call(cross_attention, *x32, what=f"{what} (float32)", hints=CROSS_HINTS)[0]
         n += 1
         if not isinstance(out, torch.Tensor) or out.dtype != torch.float32:
-            raise failure(f"{what} (float32)", "torch.float32", str(getattr(out, "dtype", type(out).__name__)))
+            raise failure(t(f"{what}（float32 输入）：输出的 dtype", f"{what} (float32 input): dtype of the output"),
+                          "torch.float32", str(getattr(out, "dtype", type(out).__name__)),
+                          hint=t("float32 进，float32 出：不要在中间转成 float64（例如 -inf 用 float(\"-inf\")，"
+                                 "不要建 float64 的张量）。", "float32 in, float32 out: do not switch to float64 on the "
+                                 "way (write -inf as float(\"-inf\"), do not build float64 tensors)."))
     passed(what, n)
 
 
@@ -258,8 +345,10 @@ def _mha_params(m):
             as_f64(a.out_proj.weight), as_f64(a.out_proj.bias) if a.out_proj.bias is not None else None, a.num_heads)
 
 
-def ref_mha(q_in, kv_in, params, key_mask=None, causal=False, mask_mode="keys"):
-    """Multi-head attention in float64, one head at a time; key_mask (B, n_k), True = real."""
+def ref_mha(q_in, kv_in, params, key_mask=None, causal=False, mask_mode="keys", added=None):
+    """Multi-head attention in float64, one head at a time; key_mask (B, n_k), True = real. Known bugs:
+    ``mask_mode="as_attn"`` reads the blocked (B, n) padding mask as an (n_q, n_k) attention mask (what torch
+    does when it is passed as attn_mask with B = n); ``added``: a float (n_q, n_k) mask added to the scores."""
     W, b, W_o, b_o, h = params
     d = q_in.shape[-1]
     d_k = d // h
@@ -272,7 +361,7 @@ def ref_mha(q_in, kv_in, params, key_mask=None, causal=False, mask_mode="keys"):
     if key_mask is not None and mask_mode != "none":
         km = key_mask.bool()
         allowed = allowed & {"keys": km[:, None, :], "inverted": ~km[:, None, :],
-                             "queries": km[:, :, None]}[mask_mode]
+                             "queries": km[:, :, None], "as_attn": km[None, :, :]}[mask_mode]
     if causal == "inverted":
         allowed = allowed & torch.ones(n_q, n_k, dtype=torch.bool).triu(1)
     elif causal == "strict":
@@ -282,7 +371,8 @@ def ref_mha(q_in, kv_in, params, key_mask=None, causal=False, mask_mode="keys"):
     heads = []
     for i in range(h):
         c = slice(i * d_k, (i + 1) * d_k)
-        s = (q[..., c] @ k[..., c].transpose(1, 2) / math.sqrt(d_k)).masked_fill(~allowed, float("-inf"))
+        s = q[..., c] @ k[..., c].transpose(1, 2) / math.sqrt(d_k)
+        s = (s + as_f64(added) if added is not None else s).masked_fill(~allowed, float("-inf"))
         heads.append(_softmax64(s).nan_to_num(0.0) @ v[..., c])     # like torch: a row with no key left gives 0
     out = torch.cat(heads, dim=-1) @ W_o.T
     return out + b_o if b_o is not None else out
@@ -299,7 +389,9 @@ def _ln(x, norm):
 def _ffn(x, lin, act="gelu"):
     a, b = lin
     hid = x @ as_f64(a.weight).T + as_f64(a.bias)
-    hid = hid.clamp(min=0) if act == "relu" else 0.5 * hid * (1 + torch.erf(hid / math.sqrt(2)))
+    hid = {"relu": lambda z: z.clamp(min=0), "silu": lambda z: z * torch.sigmoid(z),
+           "gelu_tanh": lambda z: 0.5 * z * (1 + torch.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z ** 3))),
+           "gelu": lambda z: 0.5 * z * (1 + torch.erf(z / math.sqrt(2)))}[act](hid)
     return hid @ as_f64(b.weight).T + as_f64(b.bias)
 
 
@@ -323,10 +415,15 @@ def ref_encoder(m, x, mask, *, mask_mode="keys", causal=False, post_ln=False, re
 
 
 def ref_decoder(m, y, memory, mask, *, causal=True, mem_mode="keys", swap=False, post_ln=False, cross_causal=False,
-                norm_memory=False, cross_first=False, res_cross=True):
-    """Pre-LN decoder layer in float64; the keywords switch on known bugs."""
+                norm_memory=False, cross_first=False, res_cross=True, res_ffn=True, cross_norm="norm2",
+                float01=False, act="gelu"):
+    """Pre-LN decoder layer in float64; the keywords switch on known bugs (``float01``: a float 0/1 lower
+    triangle passed as attn_mask, which torch adds to the scores instead of blocking anything)."""
     y, memory = as_f64(y), as_f64(memory)
     sa, ca = _mha_params(m.self_attn), _mha_params(m.cross_attn)
+    n_t = y.shape[1]
+    added = torch.ones(n_t, n_t, dtype=torch.float64).tril() if float01 else None
+    causal = False if float01 else causal
     if post_ln:
         y = _ln(y + ref_mha(y, y, sa, None, causal), m.norm1)
         y = _ln(y + ref_mha(y, memory, ca, mask, cross_causal, mem_mode), m.norm2)
@@ -334,16 +431,17 @@ def ref_decoder(m, y, memory, mask, *, causal=True, mem_mode="keys", swap=False,
 
     def self_block(y):
         a = _ln(y, m.norm1)
-        return y + ref_mha(a, a, sa, None, causal)
+        return y + ref_mha(a, a, sa, None, causal, added=added)
 
     def cross_block(y):
-        a = _ln(y, m.norm2)
+        a = _ln(y, getattr(m, cross_norm))
         mem = _ln(memory, m.norm2) if norm_memory else memory
         out = ref_mha(mem, a, ca, mask) if swap else ref_mha(a, mem, ca, mask, cross_causal, mem_mode)
         return y + out if res_cross else out
 
     y = self_block(cross_block(y)) if cross_first else cross_block(self_block(y))
-    return y + _ffn(_ln(y, m.norm3), _linears(m))
+    f = _ffn(_ln(y, m.norm3), _linears(m), act)
+    return y + f if res_ffn else f
 
 
 # ================================================================ the layers: known bugs
@@ -355,6 +453,12 @@ def _layer_bug(key, zh, en, ref, **kw):
 _TORCH_MASK = ("注意 nn.MultiheadAttention 的约定和本课程相反：key_padding_mask 和布尔 attn_mask 里 True 表示“屏蔽”，"
                "所以要传 ~mask。", "Note that nn.MultiheadAttention uses the opposite convention to the course: in "
                "key_padding_mask and a boolean attn_mask, True means 'blocked', so pass ~mask.")
+_ACT = ("FFN 的激活函数不对：练习要求 nn.GELU()（精确的 GELU；不是 SiLU，也不是 approximate=\"tanh\" 的近似版）。",
+        "the FFN's activation is wrong: the exercise asks for nn.GELU() (the exact GELU; not SiLU, nor the "
+        "approximate=\"tanh\" version).")
+_AS_ATTN = ("填充掩码传给了 attn_mask：attn_mask 是 (n, n) 的“哪个 query 不能看哪个 key”；填充掩码 (B, n) 要传给 "
+            "key_padding_mask=~src_mask。", "the padding mask went to attn_mask: attn_mask is an (n, n) 'which query may "
+            "not see which key'; the padding mask (B, n) goes to key_padding_mask=~src_mask.")
 ENC_BUGS = [
     _layer_bug("encoder_padding_mask_inverted",
                "填充掩码反了：真实 token 被屏蔽，只剩下 <pad> 可以被关注。" + _TORCH_MASK[0],
@@ -398,6 +502,8 @@ ENC_BUGS = [
                "FFN 的激活函数用了 ReLU：本章（和 torch 的对照层 activation=\"gelu\"）用的是 nn.GELU()。",
                "the FFN uses ReLU: the chapter (and torch's reference layer, activation=\"gelu\") uses nn.GELU().",
                ref_encoder, act="relu"),
+    *[_layer_bug("ffn_wrong_activation", _ACT[0], _ACT[1], ref_encoder, act=a) for a in ("silu", "gelu_tanh")],
+    _layer_bug("encoder_padding_mask_as_attn_mask", _AS_ATTN[0], _AS_ATTN[1], ref_encoder, mask_mode="as_attn"),
 ]
 
 DEC_BUGS = [
@@ -448,13 +554,45 @@ DEC_BUGS = [
                "交叉注意力周围没有残差：应为 y = y + cross_attn(norm2(y), memory, memory, ...)。",
                "no residual around the cross-attention: it must be y = y + cross_attn(norm2(y), memory, memory, ...).",
                ref_decoder, res_cross=False),
+    _layer_bug("decoder_no_ffn_residual", "FFN 周围没有残差：应为 y = y + ffn(norm3(y))。",
+               "no residual around the FFN: it must be y = y + ffn(norm3(y)).", ref_decoder, res_ffn=False),
+    _layer_bug("decoder_cross_uses_norm1", "交叉注意力之前用的是 norm1：每个子层有自己的 LayerNorm，"
+               "交叉注意力的 query 是 norm2(y)。", "the cross-attention is preceded by norm1: each sublayer has a "
+               "LayerNorm of its own, and the cross-attention's queries are norm2(y).", ref_decoder, cross_norm="norm1"),
+    _layer_bug("decoder_float_mask_added", "因果掩码是一个 0/1 的浮点矩阵：nn.MultiheadAttention 会把浮点的 attn_mask "
+               "加到分数上，而不是拿它屏蔽，所以什么都没挡住。用 bool 的上三角 torch.ones(n_t, n_t, dtype=torch.bool).triu(1)"
+               "（True = 屏蔽），或者屏蔽处是 -inf 的浮点矩阵。", "the causal mask is a float 0/1 matrix: "
+               "nn.MultiheadAttention adds a float attn_mask to the scores instead of blocking with it, so nothing is "
+               "hidden. Use the bool upper triangle torch.ones(n_t, n_t, dtype=torch.bool).triu(1) (True = blocked), "
+               "or a float matrix with -inf where blocked.", ref_decoder, float01=True),
+    *[_layer_bug("ffn_wrong_activation", _ACT[0], _ACT[1], ref_decoder, act=a) for a in ("relu", "silu", "gelu_tanh")],
 ]
 
 
 # ================================================================ the layers: checks
 
+B_BATCH_FIRST = Bug("mha_not_batch_first", "nn.MultiheadAttention 默认把输入当作 (n, B, d)：本章的张量是 (B, n, d)，"
+                    "要写 nn.MultiheadAttention(d, h, batch_first=True)。", "nn.MultiheadAttention reads its inputs as "
+                    "(n, B, d) by default: this chapter's tensors are (B, n, d), so write nn.MultiheadAttention(d, h, "
+                    "batch_first=True).")
+B_DROPOUT = Bug("dropout_left_in", "层里有 dropout：练习要求没有 dropout（它让同样的输入每次得到不同的输出，"
+                "也让层和 torch 的对照层对不上）。", "the layer has dropout: the exercise asks for none (it makes the "
+                "same input give different outputs each time, and the layer no longer matches torch's reference).")
+B_MHA_TUPLE = Bug("mha_returns_a_tuple", "nn.MultiheadAttention 返回 (输出, 权重) 两个值：取 [0]（或 out, _ = ...）"
+                  "再加到残差上。", "nn.MultiheadAttention returns two values, (output, weights): take [0] (or "
+                  "out, _ = ...) before adding it to the residual.")
+MHA_HINTS = [
+    (lambda exc, line: "'tuple'" in str(exc) and ("+" in str(exc) or "unsupported operand" in str(exc)), B_MHA_TUPLE),
+    (lambda exc, line: "2D attn_mask" in str(exc), Bug("encoder_padding_mask_as_attn_mask", _AS_ATTN[0], _AS_ATTN[1])),
+    (lambda exc, line: "is_causal hint" in str(exc), Bug(
+        "is_causal_without_mask", "nn.MultiheadAttention 的 is_causal=True 只是一个提示，还必须传 attn_mask：写 "
+        "attn_mask=torch.ones(n_t, n_t, dtype=torch.bool).triu(1)。", "is_causal=True in nn.MultiheadAttention is only "
+        "a hint; attn_mask must still be passed: attn_mask=torch.ones(n_t, n_t, dtype=torch.bool).triu(1)."))]
+LAYER_HINTS = MHA_HINTS + SUPER_HINTS + COMMON_HINTS
+
+
 def _build_layer(cls, d, h, d_ff, decoder, what):
-    m = call(cls, d, h, d_ff, what=what)
+    m = call(cls, d, h, d_ff, what=what, hints=SUPER_HINTS)
     if not isinstance(m, nn.Module):
         raise GradingFailure(t(f"{what}：应当是 nn.Module 的子类。", f"{what}: must be a subclass of nn.Module."))
     attns = ("self_attn", "cross_attn") if decoder else ("self_attn",)
@@ -465,13 +603,18 @@ def _build_layer(cls, d, h, d_ff, decoder, what):
             raise GradingFailure(t(f"{what}：需要 self.{name} = nn.MultiheadAttention(d, h, batch_first=True)。",
                                    f"{what}: needs self.{name} = nn.MultiheadAttention(d, h, batch_first=True)."))
         if not a.batch_first:
-            raise GradingFailure(t(f"{what}：self.{name} 要用 batch_first=True（输入是 (B, n, d)；默认是 (n, B, d)）。",
-                                   f"{what}: self.{name} needs batch_first=True (inputs are (B, n, d); the default "
-                                   "is (n, B, d))."))
+            raise failure(t(f"{what}：self.{name}.batch_first", f"{what}: self.{name}.batch_first"), "True", "False",
+                          B_BATCH_FIRST)
+        if a.dropout:
+            raise failure(t(f"{what}：self.{name}.dropout", f"{what}: self.{name}.dropout"), "0.0", str(a.dropout),
+                          B_DROPOUT)
     for name in norms:
         if not isinstance(getattr(m, name, None), nn.LayerNorm):
             raise GradingFailure(t(f"{what}：需要 self.{name} = nn.LayerNorm(d)。", f"{what}: needs self.{name} = "
                                    "nn.LayerNorm(d)."))
+    drops = [x.p for x in m.modules() if isinstance(x, nn.Dropout) and x.p]
+    if drops:
+        raise failure(t(f"{what}：nn.Dropout", f"{what}: nn.Dropout"), t("没有", "none"), f"p = {drops[0]}", B_DROPOUT)
     lin = _linears(m) if isinstance(getattr(m, "ffn", None), nn.Module) else []
     shapes = [tuple(x.weight.shape) for x in lin]
     if shapes != [(d_ff, d), (d, d_ff)]:
@@ -512,6 +655,124 @@ LAYER_CASES = [  # (B, n_t, n_s, d, h, d_ff, source lengths); n_t = n_s first: m
     (2, 4, 6, 16, 4, 32, [6, 3]), (2, 1, 2, 4, 4, 8, [1, 2])]
 
 
+def _same(a, b) -> bool:
+    return isinstance(a, torch.Tensor) and close(a, b, atol=1e-9, rtol=1e-7)
+
+
+def _sublayer_calls(m, names, *inputs):
+    """Run the student's layer once and record, for each named sublayer, its first call: (args, kwargs, output)."""
+    seen, handles = {}, []
+    for name in names:
+        def pre(mod, args, kwargs, name=name):
+            seen.setdefault(name, [args, kwargs, None])
+
+        def post(mod, args, kwargs, out, name=name):
+            if seen[name][2] is None:
+                seen[name][2] = out[0] if isinstance(out, tuple) else out
+        sub = getattr(m, name)
+        handles += [sub.register_forward_pre_hook(pre, with_kwargs=True),
+                    sub.register_forward_hook(post, with_kwargs=True)]
+    try:
+        with torch.no_grad():
+            m(*inputs)
+    except Exception:  # noqa: BLE001 - the layer's own error was reported already; nothing to add here
+        return None
+    finally:
+        for hd in handles:
+            hd.remove()
+    return seen
+
+
+def _query(call_) -> torch.Tensor | None:
+    args, kwargs, _ = call_
+    return args[0] if args else kwargs.get("query")
+
+
+def _keys(call_):
+    args, kwargs, _ = call_
+    return (args[1] if len(args) > 1 else kwargs.get("key"), args[2] if len(args) > 2 else kwargs.get("value"))
+
+
+def _wrong_input(sub, zh_want, en_want, got, candidates) -> Bug:
+    """The input ``sub`` received is not ``want``: name what it is, when it is one of ``candidates``."""
+    for zh, en, value in candidates:
+        if _same(got, value):
+            return Bug("sublayer_input", f"{sub} 的输入是 {zh}，应是 {zh_want}。", f"{sub} receives {en}; it must receive "
+                       f"{en_want}.")
+    return Bug("sublayer_input", f"{sub} 的输入不对：应是 {zh_want}。", f"{sub} receives the wrong input: it must be "
+               f"{en_want}.")
+
+
+def _encoder_wiring(m, x, mask) -> Bug | None:
+    """Which sublayer of the student's encoder layer gets the wrong input (hooks on self_attn and ffn)."""
+    seen = _sublayer_calls(m, ("self_attn", "ffn"), x.clone(), None if mask is None else mask.clone())
+    if not seen or "self_attn" not in seen or "ffn" not in seen:
+        return None
+    x = as_f64(x)
+    a = _ln(x, m.norm1)
+    q = _query(seen["self_attn"])
+    if not _same(q, a):
+        return _wrong_input("self_attn", "norm1(x)", "norm1(x)", q,
+                            [("norm2(x)", "norm2(x)", _ln(x, m.norm2)), ("x 本身（没有归一化）", "x itself (not "
+                             "normalised)", x)])
+    k, v = _keys(seen["self_attn"])
+    if not (_same(k, a) and _same(v, a)):
+        return Bug("sublayer_input", "self_attn 的 key 和 value 也要是 norm1(x)：self_attn(a, a, a, ...)，a = norm1(x)。",
+                   "self_attn's keys and values must be norm1(x) too: self_attn(a, a, a, ...) with a = norm1(x).")
+    h = x + as_f64(seen["self_attn"][2])
+    f_in = seen["ffn"][0][0] if seen["ffn"][0] else None
+    if not _same(f_in, _ln(h, m.norm2)):
+        return _wrong_input("ffn", "norm2(x)，x 已经加上了注意力的结果", "norm2(x) with x already holding the "
+                            "attention's result", f_in,
+                            [("norm2 作用在加注意力之前的 x 上", "norm2 of x before the attention was added", _ln(x, m.norm2)),
+                             ("norm1(x + attn)", "norm1(x + attn)", _ln(h, m.norm1)),
+                             ("没有归一化的 x + attn", "x + attn, not normalised", h)])
+    return Bug("residual_wiring", "两个子层的输入都对，错在怎么把它们加起来：x = x + self_attn(...)[0]，"
+               "然后 x = x + ffn(norm2(x))，返回 x。", "both sublayers get the right inputs; the mistake is in how their "
+               "results are added: x = x + self_attn(...)[0], then x = x + ffn(norm2(x)), return x.")
+
+
+def _decoder_wiring(m, y, memory, mask) -> Bug | None:
+    """Which sublayer of the student's decoder layer gets the wrong input (hooks on the three sublayers)."""
+    seen = _sublayer_calls(m, ("self_attn", "cross_attn", "ffn"), y.clone(), memory.clone(),
+                           None if mask is None else mask.clone())
+    if not seen or any(k not in seen for k in ("self_attn", "cross_attn", "ffn")):
+        return None
+    y, memory = as_f64(y), as_f64(memory)
+    a = _ln(y, m.norm1)
+    if not _same(_query(seen["self_attn"]), a):
+        return _wrong_input("self_attn", "norm1(y)", "norm1(y)", _query(seen["self_attn"]),
+                            [("norm2(y)", "norm2(y)", _ln(y, m.norm2)), ("y 本身（没有归一化）", "y itself (not "
+                             "normalised)", y)])
+    if seen["self_attn"][1].get("key_padding_mask") is not None:
+        return Bug("decoder_self_attention_padding_mask", "解码器的自注意力用了 memory_mask 当作 key_padding_mask："
+                   "memory_mask 是源序列的掩码，只属于交叉注意力；目标序列的自注意力只要因果掩码。",
+                   "the decoder's self-attention uses memory_mask as its key_padding_mask: memory_mask belongs to the "
+                   "source and only to the cross-attention; the target's self-attention needs the causal mask alone.")
+    y1 = y + as_f64(seen["self_attn"][2])
+    q = _query(seen["cross_attn"])
+    if not _same(q, _ln(y1, m.norm2)):
+        return _wrong_input("cross_attn", "norm2(y)，y 已经加上了自注意力的结果", "norm2(y) with y already holding the "
+                            "self-attention's result", q,
+                            [("norm1(y + 自注意力)", "norm1(y + self-attention)", _ln(y1, m.norm1)),
+                             ("没有归一化的 y + 自注意力", "y + self-attention, not normalised", y1),
+                             ("memory", "memory", memory)])
+    k, v = _keys(seen["cross_attn"])
+    if not (_same(k, memory) and _same(v, memory)):
+        return Bug("sublayer_input", "cross_attn 的 key 和 value 应是 memory 本身：cross_attn(a, memory, memory, ...)。",
+                   "cross_attn's keys and values must be memory itself: cross_attn(a, memory, memory, ...).")
+    y2 = y1 + as_f64(seen["cross_attn"][2])
+    f_in = seen["ffn"][0][0] if seen["ffn"][0] else None
+    if not _same(f_in, _ln(y2, m.norm3)):
+        return _wrong_input("ffn", "norm3(y)，y 已经加上了两个注意力的结果", "norm3(y) with y already holding both "
+                            "attentions' results", f_in,
+                            [("norm3 作用在加交叉注意力之前的 y 上", "norm3 of y before the cross-attention was added",
+                              _ln(y1, m.norm3)), ("没有归一化的 y", "y, not normalised", y2)])
+    return Bug("residual_wiring", "三个子层的输入都对，错在怎么把它们加起来：每个子层都是 y = y + 子层(...)，最后返回 y。",
+               "the three sublayers get the right inputs; the mistake is in how their results are added: every "
+               "sublayer is y = y + sublayer(...), and y is returned.")
+
+
 def _compare(out, expected, theirs, real, label, bugs, args):
     shape = tuple(expected.shape)
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != shape:
@@ -519,6 +780,8 @@ def _compare(out, expected, theirs, real, label, bugs, args):
         raise failure(t(f"{label}：输出形状", f"{label}: output shape"), str(shape), str(got))
     if not close(out, expected, atol=1e-9, rtol=1e-7):
         bug = diagnose(out, bugs, *args, expected=expected, match=lambda a, b: close(a, b, atol=1e-9, rtol=1e-7))
+        if bug is None:
+            bug = (_encoder_wiring if len(args) == 3 else _decoder_wiring)(*args)
         gap = (as_f64(out) - expected).abs().nan_to_num(float("inf")).max().item()
         raise failure(t(f"{label}：与 float64 参考实现比较（最大误差 {gap:.3g}）",
                         f"{label}: compared with a float64 reference (largest error {gap:.3g})"),
@@ -536,7 +799,7 @@ def check_encoder_layer(cls) -> None:
         x = torch.randn(B, n_s, d, generator=gen, dtype=torch.float64)
         mask = torch.arange(n_s)[None] < torch.tensor(lengths)[:, None]
         with torch.no_grad():
-            out = call(m, x.clone(), mask.clone(), what=label)
+            out = call(m, x.clone(), mask.clone(), what=label, hints=LAYER_HINTS)
             theirs = _torch_layer(m, d, h, d_ff, False)(x, src_key_padding_mask=~mask)
         _compare(out, ref_encoder(m, x, mask), theirs, mask, label, ENC_BUGS, (m, x, mask))
         n += 1
@@ -544,7 +807,7 @@ def check_encoder_layer(cls) -> None:
         x2 = x.clone()
         x2[~mask] = torch.randn(int((~mask).sum()), d, generator=gen, dtype=torch.float64) * 4
         with torch.no_grad():
-            out2 = call(m, x2, mask.clone(), what=label)
+            out2 = call(m, x2, mask.clone(), what=label, hints=LAYER_HINTS)
         n += 1
         if not close(as_f64(out2)[mask], as_f64(out)[mask], atol=1e-12, rtol=0):
             bug = diagnose(out, ENC_BUGS, m, x, mask, expected=ref_encoder(m, x, mask)) or ENC_BUGS[2]
@@ -555,13 +818,16 @@ def check_encoder_layer(cls) -> None:
     m = _randomise(_build_layer(cls, 8, 2, 16, False, label), gen)
     x = torch.randn(2, 5, 8, generator=gen, dtype=torch.float64)
     with torch.no_grad():
-        out = call(m, x, what=label)
+        out = call(m, x, what=label, hints=MHA_HINTS + allowed(
+            "encoder_mask_none", "src_mask=None", "src_mask=None",
+            "src_mask 为 None 时不屏蔽任何位置：写 blocked = None if src_mask is None else ~src_mask。",
+            "src_mask=None means no masking: write blocked = None if src_mask is None else ~src_mask."))
     _compare(out, ref_encoder(m, x, None), None, None, label, ENC_BUGS, (m, x, None))
     passed(what, n + 1)
 
 
-DEC_HINTS = [(lambda exc, line: "must match the size" in str(exc) or "key_padded_mask" in str(exc)
-              or "key_padding_mask" in str(exc), DEC_BUGS[4])]
+DEC_HINTS = MHA_HINTS + [(lambda exc, line: "must match the size" in str(exc) or "key_padded_mask" in str(exc)
+                          or "key_padding_mask" in str(exc), DEC_BUGS[4])] + SUPER_HINTS + COMMON_HINTS
 
 
 def _decoder_property(m, y, mem, mask, label, gen):
@@ -613,7 +879,11 @@ def check_decoder_layer(cls) -> None:
     mask = torch.tensor([[True] * 4, [True, True, False, False]])
     _decoder_property(m, y, mem, mask, label, gen)
     with torch.no_grad():
-        out = call(m, y, mem, what=f"{label}(y, memory, memory_mask=None)")
+        out = call(m, y, mem, what=f"{label}(y, memory, memory_mask=None)", hints=MHA_HINTS + allowed(
+            "decoder_mask_none", "memory_mask=None", "memory_mask=None",
+            "memory_mask 为 None 时交叉注意力不屏蔽任何位置：写 blocked = None if memory_mask is None else ~memory_mask。",
+            "memory_mask=None means the cross-attention masks nothing: write blocked = None if memory_mask is None "
+            "else ~memory_mask."))
     _compare(out, ref_decoder(m, y, mem, None), None, None, f"{label}(y, memory)", DEC_BUGS, (m, y, mem, None))
     passed(what, n + 4)
 
@@ -635,8 +905,10 @@ def _mock_model():
         def __init__(self, eos, bos):
             self.eos, self.bos = eos, bos
             self.tokens = [i for i in range(V_MOCK) if i not in (eos, bos)]
+            self.encodes = 0
 
         def encode(self, src, src_mask):
+            self.encodes += 1
             if not isinstance(src_mask, torch.Tensor) or src_mask.dtype != torch.bool or src_mask.shape != src.shape:
                 raise ValueError(f"encode(src, src_mask): src_mask must be a bool tensor of shape "
                                  f"{tuple(src.shape)}, got {getattr(src_mask, 'dtype', type(src_mask).__name__)} "
@@ -656,13 +928,13 @@ def _mock_model():
 
 
 def ref_greedy(model, src, lengths, max_len, bos, eos, *, feed=True, stop_eos=True, all_done=True,
-               bos_out=False, mask="real", steps=0, axis=-1, fill_eos=True):
-    """Greedy decoding; the keywords switch on known bugs."""
+               bos_out=False, mask="real", steps=0, axis=-1, fill_eos=True, start=None):
+    """Greedy decoding; the keywords switch on known bugs (``start``: the token tgt begins with instead of bos)."""
     B, n_s = src.shape
     real = torch.arange(n_s)[None] < lengths[:, None]
     src_mask = {"real": real, "inverted": ~real, "all": torch.ones_like(real)}[mask]
     memory = model.encode(src, src_mask)
-    tgt = torch.full((B, 1), bos, dtype=torch.long)
+    tgt = torch.full((B, 1), bos if start is None else start, dtype=torch.long)
     done = torch.zeros(B, dtype=torch.bool)
     for _ in range(max_len + steps):
         logits = model.decode(tgt if feed else tgt[:, :1], memory, src_mask)
@@ -728,6 +1000,10 @@ GREEDY_BUGS = [
                 "用 torch.where(done, eos, nxt) 把已经结束的序列固定在 eos 上。", "after a sequence emits <eos> it "
                 "is not kept at eos: while it waits for the others it produces other tokens again. Keep finished "
                 "sequences on eos with torch.where(done, eos, nxt).", fill_eos=False),
+    _greedy_bug("greedy_starts_without_bos",
+                "tgt 的开头不是 bos（例如用 torch.zeros 建的，是 0）：解码器的第一个输入必须是 <bos>，"
+                "tgt = torch.full((B, 1), bos)。", "tgt does not start with bos (built with torch.zeros, say, it holds "
+                "0): the decoder's first input must be <bos>, tgt = torch.full((B, 1), bos).", start=0),
     _greedy_bug("greedy_stops_on_first_row",
                 "只看了第 0 个序列：它输出 <eos> 时整批就停了。要等所有序列都结束（done.all()）。",
                 "only sequence 0 is watched: the whole batch stops when it emits <eos>. Wait until every sequence "
@@ -753,7 +1029,37 @@ def _greedy_ok(out, expected, max_len, eos):
     return bool((out[:, L:] == eos).all())
 
 
+B_GREEDY_ENCODES = Bug("greedy_encodes_every_step", "编码器跑了不止一次：源序列在解码时不变，memory = model.encode(src, src_mask) "
+                       "只在循环之前算一次，每一步只调用 model.decode。", "the encoder runs more than once: the source does "
+                       "not change while decoding, so compute memory = model.encode(src, src_mask) once before the loop "
+                       "and call only model.decode at each step.")
+B_GREEDY_DTYPE = Bug("greedy_not_long", "返回的不是整数（LongTensor）：token 是编号。tgt 用 torch.full((B, 1), bos, "
+                     "dtype=torch.long) 建，argmax 的结果本来就是 long；不要拼接到 float 的张量上。", "the result is not "
+                     "a LongTensor: tokens are ids. Build tgt with torch.full((B, 1), bos, dtype=torch.long); argmax "
+                     "already gives long; do not concatenate onto a float tensor.")
+GREEDY_HINTS = [
+    (lambda exc, line: "same number of dimensions" in str(exc), Bug(
+        "greedy_cat_needs_new_axis", "下一个 token nxt 的形状是 (B,)，tgt 是 (B, t)：拼接之前加一维，"
+        "torch.cat([tgt, nxt[:, None]], dim=1)。", "the next tokens nxt have shape (B,) and tgt (B, t): add an axis "
+        "before concatenating, torch.cat([tgt, nxt[:, None]], dim=1).")),
+    (lambda exc, line: "src_mask must be a bool tensor of shape" in str(exc), Bug(
+        "greedy_mask_width", "传给 encode/decode 的掩码不对：它要是和 src 一样形状 (B, n_s) 的 bool 张量，"
+        "src_mask = padding_mask(src_lengths, src.shape[1])（宽度是源序列的长度，不是 max_len；也不要转成 float）。",
+        "the mask passed to encode/decode is wrong: it must be a bool tensor of src's shape (B, n_s), "
+        "src_mask = padding_mask(src_lengths, src.shape[1]) (the width is the source's length, not max_len; do not "
+        "turn it into floats).")),
+    (lambda exc, line: "'int' object" in str(exc) or "must be Tensor, not int" in str(exc), Bug(
+        "greedy_mask_arguments", "padding_mask 的参数顺序：padding_mask(src_lengths, src.shape[1])——先是长度张量，再是宽度 n。",
+        "the order of padding_mask's arguments: padding_mask(src_lengths, src.shape[1]) — the lengths tensor first, "
+        "then the width n."))] + COMMON_HINTS
+
+
 def check_greedy_decode(greedy_decode) -> None:
+    with on_its_own(greedy_decode, (E_PADDING,)):
+        passed("greedy_decode", _greedy_checks(greedy_decode))
+
+
+def _greedy_checks(greedy_decode) -> int:
     what, n, Mock = "greedy_decode", 0, _mock_model()
     for label, rows, width, max_len, bos, eos in _greedy_cases():
         src = torch.full((len(rows), width), 7, dtype=torch.long)          # <pad> = 7 here: it must not count
@@ -763,7 +1069,9 @@ def check_greedy_decode(greedy_decode) -> None:
         args = (Mock(eos, bos), src, lengths, max_len, bos, eos)
         full = f"{what}(model, src, src_lengths={lengths.tolist()}, max_len={max_len}, bos={bos}, eos={eos}) — {label}"
         with torch.no_grad():
-            out = call(greedy_decode, args[0], src.clone(), lengths.clone(), max_len, bos, eos, what=full)
+            out = call(greedy_decode, args[0], src.clone(), lengths.clone(), max_len, bos, eos, what=full,
+                       hints=GREEDY_HINTS)
+        encodes = args[0].encodes
         expected = ref_greedy(*args)
         n += 1
         if not _greedy_ok(out, expected, max_len, eos):
@@ -774,4 +1082,14 @@ def check_greedy_decode(greedy_decode) -> None:
                           hint=t("返回 (B, L) 的 LongTensor，L ≤ max_len：不含 <bos>，每个序列在它的 <eos> 之后都填 eos。",
                                  "return a (B, L) LongTensor with L ≤ max_len: no <bos>, and every sequence filled "
                                  "with eos after its own <eos>."))
-    passed(what, n)
+        if encodes != 1:
+            raise failure(t(f"{full}：model.encode 的调用次数", f"{full}: calls of model.encode"), "1",
+                          str(encodes), B_GREEDY_ENCODES)
+        if out.dtype != torch.long:
+            raise failure(t(f"{full}：dtype", f"{full}: dtype"), "torch.int64 (long)", str(out.dtype), B_GREEDY_DTYPE)
+    return n
+
+
+# ================================================================ each exercise on its own
+
+E_PADDING = Earlier("padding_mask", 1, passes(_padding_checks), padding_mask_stand_in)

@@ -17,24 +17,32 @@ ENC_ATTN = "key_padding_mask=blocked, need_weights=False"
 CAUSAL = "torch.ones(n_t, n_t, dtype=torch.bool, device=y.device).triu(1)"
 CROSS_CALL = "self.cross_attn(a, memory, memory, key_padding_mask=blocked, need_weights=False)"
 
+# a wrong padding_mask costs exercise 1 alone: greedy_decode, which calls it, keeps its marks and says why
+KEPT_PAD = {"test_greedy_decode": ("用正确的 padding_mask 代替你的之后，这一题是对的", "练习 1 还需要修改")}
+GREEDY_OK_SRC = edit("greedy_decode")["greedy_decode"]
+
 BUGS = [
     # padding_mask
     Variant("pad_inverted", edit("padding_mask", (PAD_RET, PAD_RET.replace(" < ", " >= "))),
-            lose=("test_padding_mask", "test_greedy_decode"), words=("掩码反了",)),
+            lose=("test_padding_mask",), words=("掩码反了",), said=KEPT_PAD),
     Variant("pad_off_by_one", edit("padding_mask", (PAD_RET, PAD_RET.replace(" < ", " <= "))),
-            lose=("test_padding_mask",), words=("差一位",)),
+            lose=("test_padding_mask",), words=("差一位",), said=KEPT_PAD),
     Variant("pad_max_length", edit("padding_mask", ("torch.arange(n, ", "torch.arange(int(lengths.max()), ")),
             lose=("test_padding_mask",), words=("lengths.max()",)),
     Variant("pad_float", edit("padding_mask", (PAD_RET, f"({PAD_RET}).float()")),
-            lose=("test_padding_mask",), words=("torch.bool",)),
+            lose=("test_padding_mask",), words=("torch.bool",), said=KEPT_PAD),
     Variant("pad_int", edit("padding_mask", (PAD_RET, f"({PAD_RET}).int()")),
             lose=("test_padding_mask",), words=("torch.bool", ".int()")),
     Variant("pad_transposed", edit("padding_mask", (PAD_RET, f"({PAD_RET}).T")),
-            lose=("test_padding_mask",), words=("形状转置了",)),
+            lose=("test_padding_mask",), words=("形状转置了",), said=KEPT_PAD),
     Variant("pad_left_padded", edit("padding_mask", (PAD_RET, "torch.arange(n)[None, :] >= n - lengths[:, None]")),
-            lose=("test_padding_mask",), words=("左边",)),
+            lose=("test_padding_mask",), words=("左边",), said=KEPT_PAD),
     Variant("pad_from_one", edit("padding_mask", (PAD_RET, "torch.arange(1, n + 1)[None, :] < lengths[:, None]")),
-            lose=("test_padding_mask",), words=("最后一个真实 token",)),
+            lose=("test_padding_mask",), words=("最后一个真实 token",), said=KEPT_PAD),
+    Variant("pad_length_zero_crashes", {"padding_mask": '''def padding_mask(lengths, n):
+    last = F.one_hot(lengths - 1, n)
+    return last.flip(-1).cumsum(-1).flip(-1).bool()
+'''}, lose=("test_padding_mask",), words=("长度是 0", "允许"), said=KEPT_PAD),
     # cross_attention
     Variant("cross_queries_from_memory", edit("cross_attention", ("q, k, v = x @ w_q, memory @ w_k, memory @ w_v",
                                                                   "q, k, v = memory @ w_q, x @ w_k, x @ w_v")),
@@ -67,6 +75,11 @@ BUGS = [
             lose=("test_cross_attention",), words=("softmax 沿错误的维度",)),
     Variant("cross_values_from_x", edit("cross_attention", ("memory @ w_v", "x @ w_v")),
             lose=("test_cross_attention",), words=("value 也取自 x",)),
+    Variant("cross_mask_none_crashes", edit("cross_attention", (
+        "    if memory_mask is not None:\n        " + CROSS_MASK + "\n", "    " + CROSS_MASK + "\n")),
+            lose=("test_cross_attention",), words=("memory_mask=None", "允许")),
+    Variant("cross_divided_by_d_k", edit("cross_attention", ("math.sqrt(q.shape[-1])", "q.shape[-1]")),
+            lose=("test_cross_attention",), words=("不是 √d_k",)),
     # EncoderLayer
     Variant("enc_mask_not_inverted_for_torch", edit("encoder_layer", ("else ~src_mask", "else src_mask")),
             lose=("test_encoder_layer",), words=("填充掩码反了", "True 表示“屏蔽”")),
@@ -91,6 +104,18 @@ BUGS = [
             lose=("test_encoder_layer",), words=("norm1 用了两次",)),
     Variant("enc_relu", edit("encoder_layer", ("nn.GELU()", "nn.ReLU()")),
             lose=("test_encoder_layer",), words=("ReLU", "nn.GELU()")),
+    Variant("enc_not_batch_first", edit("encoder_layer", ("nn.MultiheadAttention(d, h, batch_first=True)",
+                                                          "nn.MultiheadAttention(d, h)")),
+            lose=("test_encoder_layer",), words=("batch_first=True",)),
+    Variant("enc_dropout", edit("encoder_layer", ("nn.MultiheadAttention(d, h, batch_first=True)",
+                                                  "nn.MultiheadAttention(d, h, dropout=0.1, batch_first=True)")),
+            lose=("test_encoder_layer",), words=("dropout",)),
+    Variant("enc_mask_none_crashes", edit("encoder_layer", ("blocked = None if src_mask is None else ~src_mask",
+                                                            "blocked = ~src_mask")),
+            lose=("test_encoder_layer",), words=("src_mask=None", "允许")),
+    Variant("enc_norms_swapped", edit("encoder_layer", ("        a = self.norm1(x)\n", "        a = self.norm2(x)\n"), (
+        "return x + self.ffn(self.norm2(x))", "return x + self.ffn(self.norm1(x))")),
+            lose=("test_encoder_layer",), words=("self_attn 的输入是 norm2(x)",)),
     # DecoderLayer
     Variant("dec_no_causal_mask", edit("decoder_layer", ("attn_mask=future, ", "")),
             lose=("test_decoder_layer",), words=("没有因果掩码",)),
@@ -115,6 +140,8 @@ BUGS = [
             lose=("test_decoder_layer",), words=("对角线",)),
     Variant("dec_no_cross_residual", edit("decoder_layer", ("y = y + " + CROSS_CALL, "y = " + CROSS_CALL)),
             lose=("test_decoder_layer",), words=("交叉注意力周围没有残差",)),
+    Variant("dec_float_causal_mask", edit("decoder_layer", (CAUSAL, "torch.tril(torch.ones(n_t, n_t))")),
+            lose=("test_decoder_layer",), words=("浮点", "triu(1)")),
     # greedy_decode
     Variant("greedy_eos_never_stops", edit("greedy_decode", (
         "        nxt = torch.where(done, torch.full_like(nxt, eos), nxt)\n", ""), (
@@ -142,6 +169,26 @@ BUGS = [
             lose=("test_greedy_decode",), words=("没有一直填 eos",)),
     Variant("greedy_stops_on_first_row", edit("greedy_decode", ("if done.all():", "if done[0]:")),
             lose=("test_greedy_decode",), words=("只看了第 0 个序列",)),
+    Variant("greedy_encodes_every_step", edit("greedy_decode", (
+        "        nxt = model.decode(tgt, memory, src_mask)",
+        "        memory = model.encode(src, src_mask)\n        nxt = model.decode(tgt, memory, src_mask)")),
+            lose=("test_greedy_decode",), words=("编码器跑了不止一次",)),
+    Variant("greedy_float_tokens", edit("greedy_decode", ("torch.full((B, 1), bos, dtype=torch.long, device=src.device)",
+                                                          "torch.full((B, 1), float(bos), device=src.device)"), (
+        "tgt = torch.cat([tgt, nxt[:, None]], dim=1)", "tgt = torch.cat([tgt, nxt[:, None].float()], dim=1)"), (
+        "model.decode(tgt, memory", "model.decode(tgt.long(), memory")),
+            lose=("test_greedy_decode",), words=("LongTensor",)),
+    # each exercise graded on its own
+    Variant("pad_not_done_greedy_right", {"padding_mask": "def padding_mask(lengths, n):\n    raise NotImplementedError()\n"},
+            lose=("test_padding_mask",), words=("还没有实现",), said=KEPT_PAD),
+    Variant("pad_wrong_greedy_wrong", {**edit("padding_mask", (PAD_RET, PAD_RET.replace(" < ", " <= "))),
+                                       **edit("greedy_decode", ("return tgt[:, 1:]", "return tgt"))},
+            lose=("test_padding_mask", "test_greedy_decode"),
+            said={"test_greedy_decode": ("<bos>", "已经用正确的 padding_mask 代替了你的", "出在这一题本身")}),
+    Variant("pad_wrong_greedy_not_done", {**edit("padding_mask", (PAD_RET, PAD_RET.replace(" < ", " <= "))),
+                                          "greedy_decode": "def greedy_decode(model, src, src_lengths, max_len, bos, eos):\n"
+                                                           "    raise NotImplementedError()\n"},
+            lose=("test_padding_mask", "test_greedy_decode"), said={"test_greedy_decode": ("还没有实现",)}),
 ]
 
 CORRECT = [
@@ -188,6 +235,16 @@ CORRECT = [
     e = torch.exp(s - s.max(dim=-1, keepdim=True).values)
     w = e / e.sum(dim=-1, keepdim=True)
     return w @ v, w
+'''}),
+    Variant("ok_cross_comments_name_the_library", {"cross_attention": '''def cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None):
+    """By hand, what F.scaled_dot_product_attention(q, k, v, attn_mask=...) or an nn.MultiheadAttention
+    with one head would give (neither is called here)."""
+    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])   # like scaled_dot_product_attention
+    if memory_mask is not None:                                 # MultiheadAttention would want ~memory_mask
+        scores = scores.masked_fill(~memory_mask[:, None, :], float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
 '''}),
     # EncoderLayer
     Variant("ok_enc_positional", edit("encoder_layer", (
@@ -254,6 +311,80 @@ CORRECT = [
     return seqs[:, 1:]
 '''}),
 ]
+
+WORDS_ARE_NOT_CALLS = ("ok_cross_comments_name_the_library",)
+
+# (the rule as the exercise states it, the check that enforces it, the wrong answer that breaks it)
+RULES = [
+    ("padding_mask: a bool tensor", "check_padding_mask: the dtype of every result", "pad_float"),
+    ("padding_mask: shape (B, n), n the argument", "check_padding_mask: cases where n exceeds the longest length",
+     "pad_max_length"),
+    ("padding_mask: one row per sequence, (B, n) not (n, B)", "check_padding_mask: the shape", "pad_transposed"),
+    ("padding_mask: True = a real token", "check_padding_mask: exact comparison", "pad_inverted"),
+    ("padding_mask: position j is True exactly when j < lengths[b]", "check_padding_mask: exact comparison",
+     "pad_off_by_one"),
+    ("padding_mask: real tokens first, padded on the right", "check_padding_mask: exact comparison", "pad_left_padded"),
+    ("padding_mask: any length 0 … n, a length of 0 included", "check_padding_mask: lengths [0, 3]",
+     "pad_length_zero_crashes"),
+    ("cross_attention: q = x @ w_q; k, v from memory", "check_cross_attention: against the float64 reference, "
+     "n_t != n_s", "cross_queries_from_memory"),
+    ("cross_attention: v = memory @ w_v", "check_cross_attention: against the float64 reference",
+     "cross_values_from_x"),
+    ("cross_attention: scores q kᵀ / sqrt(d_k)", "check_cross_attention: d_k != d", "cross_scale_sqrt_d"),
+    ("cross_attention: divide by sqrt(d_k), not d_k", "check_cross_attention: against the float64 reference",
+     "cross_divided_by_d_k"),
+    ("cross_attention: memory_mask hides keys, ~memory_mask[:, None, :]", "check_cross_attention: padded memory "
+     "positions changed freely", "cross_mask_on_queries"),
+    ("cross_attention: True in memory_mask = a real source token", "check_cross_attention: against the reference",
+     "cross_mask_inverted"),
+    ("cross_attention: masked to -inf before softmax", "check_cross_attention: rows add up to 1",
+     "cross_mask_after_softmax"),
+    ("cross_attention: memory_mask=None means no masking", "check_cross_attention: the memory_mask=None case",
+     "cross_mask_none_crashes"),
+    ("cross_attention: softmax over the last axis", "check_cross_attention: weights against the reference",
+     "cross_softmax_query_axis"),
+    ("cross_attention: no F.scaled_dot_product_attention, no nn.MultiheadAttention",
+     "check_cross_attention runs inside core.forbidden: the call itself raises", "cross_uses_sdpa"),
+    ("EncoderLayer: nn.MultiheadAttention(d, h, batch_first=True)", "check_encoder_layer: self_attn.batch_first",
+     "enc_not_batch_first"),
+    ("EncoderLayer: no dropout", "check_encoder_layer: no dropout in the attention or as a module", "enc_dropout"),
+    ("EncoderLayer: the FFN uses nn.GELU()", "check_encoder_layer: against the float64 reference and "
+     "nn.TransformerEncoderLayer", "enc_relu"),
+    ("EncoderLayer: key_padding_mask=~src_mask (torch's True = blocked)", "check_encoder_layer: changing the padding "
+     "leaves the real tokens' outputs alone", "enc_mask_not_inverted_for_torch"),
+    ("EncoderLayer: src_mask may be None", "check_encoder_layer: a call without src_mask", "enc_mask_none_crashes"),
+    ("EncoderLayer: no causal mask (bidirectional)", "check_encoder_layer: against the reference", "enc_causal_mask"),
+    ("EncoderLayer: pre-LN, x = x + self_attn(norm1(x))", "check_encoder_layer: against the reference", "enc_post_ln"),
+    ("EncoderLayer: then x = x + ffn(norm2(x))", "check_encoder_layer: against the reference", "enc_no_ffn_residual"),
+    ("DecoderLayer: a causal mask on the self-attention, triu(1) as attn_mask", "check_decoder_layer: later target "
+     "tokens never reach earlier outputs", "dec_no_causal_mask"),
+    ("DecoderLayer: the mask marks where to block (torch's convention)", "check_decoder_layer: against the reference",
+     "dec_causal_mask_inverted"),
+    ("DecoderLayer: a bool mask (a float 0/1 mask is added, not blocked)", "check_decoder_layer: against the reference",
+     "dec_float_causal_mask"),
+    ("DecoderLayer: cross_attn(norm2(y), memory, memory, key_padding_mask=~memory_mask)", "check_decoder_layer: "
+     "changing padded memory positions leaves the output alone", "dec_memory_mask_forgotten"),
+    ("DecoderLayer: only the query side goes through norm2", "check_decoder_layer: against the reference",
+     "dec_memory_normalised"),
+    ("DecoderLayer: self-attention, then cross-attention, then the FFN", "check_decoder_layer: against the reference",
+     "dec_cross_before_self"),
+    ("greedy_decode: the encoder runs once", "check_greedy_decode: the fixed model counts its encode calls",
+     "greedy_encodes_every_step"),
+    ("greedy_decode: src_mask = padding_mask(src_lengths, src.shape[1])", "check_greedy_decode: the fixed model's "
+     "next token depends on the real source tokens only", "greedy_ignores_lengths"),
+    ("greedy_decode: the argmax at the last position", "check_greedy_decode: every token against the reference",
+     "greedy_first_position"),
+    ("greedy_decode: without the leading <bos>", "check_greedy_decode: every token", "greedy_returns_bos"),
+    ("greedy_decode: eos after a sequence's first eos", "check_greedy_decode: sequences ending at different steps",
+     "greedy_no_eos_padding"),
+    ("greedy_decode: stop when every sequence has finished", "check_greedy_decode: every token",
+     "greedy_stops_at_first"),
+    ("greedy_decode: L <= max_len", "check_greedy_decode: a case cut off by max_len", "greedy_max_len_long"),
+    ("greedy_decode: returns a LongTensor", "check_greedy_decode: the result's dtype", "greedy_float_tokens"),
+    ("each exercise on its own: a wrong padding_mask costs exercise 1 alone", "check_greedy_decode runs with a "
+     "correct padding_mask in place of a wrong one", "pad_int"),
+]
+
 
 WIDGET = dict(cell="ed.explorer(", labels=("数字", "例子", "模型输出"),
               keep=("model = ed.Seq2Seq(",),
