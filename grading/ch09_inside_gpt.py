@@ -15,7 +15,17 @@ import torch
 from helpers.ch09_inside_gpt import Config, TinyGPT
 from helpers.i18n import t
 
-from .core import Bug, GradingFailure, as_f64, call, close, diagnose, failure, passed, seeded, show
+from .cases import COMMON_HINTS
+from .core import Bug, GradingFailure, as_f64, call, close, diagnose, ensure_untampered, failure, passed, seeded, show
+
+
+def allowed(key, zh_when, en_when, zh_why, en_why) -> list:
+    """Hints for a call on an input the exercise allows: whatever the student's code raises there, the message
+    says that this input is allowed (and why), instead of leaving a bare traceback."""
+    return [(lambda exc, line: True,
+             Bug(key, f"你的代码在这种输入上出错了（{zh_when}），而练习允许它：{zh_why}",
+                 f"your code fails on this input ({en_when}), which the exercise allows: {en_why}"))]
+
 
 # ---------------------------------------------------------------- references (float64)
 
@@ -47,6 +57,13 @@ def _diag(a, offset, first=0):
     a = as_f64(a)
     n = a.shape[-1]
     i = torch.arange(max(first, -offset, 0), min(n, n - offset))
+    return a[..., i, i + offset]
+
+
+def _wrapped(a, offset, first):
+    """a[..., i, i + offset] for i = first … n−1, a negative column wrapping round as torch's indexing does."""
+    a = as_f64(a)
+    i = torch.arange(first, a.shape[-1])
     return a[..., i, i + offset]
 
 
@@ -105,6 +122,13 @@ PREV_BUGS = [
     _pb("prev_argmax_fraction", "数的是“最大权重落在 i−1 的位置占多少”，而要求的是 i → i−1 的平均权重本身。",
         "this counts how often the largest weight falls on i−1; the score is the mean weight on i−1 itself.",
         _argmax_prev),
+    _pb("prev_self", "取的是对角线（位置 i 看自己），应是 i → i−1，即对角线下面那一条（diagonal(-1)）。",
+        "this is the main diagonal (position i looking at itself); the previous token is i → i−1, the line just "
+        "below it (diagonal(-1)).", lambda a: _diag(a, 0).sum(dim=(1, 3)) / (a.shape[1] * (a.shape[-1] - 1))),
+    _pb("prev_all_earlier_keys", "把位置 i 之前所有位置的权重都加起来了（整个下三角，tril(attn, -1)）：只取紧挨着的那一个，"
+        "attn[..., i, i-1]。", "the weights on every earlier position are added up (the whole lower triangle, "
+        "tril(attn, -1)): take only the one right before, attn[..., i, i-1].",
+        lambda a: torch.tril(as_f64(a), -1).sum(dim=(-2, -1)).mean(1) / (a.shape[-1] - 1)),
     _pb("prev_drops_last_position", "最后一个位置 n−1 没有算进去（range(1, n-1)？）：位置是 1…n−1，包括 n−1。",
         "the last position n−1 is left out (range(1, n-1)?): the positions are 1…n−1, n−1 included.",
         lambda a: _mean_lh(_diag(a, -1)[..., :-1])),
@@ -137,6 +161,9 @@ IND_BUGS = [
     Bug("induction_previous_token", "没有用 period：这是前一个 token 的得分（i → i−1），归纳得分看 i − period + 1。",
         "period is not used: this is the previous-token score (i → i−1); the induction score looks at "
         "i − period + 1.", lambda a, period: _mean_lh(_diag(a, -1, period))),
+    Bug("induction_minus_one", "偏移错了两格：看的是 i − period − 1（前一次出现之前的那个），应是 i − period + 1"
+        "（前一次出现之后的那个）。", "off by two: this is i − period − 1 (the token before the earlier occurrence); "
+        "use i − period + 1 (the token after it).", lambda a, period: _mean_lh(_wrapped(a, -period - 1, period))),
     Bug("induction_future", "偏移的符号反了：看的是 i + period − 1（未来，因果掩码下为 0），应是 i − period + 1。",
         "the sign of the offset is flipped: this is i + period − 1 (the future, zero under a causal mask); "
         "use i − period + 1.", lambda a, period: _mean_lh(_diag(a, period - 1))),
@@ -157,6 +184,74 @@ IND_NO_ERROR = Bug("induction_no_valueerror", "period 不在 1 … n−1 之间�
                    "no ValueError for a period outside 1 … n−1: then there is no repeat to score.")
 
 
+# ---------------------------------------------------------------- what a wrong score computed
+
+def _explain_scores(out, attn, period=None) -> Bug | None:
+    """When no known bug matches: search the simple wrong answers that compute *some* diagonal average — another
+    offset, another range of query positions, a sum in place of a mean — and say which one the student's equals."""
+    a = as_f64(attn)
+    L, B, H, n, _ = a.shape
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (L, H):
+        return None
+    got = as_f64(out)
+    want_off, want_first = (-1, 1) if period is None else (1 - period, period)
+    for off in range(-(n - 1), n):
+        d = a.diagonal(off, dim1=-2, dim2=-1).sum(dim=1)                  # (L, H, m): summed over the batch
+        first_row = max(0, -off)
+        m = d.shape[-1]
+        c = torch.cat([torch.zeros(L, H, 1, dtype=torch.float64), d.cumsum(-1)], dim=-1)
+        for lo in range(m):
+            for hi in range(lo + 1, m + 1):
+                i0, i1 = first_row + lo, first_row + hi - 1           # query rows i0 … i1
+                if off == want_off and i0 == want_first and i1 == n - 1:
+                    continue                                          # the right entries: a wrong divisor at most
+                total = c[..., hi] - c[..., lo]
+                for how, value in (("mean", total / (B * (hi - lo))), ("sum", total)):
+                    if close(got, value, 1e-6, 1e-5):
+                        return _entries_bug(off, i0, i1, how, want_off, want_first, n, period)
+    total = a.diagonal(want_off, dim1=-2, dim2=-1)[..., want_first - max(0, -want_off):].sum(dim=(1, 3))
+    count = B * (n - want_first)
+    for k, zh, en in ((B, "只除以了 batch 的大小 B（对位置求的是和）", "divided by the batch size B only (the positions are "
+                       "summed)"), (n - want_first, "只除以了位置的个数（对 batch 求的是和）", "divided by the number of "
+                       "positions only (the batch is summed)"), (B * n, "除以了 B·n（把没有资格的位置也算进了个数）",
+                                                             "divided by B·n (positions that do not qualify are counted)")):
+        if k != count and close(got, total / k, 1e-6, 1e-5):
+            return Bug("score_wrong_divisor", f"取的元素是对的，但{zh}：平均要除以 B × 位置个数 = {count}。",
+                       f"the entries are right, but the sum is {en}: the average divides by B × the number of "
+                       f"positions = {count}.")
+    return None
+
+
+def _entries_bug(off, i0, i1, how, want_off, want_first, n, period) -> Bug:
+    key = f"i{off:+d}" if off else "i"
+    right = "i-1" if period is None else "i-period+1"
+    rows_zh = f"i = {i0}…{i1}"
+    want_rows = f"i = {want_first}…{n - 1}"
+    what_zh = "平均" if how == "mean" else "和"
+    what_en = "average" if how == "mean" else "sum"
+    return Bug("score_wrong_entries",
+               f"你的结果正好是 attn[..., i, {key}] 在 {rows_zh} 上的{what_zh}；要的是 attn[..., i, {right}] 在 "
+               f"{want_rows} 上（对 batch 和这些位置）的平均。",
+               f"your result is exactly the {what_en} of attn[..., i, {key}] over {rows_zh}; the score is the mean of "
+               f"attn[..., i, {right}] over {want_rows} (and over the batch).")
+
+
+def _score_shape_bug(out, L, B, H) -> Bug | None:
+    shape = tuple(out.shape) if isinstance(out, torch.Tensor) else None
+    if shape is None:
+        return None
+    if shape in ((L, B, H), (L, B, H, 1)) and (L, B, H) != (L, H):
+        return Bug("score_batch_not_averaged", "结果里还留着 batch 这一维：attn 是 (n_layer, B, n_head, n, n)，"
+                   "对 batch（dim=1）也要求平均，剩下 (n_layer, n_head)。", "the batch axis is still in the result: attn is "
+                   "(n_layer, B, n_head, n, n), so average over the batch (dim=1) too, leaving (n_layer, n_head).")
+    if shape in ((H,), (B, H), (1, H)) and L > 1:
+        return Bug("score_one_layer_only", "结果里没有层这一维：每一层的每个头都要一个得分，形状 (n_layer, n_head)；"
+                   "不要只取一层（attn[-1]、attn[0]）或对层求平均。", "the layer axis is missing: every head of every layer "
+                   "gets a score, shape (n_layer, n_head); do not take one layer (attn[-1], attn[0]) or average over "
+                   "the layers.")
+    return None
+
+
 # ---------------------------------------------------------------- score checks
 
 def _attention(gen, L, B, H, n, causal=True, dtype=torch.float64, sharp=2.5):
@@ -175,22 +270,29 @@ SCORE_CASES = [  # (label zh, label en, L, B, H, n, causal, dtype)
 ]
 
 
-def _check_scores(fn, what, bugs, args_of, shape_hint, cases, seed):
-    """Shared loop: run ``fn`` on every case, compare with the reference, diagnose."""
+def _check_scores(fn, what, bugs, args_of, shape_hint, cases, seed, edges=None):
+    """Shared loop: run ``fn`` on every case, compare with the reference, diagnose. ``edges(label, n, *extra)``
+    gives the hints for a case whose input is an allowed edge (the shortest sequence, period = 1, …)."""
     gen = seeded(seed)
     n_checks = 0
     for zh, en, L, B, H, n, causal, dtype, *extra in cases:
         attn = _attention(gen, L, B, H, n, causal, dtype)
         args, ref = args_of(attn, n, *extra)
         label = t(f"{what}：{zh}", f"{what}: {en}")
-        out = call(fn, attn.clone(), *args[1:], what=label)
+        out = call(fn, attn.clone(), *args[1:], what=label, hints=(edges(n, *extra) if edges else []) + COMMON_HINTS)
         expected = ref(*args)
         n_checks += 1
+        if not isinstance(out, torch.Tensor):
+            raise failure(t(f"{label}：返回值", f"{label}: the result"), t("一个 torch.Tensor", "a torch.Tensor"),
+                          type(out).__name__, hint=t("应返回 torch.Tensor（不要转成 numpy 或 Python 数）。",
+                                                     "return a torch.Tensor (not numpy, not a Python number)."))
         bug = diagnose(out, bugs, *args, expected=expected, match=lambda a, b: close(a, b, 1e-6, 1e-5))
-        if not isinstance(out, torch.Tensor) or tuple(out.shape) != (L, H):
-            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-            raise failure(t(f"{label}：输出形状", f"{label}: output shape"), str((L, H)), str(got), bug, hint=shape_hint)
+        if tuple(out.shape) != (L, H):
+            got = tuple(out.shape)
+            raise failure(t(f"{label}：输出形状", f"{label}: output shape"), str((L, H)), str(got),
+                          bug or _score_shape_bug(out, L, B, H), hint=shape_hint)
         if not close(out, expected, atol=1e-6, rtol=1e-5):
+            bug = bug or _explain_scores(out, attn, extra[0] if extra else None)
             raise failure(label, show(expected), show(out), bug,
                           hint=t("先手算一个小例子：一个头一个 batch，看看你取到的是哪些元素。",
                                  "work one small case by hand: one head, one batch; which entries do you take?"))
@@ -206,7 +308,10 @@ def check_prev_token_score(prev_token_score) -> None:
     what = "prev_token_score"
     n = _check_scores(prev_token_score, what, PREV_BUGS, lambda a, n: ((a,), ref_prev_token_score), SHAPE_HINT,
                       SCORE_CASES + [("最短的序列 n = 2", "the shortest sequence, n = 2", 2, 3, 2, 2, True, torch.float64)],
-                      901)
+                      901, edges=lambda n: allowed("prev_short_sequence", "n = 2", "n = 2",
+                                                   "两个位置的序列只有一个前一个 token 的位置（i = 1）。",
+                                                   "a sequence of two positions has one position with a previous "
+                                                   "token (i = 1).") if n == 2 else [])
     # properties: a perfect previous-token head scores 1, a head that looks at itself scores 0
     L, B, H, m = 2, 2, 3, 6
     attn = torch.eye(m).expand(L, B, H, m, m).clone()
@@ -230,7 +335,10 @@ def check_induction_score(induction_score) -> None:
               ("period = n − 1", "period = n − 1", 1, 3, 2, 6, True, torch.float64, 5),
               ("period = 1", "period = 1", 2, 2, 2, 5, True, torch.float64, 1)]
     n = _check_scores(induction_score, what, IND_BUGS,
-                      lambda a, n, p: ((a, p), ref_induction_score), SHAPE_HINT, cases, 902)
+                      lambda a, n, p: ((a, p), ref_induction_score), SHAPE_HINT, cases, 902,
+                      edges=lambda n, p: allowed("induction_edge_period", f"period = {p}，n = {n}",
+                                                 f"period = {p}, n = {n}", "period 可以是 1 … n−1 中的任何一个。",
+                                                 "period may be anything from 1 to n−1.") if p in (1, n - 1) else [])
     attn = _attention(seeded(903), 2, 2, 2, 6)
     for period in (0, 6, 9):
         label = t(f"{what}(attn, period={period})，n = 6", f"{what}(attn, period={period}), n = 6")
@@ -249,8 +357,10 @@ def check_induction_score(induction_score) -> None:
 
 # ---------------------------------------------------------------- ablate_heads
 
-def _model(cfg, seed, scale=1.0):
-    """A model whose heads all matter: random weights of unit gain (LayerNorms left as they are)."""
+def _model(cfg, seed, scale=1.3):
+    """A model whose heads all matter: random weights of gain ``scale`` (LayerNorms left as they are). At 1.3 one
+    head's removal moves the loss by 1e-3 or more, so the known bugs' losses lie far apart (at gain 1 two of them
+    came within 4e-6 of each other), while float32 rounding stays under 1e-6."""
     torch.manual_seed(seed)
     m = TinyGPT(cfg)
     gen = seeded(seed)
@@ -308,6 +418,31 @@ def _mean_head(out, h):
     out[:, h] = out[:, h].mean(dim=(0, 1), keepdim=True)
 
 
+def _hooked_attention_output(model, heads, x, y):
+    """Hooks on the whole attention module (output (B, n, d)) zeroing [:, h]: position h of that output."""
+    m = copy.deepcopy(model).double()
+    for layer, head in heads:
+        def hook(mod, inp, out, head=head):
+            out = out.clone()
+            out[:, head] = 0
+            return out
+        m.blocks[layer].attn.register_forward_hook(hook)
+    with torch.no_grad():
+        return m(x, y)[1].item()
+
+
+def _head_width(n_of):
+    """Columns head·w : (head+1)·w of W_O zeroed with a wrong head width w = d_model // n_of(config)."""
+    def impl(model, heads, x, y):
+        w = model.config.d_model // n_of(model.config)
+
+        def edit(m):
+            for layer, head in heads:
+                m.blocks[layer].attn.c_proj.weight[:, head * w:(head + 1) * w] = 0
+        return _loss64(model, x, y, (), edit)
+    return impl
+
+
 def _interleaved(model, heads, x, y):
     H = model.config.n_head
 
@@ -337,19 +472,43 @@ ABL_BUGS = [
         "only the first pair of the list is removed (an early return or break in the loop?).",
         lambda m, hs, x, y: _loss64(m, x, y, hs[:1])),
     Bug("ablate_late_binding", "每个钩子都去掉了同一个头：循环里的 lambda 在运行时才读 h，读到的都是最后一个值。"
-        "用默认参数固定它：lambda mod, inp, out, h=h: …",
+        "用默认参数固定它：lambda m, i, o, h=h: …",
         "every hook removes the same head: a lambda in a loop reads h when it runs, so all see its last value. "
-        "Bind it with a default argument: lambda mod, inp, out, h=h: …",
+        "Bind it with a default argument: lambda m, i, o, h=h: …",
         lambda m, hs, x, y: _loss64(m, x, y, [(l, hs[-1][1]) for l, _ in hs])),
     Bug("ablate_mean_not_zero", "用平均值代替了头的输出（均值消融）；本练习要把头的输出置零。",
         "the head's output is replaced by its mean (mean ablation); this exercise zeroes the head's output.",
         _hooked(_mean_head)),
+    Bug("ablate_hooked_attention_output", "钩子挂在了整个注意力模块 model.blocks[l].attn 上：它的输出是 (B, n, d_model)，"
+        "[:, h] 去掉的是位置 h。钩子要挂在 model.blocks[l].attn.heads 上，那里的输出是 (B, n_head, n, d_head)。",
+        "the hook is on the whole attention module model.blocks[l].attn: its output is (B, n, d_model), and [:, h] "
+        "removes position h. Hang the hook on model.blocks[l].attn.heads, whose output is (B, n_head, n, d_head).",
+        _hooked_attention_output),
+    Bug("ablate_nothing_removed", "返回的是完整模型的损失，一个头也没去掉：钩子要在计算 model(x, y) 之前注册，"
+        "并且在计算时还挂着。", "this is the full model's loss, with no head removed: register the hooks before "
+        "computing model(x, y), and keep them on while it runs.", lambda m, hs, x, y: _loss64(m, x, y)),
+    Bug("ablate_head_width_wrong", "每个头的宽度算错了：d_head = d_model // n_head（不是除以 n_layer）。",
+        "the head width is wrong: d_head = d_model // n_head (not divided by n_layer).",
+        _head_width(lambda c: c.n_layer)),
     Bug("ablate_returns_difference", "返回的是损失的变化（消融后减去原来的），要求返回消融后的损失本身。",
         "this returns the change of the loss (ablated minus original); return the ablated loss itself.",
         lambda m, hs, x, y: _loss64(m, x, y, hs) - _loss64(m, x, y)),
 ]
 B_SWAPPED = next(b for b in ABL_BUGS if b.key == "ablate_layer_head_swapped")
-ABL_HINTS = [(lambda exc, line: isinstance(exc, IndexError) and "out of range" in str(exc), B_SWAPPED)]
+ABL_HINTS = [(lambda exc, line: isinstance(exc, IndexError) and "out of range" in str(exc), B_SWAPPED),
+             (lambda exc, line: "values to unpack" in str(exc), Bug(
+                 "ablate_heads_is_a_list", "heads 是 (layer, head) 二元组的列表（可能是空的，也可能有好几对）："
+                 "用一个循环逐对取出 (layer, head) 来处理。", "heads is a list of (layer, head) pairs (possibly empty, "
+                 "possibly several): go through it with for layer, head in heads:."))]
+ABL_EMPTY = allowed("ablate_no_heads", "heads = []", "heads = []", "一个头都不去掉时，返回完整模型的损失。",
+                    "removing no head returns the full model's loss.")
+ABL_TENSOR = Bug("ablate_returns_tensor", "返回的是张量：用 loss.item() 返回一个 Python float。",
+                 "this returns a tensor: return a Python float with loss.item().")
+ABL_NO_FINALLY = Bug("ablate_hooks_left_after_error", "前向计算出错时钩子没有移除：handle.remove() 要放在 finally 里"
+                     "（try: …计算损失… finally: 移除钩子），否则一次出错之后，模型就一直缺着这些头。",
+                     "the hooks are not removed when the forward pass fails: put handle.remove() in a finally block "
+                     "(try: … compute the loss … finally: remove the hooks), or after one error the model keeps "
+                     "missing those heads.")
 ABL_HOOKS_LEFT = Bug("ablate_hooks_left", "钩子没有移除：register_forward_hook 返回一个 handle，用完要 handle.remove()"
                      "（放在 finally 里），否则模型以后一直缺着这些头。",
                      "the hooks are never removed: register_forward_hook returns a handle; call handle.remove() "
@@ -365,7 +524,7 @@ def _n_hooks(model):
 
 ABL_CASES = [  # (config, heads to remove)
     (Config(n_ctx=16, n_layer=2, n_head=4, d_model=32), []),
-    (Config(n_ctx=16, n_layer=2, n_head=4, d_model=32), [(1, 2)]),
+    (Config(n_ctx=16, n_layer=2, n_head=4, d_model=32), [(1, 1)]),
     (Config(n_ctx=16, n_layer=2, n_head=4, d_model=32), [(0, 3), (1, 0)]),
     (Config(n_ctx=16, n_layer=3, n_head=4, d_model=32), [(2, 1), (2, 3), (0, 1)]),
     (Config(vocab_size=11, n_ctx=12, n_layer=3, n_head=2, d_model=24, mlp=True, pos="learned", ln=True), [(1, 1), (2, 0)]),
@@ -385,11 +544,12 @@ def check_ablate_heads(ablate_heads) -> None:
         shape = f"n_layer={cfg.n_layer}, n_head={cfg.n_head}" + (t("，带 MLP 的 GPT", ", a GPT with MLPs") if cfg.mlp else "")
         label = f"{what}(model [{shape}], heads={heads}, x, y)"
         expected, base = ref_ablate_heads(model, heads, x, y), _loss64(model, x, y)
-        out = call(ablate_heads, model, list(heads), x, y, what=label, hints=ABL_HINTS)
+        out = call(ablate_heads, model, list(heads), x, y, what=label, hints=ABL_HINTS + (ABL_EMPTY if not heads else []))
         n += 1
         if isinstance(out, torch.Tensor) or not isinstance(out, float):
             raise failure(t(f"{label}：返回值类型", f"{label}: type of the result"), "float",
-                          type(out).__name__, hint=t("返回 loss.item()。", "return loss.item()."))
+                          type(out).__name__, ABL_TENSOR if isinstance(out, torch.Tensor) else None,
+                          hint=t("返回 loss.item()。", "return loss.item()."))
         if not close(out, expected, atol=1e-5, rtol=1e-5):
             bug = diagnose(out, ABL_BUGS, model, heads, x, y, expected=expected,
                            match=lambda a, b: close(a, b, 1e-5, 1e-5))
@@ -408,4 +568,24 @@ def check_ablate_heads(ablate_heads) -> None:
         if not close(again, base, 1e-5, 1e-5):
             raise failure(t(f"{label}：之后完整模型的损失", f"{label}: the full model's loss afterwards"),
                           f"{base:.6f}", f"{again:.6f}", ABL_HOOKS_LEFT)
+    n += _hooks_removed_after_an_error(ablate_heads, gen)
     passed(what, n)
+
+
+def _hooks_removed_after_an_error(ablate_heads, gen) -> int:
+    """The exercise says: remove the hooks in a finally block, so that they go even when the forward pass fails.
+    A sequence longer than n_ctx makes the model raise; afterwards no hook may be left on it."""
+    cfg = ABL_CASES[1][0]
+    model = _model(cfg, 930)
+    x = torch.randint(cfg.vocab_size, (2, cfg.n_ctx + 3), generator=gen)
+    label = t(f"ablate_heads(model, [(1, 2)], x, y)，x 比 n_ctx = {cfg.n_ctx} 长，模型会报错",
+              f"ablate_heads(model, [(1, 2)], x, y) with x longer than n_ctx = {cfg.n_ctx}, so the model raises")
+    ensure_untampered(label)
+    try:
+        ablate_heads(model, [(1, 2)], x, x.clone())
+    except Exception:  # noqa: BLE001 - the model's own error is expected to pass through
+        pass
+    if _n_hooks(model):
+        raise failure(t(f"{label}：之后模型上的钩子", f"{label}: hooks on the model afterwards"), "0",
+                      str(_n_hooks(model)), ABL_NO_FINALLY)
+    return 1

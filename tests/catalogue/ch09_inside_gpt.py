@@ -76,6 +76,8 @@ BUGS = [
         total += attn[:, :, :, i, i - 1].mean(dim=1)
     return total / (n - 2)
 '''), lose=P, words=("最后一个位置",)),
+    Variant("prev_keeps_batch", prev("    return attn.diagonal(-1, -2, -1).mean(dim=-1)\n"),
+            lose=P, words=("batch 这一维",)),
     # induction_score
     Variant("ind_earlier_occurrence", ind("    i = torch.arange(period, n)\n"
                                           "    return attn[..., i, i - period].mean(dim=(1, 3))\n"),
@@ -151,6 +153,15 @@ BUGS = [
 ''')), lose=A, words=("损失的变化",)),
     Variant("abl_returns_tensor", abl(ABL_OK.replace("    return loss.item()\n", "    return loss\n")),
             lose=A, words=("float",)),
+    Variant("abl_no_finally", abl(ABL_HEAD + HOOK + '''    with torch.no_grad():
+        _, loss = model(x, y)
+    for handle in handles:
+        handle.remove()
+    return loss.item()
+'''), lose=A, words=("finally", "出错时钩子没有移除")),
+    Variant("abl_hooks_on_attention_output", abl(ABL_OK.replace("model.blocks[layer].attn.heads.register_forward_hook",
+                                                                "model.blocks[layer].attn.register_forward_hook")),
+            lose=A, words=("整个注意力模块",)),
 ]
 
 CORRECT = [
@@ -266,6 +277,57 @@ def ablate_heads(model, heads, x, y):
     return loss.item()
 '''}),
 ]
+
+# (the rule as the exercise states it, the check that enforces it, the wrong answer that breaks it)
+RULES = [
+    ("prev_token_score: returns (n_layer, n_head)", "check_prev_token_score: the shape, with B != n_head",
+     "prev_keeps_batch"),
+    ("prev_token_score: averaged over the batch (dim=1)", "check_prev_token_score: cases with B = n_head and "
+     "n_layer = B", "prev_mean_over_heads"),
+    ("prev_token_score: positions i = 1 … n−1, position 0 does not count", "check_prev_token_score: against the "
+     "float64 loop reference", "prev_divides_by_n"),
+    ("prev_token_score: the weight from position i to i − 1", "check_prev_token_score: against the reference and a "
+     "hand-made previous-token head", "prev_main_diagonal"),
+    ("prev_token_score: attn[l, b, h, i, j] is query i's weight on key j", "check_prev_token_score: against the "
+     "reference", "prev_query_key_swapped"),
+    ("prev_token_score: the mean, a perfect head scores 1", "check_prev_token_score: the hand-made head scores 1",
+     "prev_sum"),
+    ("prev_token_score: every position up to n − 1", "check_prev_token_score: against the reference",
+     "prev_loop_drops_last"),
+    ("induction_score: the weight from i to i − period + 1", "check_induction_score: against the float64 loop "
+     "reference", "ind_earlier_occurrence"),
+    ("induction_score: positions i = period … n − 1 only", "check_induction_score: against the reference",
+     "ind_whole_diagonal"),
+    ("induction_score: a sequence may repeat more than once", "check_induction_score: n = 3·period",
+     "ind_two_copies_only"),
+    ("induction_score: averaged over the batch", "check_induction_score: against the reference",
+     "ind_mean_over_heads"),
+    ("induction_score: a mean, not a sum", "check_induction_score: against the reference", "ind_sum"),
+    ("induction_score: ValueError when period is not between 1 and n − 1", "check_induction_score: period = 0, n, "
+     "n + 3", "ind_no_valueerror"),
+    ("ablate_heads: zero the heads' outputs (zero ablation)", "check_ablate_heads: against zeroed W_O columns in "
+     "float64", "abl_mean_ablation"),
+    ("ablate_heads: return a Python float with .item()", "check_ablate_heads: the type of the result",
+     "abl_returns_tensor"),
+    ("ablate_heads: the ablated loss itself", "check_ablate_heads: against the reference", "abl_returns_difference"),
+    ("ablate_heads: hooks on model.blocks[layer].attn.heads", "check_ablate_heads: against the reference",
+     "abl_hooks_on_attention_output"),
+    ("ablate_heads: head h is output[:, h] of (B, n_head, n, d_head)", "check_ablate_heads: against the reference",
+     "abl_position_axis"),
+    ("ablate_heads: heads is a list of (layer, head) pairs", "check_ablate_heads: pairs with layer != head",
+     "abl_pair_swapped"),
+    ("ablate_heads: each head removed in its own layer only", "check_ablate_heads: against the reference",
+     "abl_every_layer"),
+    ("ablate_heads: remove the hooks with handle.remove() when done", "check_ablate_heads: no hook left and the full "
+     "loss unchanged afterwards", "abl_hooks_left"),
+    ("ablate_heads: remove them in a finally block, even after an error", "check_ablate_heads: a sequence longer "
+     "than n_ctx makes the model raise; no hook may be left", "abl_no_finally"),
+    ("ablate_heads: do not change the model's weights", "check_ablate_heads: the state dict compared after the call",
+     "abl_weights_zeroed"),
+    ("ablate_heads: a hook in a loop reads the loop variable when it runs", "check_ablate_heads: two heads in one "
+     "layer", "abl_late_binding"),
+]
+
 
 WIDGET = dict(cell="inside.head_explorer(model", labels=("层", "头", "文本", "前一个 token 得分"), ipywidgets=True,
               keep=("inside.Config()", "inside.train_toy("), edits={"TOY_STEPS = 1000": "TOY_STEPS = 100"})
