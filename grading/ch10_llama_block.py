@@ -811,6 +811,10 @@ ROPE_HINT = [(lambda exc, line: "positions must have shape" in str(exc), Bug(
         "q has n_head heads but k and v only n_kv_head: before the scores, repeat them to n_head heads with "
         "repeat_kv(k, n_head // n_kv_head) and repeat_kv(v, n_head // n_kv_head) (n_rep = n_head // n_kv_head, not "
         "the other way round).")),
+    (lambda exc, line: "masked_fill_ only supports boolean masks" in str(exc), Bug(
+        "mask_not_bool", "masked_fill 的掩码要是 bool 张量：torch.ones(N, N, dtype=torch.bool).triu(1)"
+        "（或者 torch.triu(...).bool()）。", "masked_fill needs a bool mask: torch.ones(N, N, dtype=torch.bool).triu(1) "
+        "(or torch.triu(...).bool()).")),
     (lambda exc, line: "Expected size for first two dimensions of batch2" in str(exc), Bug(
         "scores_k_not_transposed", "矩阵乘的两边形状对不上：分数是 q @ k.transpose(-2, -1)，k 要先转置最后两维。",
         "the two sides of the product do not fit: the scores are q @ k.transpose(-2, -1); transpose k's last two "
@@ -1005,8 +1009,56 @@ def _sublayer_diagnosis(m, x, wts, n_head, n_kv, eps, base, label):
                 bug = Bug(bug.key, f"块里的 self.{name} 本身就不对：{bug.zh}", f"the block's self.{name} is itself "
                           f"wrong: {bug.en}")
             return bug, t(f"块里的 self.{name} 本身就不对：", f"the block's self.{name} is itself wrong: ") + fix
+    wiring = _block_wiring(m, x, wts, eps)
+    if wiring is not None:
+        return wiring, None
     return None, t("x = x + attn(attn_norm(x))；x = x + ffn(ffn_norm(x))",
                    "x = x + attn(attn_norm(x)); x = x + ffn(ffn_norm(x))")
+
+
+def _block_wiring(m, x, wts, eps) -> Bug | None:
+    """The block's sublayers are right on their own: which one gets the wrong input (hooks on attn and ffn)?"""
+    seen, handles = {}, []
+    for name in ("attn", "ffn"):
+        def pre(mod, args, name=name):
+            seen.setdefault(name, [args[0] if args else None, None])
+
+        def post(mod, args, out, name=name):
+            if seen[name][1] is None:
+                seen[name][1] = out
+        handles += [getattr(m, name).register_forward_pre_hook(pre), getattr(m, name).register_forward_hook(post)]
+    try:
+        with torch.no_grad():
+            m(x.clone())
+    except Exception:  # noqa: BLE001 - the block's own error is reported elsewhere
+        return None
+    finally:
+        for hd in handles:
+            hd.remove()
+    if "attn" not in seen or "ffn" not in seen:
+        return None
+    x = as_f64(x)
+    n1, n2 = ref_rms_norm(x, wts["attn_norm"], eps), ref_rms_norm(x, wts["ffn_norm"], eps)
+    if not near(seen["attn"][0], n1):
+        for zh, en, value in (("ffn_norm(x)", "ffn_norm(x)", n2), ("x 本身（没有归一化）", "x itself (not normalised)", x)):
+            if near(seen["attn"][0], value):
+                return Bug("sublayer_input", f"self.attn 的输入是 {zh}，应是 attn_norm(x)。",
+                           f"self.attn receives {en}; it must receive attn_norm(x).")
+        return Bug("sublayer_input", "self.attn 的输入不对：应是 attn_norm(x)。",
+                   "self.attn receives the wrong input: it must be attn_norm(x).")
+    h = x + as_f64(seen["attn"][1])
+    if not near(seen["ffn"][0], ref_rms_norm(h, wts["ffn_norm"], eps)):
+        for zh, en, value in (("ffn_norm(x)，x 是加注意力之前的", "ffn_norm(x) of x before the attention was added", n2),
+                              ("ffn_norm(attn_norm(x))", "ffn_norm(attn_norm(x))", ref_rms_norm(n1, wts["ffn_norm"], eps)),
+                              ("没有归一化的 x + attn(...)", "x + attn(...), not normalised", h)):
+            if near(seen["ffn"][0], value):
+                return Bug("sublayer_input", f"self.ffn 的输入是 {zh}，应是 ffn_norm(x + attn(attn_norm(x)))。",
+                           f"self.ffn receives {en}; it must receive ffn_norm(x + attn(attn_norm(x))).")
+        return Bug("sublayer_input", "self.ffn 的输入不对：应是 ffn_norm(h)，h = x + attn(attn_norm(x))。",
+                   "self.ffn receives the wrong input: it must be ffn_norm(h) with h = x + attn(attn_norm(x)).")
+    return Bug("residual_wiring", "两个子层的输入都对，错在怎么把它们加起来：h = x + attn(attn_norm(x))，"
+               "返回 h + ffn(ffn_norm(h))。", "both sublayers get the right inputs; the mistake is in how their results "
+               "are added: h = x + attn(attn_norm(x)), return h + ffn(ffn_norm(h)).")
 
 
 def check_llama_block(cls) -> None:

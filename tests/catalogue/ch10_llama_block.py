@@ -360,6 +360,9 @@ BUGS = [
     Variant("d_ff_ignored", block('''        x = x + self.attn(self.attn_norm(x))
         return x + self.ffn(self.ffn_norm(x))
 ''', init=BLOCK_INIT.replace("SwiGLU(d, d_ff)", "SwiGLU(d, 4 * d)")), lose=("test_llama_block",), words=("SwiGLU(d, d_ff)",)),
+    Variant("ffn_reads_normed_input", block('''        h = self.attn_norm(x)
+        return x + self.attn(h) + self.ffn(self.ffn_norm(h))
+'''), lose=("test_llama_block",), words=("self.ffn 的输入是 ffn_norm(attn_norm(x))",)),
 ]
 
 CORRECT = [
