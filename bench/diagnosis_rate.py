@@ -1,5 +1,6 @@
 """How often the hidden checks name the mistake: wrong answers written apart
-from the catalogues (bench/wild/chNN_name.py, a list ``WILD`` of Variants), each
+from the catalogues (bench/wild/chNN_name.py, a list ``WILD`` of Variants, and
+``HELDOUT``, written after the checks were tuned on WILD), each
 run in-process against the hidden checks of the cells it must lose, in the zh
 build; the message a student would read is sorted into
 
@@ -15,7 +16,11 @@ build; the message a student would read is sorted into
 
 With --out, the chapters' results are stored under the label (one entry per
 chapter, other chapters and labels kept), so a measurement before a change and
-one after it sit side by side in one file.
+one after it sit side by side in one file. bench/results/diagnosis_rate.json
+holds, for ch09-ch11: "before" (WILD against the checks as they were),
+"heldout" (HELDOUT against the checks tuned on WILD, before anything changed
+for it), "after" and "heldout_after" (both sets against the checks committed
+last).
 """
 from __future__ import annotations
 
@@ -36,12 +41,12 @@ NAMED_MARKS = ("诊断：", "提示：", "形状", "dtype", "应返回", "不能
 DIAGNOSED_MARKS = ("诊断：", "不能调用", "还没有实现", "要求从零实现", "允许")
 
 
-def load_wild(chapter: str):
+def load_wild(chapter: str, which: str = "WILD"):
     path = ROOT / "bench" / "wild" / f"{chapter}.py"
     spec = importlib.util.spec_from_file_location(f"wild_{chapter}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.WILD
+    return getattr(module, which, [])
 
 
 def classify(message: str | None) -> str:
@@ -50,14 +55,14 @@ def classify(message: str | None) -> str:
     return "named" if any(mark in message for mark in NAMED_MARKS) else "unnamed"
 
 
-def run_chapter(chapter: str) -> dict:
+def run_chapter(chapter: str, which: str = "WILD") -> dict:
     os.environ.setdefault("COURSE_CHAPTERS", chapter)   # import no other chapter's catalogue
     from test_grading_inprocess import run_check, solution_namespace
 
     from helpers import set_language
     set_language("zh")
     rows = []
-    for v in load_wild(chapter):
+    for v in load_wild(chapter, which):
         ns = solution_namespace(chapter, v.replace)
         for gid in v.lose:
             message = None
@@ -83,10 +88,12 @@ def main(argv=None) -> int:
     ap.add_argument("chapters", nargs="*")
     ap.add_argument("--out", default=None)
     ap.add_argument("--label", default="latest", help="the key the results are stored under in --out")
+    ap.add_argument("--set", default="WILD", choices=("WILD", "HELDOUT"),
+                    help="HELDOUT: the answers written after the checks were tuned on WILD")
     args = ap.parse_args(argv)
     chapters = args.chapters or sorted(p.stem for p in (ROOT / "bench" / "wild").glob("ch[0-9][0-9]_*.py"))
     os.environ.setdefault("COURSE_CHAPTERS", ",".join(chapters))
-    results = [run_chapter(ch) for ch in chapters]
+    results = [run_chapter(ch, args.set) for ch in chapters]
     for r in results:
         print(f"{r['chapter']:<24} {r['cells']:4d} cells  named {r['named']:4d} ({r['named_share']:.0%})  "
               f"unnamed {r['unnamed']:3d}  escaped {r['escaped']:3d}  diagnosed {r['diagnosed']:3d} "

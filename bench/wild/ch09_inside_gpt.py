@@ -209,3 +209,69 @@ WILD = [
             hd.remove()
 '''), lose=A),
 ]
+
+
+# Written after the hidden checks were improved on WILD, and measured without changing them again: how well the
+# diagnoses carry over to mistakes they were not tuned on.
+HELDOUT = [
+    Variant("weight_on_the_first_token", prev('''    return attn[:, :, :, 1:, 0].mean(dim=(1, 3))
+'''), lose=P),
+    Variant("rolled_identity_mask", prev('''    n = attn.shape[-1]
+    shift = torch.eye(n, dtype=attn.dtype).roll(-1, dims=0)
+    return (attn * shift).sum(dim=(-2, -1)).mean(dim=1) / (n - 1)
+'''), lose=P),
+    Variant("divides_twice", prev('''    B, n = attn.shape[1], attn.shape[-1]
+    return attn.diagonal(-1, -2, -1).sum(dim=(1, 3)) / B / n
+'''), lose=P),
+    Variant("slice_of_the_earlier_copy", ind('''    n = attn.shape[-1]
+    if not 1 <= period < n:
+        raise ValueError("period out of range")
+    block = attn[..., period:, 0:n - period]
+    return block.diagonal(dim1=-2, dim2=-1).mean(dim=(1, 3))
+'''), lose=I),
+    Variant("only_checks_too_long", ind('''    n = attn.shape[-1]
+    if period > n:
+        raise ValueError("period longer than the sequence")
+    i = torch.arange(period, n)
+    return attn[..., i, i - period + 1].mean(dim=(1, 3))
+'''), lose=I),
+    Variant("hook_forgets_to_return", abl('''    handles = []
+    for layer, head in heads:
+        def hook(module, inp, out, head=head):
+            out = out.clone()
+            out[:, head] = 0.0
+        handles.append(model.blocks[layer].attn.heads.register_forward_hook(hook))
+    try:
+        with torch.no_grad():
+            return model(x, y)[1].item()
+    finally:
+        for hd in handles:
+            hd.remove()
+'''), lose=A),
+    Variant("removes_inside_the_loop", abl('''    loss = None
+    for layer, head in heads:
+        def hook(module, inp, out, head=head):
+            out = out.clone()
+            out[:, head] = 0.0
+            return out
+        h = model.blocks[layer].attn.heads.register_forward_hook(hook)
+        h.remove()
+    with torch.no_grad():
+        loss = model(x, y)[1].item()
+    return loss
+'''), lose=A),
+    Variant("indexes_with_the_pair", abl('''    handles = []
+    for pair in heads:
+        def hook(module, inp, out, pair=pair):
+            out = out.clone()
+            out[:, pair[1], pair[0]] = 0.0
+            return out
+        handles.append(model.blocks[pair[0]].attn.heads.register_forward_hook(hook))
+    try:
+        with torch.no_grad():
+            return model(x, y)[1].item()
+    finally:
+        for hd in handles:
+            hd.remove()
+'''), lose=A),
+]

@@ -189,3 +189,43 @@ WILD = [
                                                    "        self.attn_norm = RMSNorm(d, 1e-5)\n"), (
         "        self.ffn_norm = RMSNorm(d, eps)\n", "        self.ffn_norm = RMSNorm(d, 1e-5)\n")), lose=B),
 ]
+
+
+# Written after the hidden checks were improved on WILD, and measured without changing them again: how well the
+# diagnoses carry over to mistakes they were not tuned on.
+HELDOUT = [
+    Variant("rms_with_unbiased_var_plus_mean", rms('''def rms_norm(x, weight, eps=1e-6):
+    ms = x.var(-1, keepdim=True) + x.mean(-1, keepdim=True) ** 2
+    return x / torch.sqrt(ms + eps) * weight
+'''), lose=R),
+    Variant("rms_eps_after_sqrt_chained", rms('''def rms_norm(x, weight, eps=1e-6):
+    return x / x.pow(2).mean(-1, keepdim=True).sqrt().add(eps) * weight
+'''), lose=R),
+    Variant("rms_linalg_norm", rms('''def rms_norm(x, weight, eps=1e-6):
+    return x / torch.linalg.norm(x, dim=-1, keepdim=True) * math.sqrt(x.shape[-1]) * weight
+'''), lose=R),
+    Variant("swiglu_hidden_four_d", swiglu('''class SwiGLU(nn.Module):
+    def __init__(self, d, d_ff):
+        super().__init__()
+        self.gate = nn.Linear(d, 4 * d, bias=False)
+        self.up = nn.Linear(d, 4 * d, bias=False)
+        self.down = nn.Linear(4 * d, d, bias=False)
+
+    def forward(self, x):
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+'''), lose=S),
+    Variant("stack_then_flatten", rep('''def repeat_kv(x, n_rep):
+    return torch.stack([x] * n_rep, dim=1).flatten(1, 2)
+'''), lose=K),
+    Variant("sdpa_scale_one_over_dk", edit("llama_attention", (
+        "        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)\n"
+        "        scores = scores.masked_fill(torch.ones(N, N, dtype=torch.bool).triu(1), float(\"-inf\"))\n"
+        "        y = torch.softmax(scores, dim=-1) @ v                                       # (B, h, N, d_k)\n",
+        "        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1 / self.d_k)\n")), lose=T),
+    Variant("float_mask_in_masked_fill", edit("llama_attention", (
+        "scores.masked_fill(torch.ones(N, N, dtype=torch.bool).triu(1), float(\"-inf\"))",
+        "scores.masked_fill(torch.triu(torch.ones(N, N), 1), float(\"-inf\"))")), lose=T),
+    Variant("block_ffn_reads_normed_input", edit("llama_block", (
+        "        x = x + self.attn(self.attn_norm(x))\n        return x + self.ffn(self.ffn_norm(x))",
+        "        h = self.attn_norm(x)\n        return x + self.attn(h) + self.ffn(self.ffn_norm(h))")), lose=B),
+]

@@ -139,3 +139,28 @@ WILD = [
     return tgt[:, 1:]
 '''), lose=G),
 ]
+
+
+# Written after the hidden checks were improved on WILD, and measured without changing them again: how well the
+# diagnoses carry over to mistakes they were not tuned on.
+HELDOUT = [
+    Variant("lengths_on_the_wrong_side", pad("    return torch.arange(n) < lengths.unsqueeze(0)\n"), lose=M),
+    Variant("rows_of_a_triangle", pad("    return torch.tril(torch.ones(n, n, dtype=torch.bool))[lengths - 1]\n"),
+            lose=M),
+    Variant("mask_unsqueezed_last", cross(CROSS_OK.replace("~memory_mask[:, None, :]", "~memory_mask.unsqueeze(-1)")
+                                          .replace("    s = s.masked_fill", "    if memory_mask is not None:\n"
+                                                   "        s = s.masked_fill")), lose=C),
+    Variant("k_dot_T", cross(CROSS_OK.replace("q @ k.transpose(1, 2)", "torch.matmul(q, k.T)")
+                             .replace("    s = s.masked_fill", "    if memory_mask is not None:\n"
+                                      "        s = s.masked_fill")), lose=C),
+    Variant("enc_norms_swapped", edit("encoder_layer", ("        a = self.norm1(x)\n", "        a = self.norm2(x)\n"), (
+        "return x + self.ffn(self.norm2(x))", "return x + self.ffn(self.norm1(x))")), lose=E),
+    Variant("dec_mask_not_inverted", edit("decoder_layer", ("blocked = None if memory_mask is None else ~memory_mask",
+                                                            "blocked = memory_mask")), lose=D),
+    Variant("dec_self_attention_gets_memory_mask", edit("decoder_layer", (
+        "attn_mask=future, need_weights=False", "attn_mask=future, key_padding_mask=None if memory_mask is None "
+        "else ~memory_mask, need_weights=False")), lose=D),
+    Variant("float_mask_to_the_model", greedy(GREEDY_OK.replace("mask = padding_mask(src_lengths, src.shape[1])",
+                                                                "mask = padding_mask(src_lengths, src.shape[1]).float()")),
+            lose=G),
+]
