@@ -9,6 +9,7 @@ internally). A wrong answer is matched against the known bugs listed here.
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 from torch import nn
@@ -776,11 +777,25 @@ B_ODD_DK = Bug("attention_odd_head_width_accepted", "每个头的宽度 d_k = d 
                "ValueError(...).")
 
 
-def _expect_value_error(cls, args, label, missing: Bug | None = None):
+B_VALUES_IN_MESSAGE = Bug("valueerror_without_values", "ValueError 的信息里没有写出相关的值：练习要求把它们写进去，"
+                          "例如 raise ValueError(f\"d={d} 不能被 n_head={n_head} 整除\")，读的人才知道哪里不对。",
+                          "the ValueError's message does not show the values involved: the exercise asks for them, e.g. "
+                          "raise ValueError(f\"d={d} is not divisible by n_head={n_head}\"), so that a reader sees what "
+                          "is wrong.")
+
+
+def _expect_value_error(cls, args, label, missing: Bug | None = None, values=()):
+    """``cls(*args)`` must raise ValueError, with each group of ``values`` shown in its message (any one of a group)."""
     ensure_untampered(label)
     try:
         cls(*args)
-    except ValueError:
+    except ValueError as exc:
+        shown = set(re.findall(r"\d+", str(exc)))
+        for group in values:
+            if not shown & {str(v) for v in group}:
+                raise failure(t(f"{label}：ValueError 的信息", f"{label}: the ValueError's message"),
+                              t(f"写出 {' 或 '.join(map(str, group))}", f"showing {' or '.join(map(str, group))}"),
+                              repr(str(exc)), B_VALUES_IN_MESSAGE) from None
         return
     except NotImplementedError:
         call(cls, *args, what=label)                   # core's own "not implemented" verdict
@@ -871,11 +886,12 @@ def _attention_checks(cls) -> int:
             raise failure(t(f"{label}：与 transformers 的 LlamaAttention（W_Q、W_K 行置换后）比较",
                             f"{label}: vs transformers' LlamaAttention (rows of W_Q, W_K permuted)"),
                           show(theirs[:, -1]), show(out[:, -1]))
-    for args, zh, en, missing in (((10, 3, 1), "d 不能被 n_head 整除", "n_head does not divide d", None),
-                                  ((12, 4, 3), "n_head 不能被 n_kv_head 整除", "n_kv_head does not divide n_head", None),
-                                  ((12, 12, 4), "d_k = 1 是奇数", "d_k = 1 is odd", B_ODD_DK)):
+    for args, zh, en, missing, values in (
+            ((10, 3, 1), "d 不能被 n_head 整除", "n_head does not divide d", None, ((10,), (3,))),
+            ((12, 4, 3), "n_head 不能被 n_kv_head 整除", "n_kv_head does not divide n_head", None, ((4,), (3,))),
+            ((12, 12, 4), "d_k = 1 是奇数", "d_k = 1 is odd", B_ODD_DK, ((1, 12),))):
         _expect_value_error(cls, args, t(f"{what}{args}：{zh}，应抛出 ValueError",
-                                         f"{what}{args}: {en}, so it must raise ValueError"), missing)
+                                         f"{what}{args}: {en}, so it must raise ValueError"), missing, values)
         n += 1
     n += _attention_float32_and_causal(cls, gen)
     return n

@@ -297,6 +297,10 @@ BUGS = [
             lose=("test_llama_attention",), words=("self.base",), said=KEPT_ATTENTION),
     Variant("attention_odd_head_width", att(ATT_OK.replace(" or (d // n_head) % 2", "")),
             lose=("test_llama_attention",), words=("奇数", "ValueError"), said=KEPT_ATTENTION),
+    Variant("attention_valueerror_without_values", att(ATT_OK.replace(
+        'raise ValueError(f"bad shapes: d={d}, n_head={n_head}, n_kv_head={n_kv_head}")',
+        'raise ValueError("the shapes do not fit")')),
+            lose=("test_llama_attention",), words=("相关的值",), said=KEPT_ATTENTION),
     Variant("attention_kv_full_width", att(ATT_OK.replace(
         "self.k_proj = nn.Linear(d, n_kv_head * self.d_k, bias=False)", "self.k_proj = nn.Linear(d, d, bias=False)").replace(
         "self.v_proj = nn.Linear(d, n_kv_head * self.d_k, bias=False)", "self.v_proj = nn.Linear(d, d, bias=False)")),
@@ -510,6 +514,8 @@ RULES = [
      "and transformers' repeat_kv", "repeat_kv_tiled"),
     ("LlamaAttention: raise ValueError when the shapes do not fit", "check_llama_attention: three invalid shapes",
      "assert_not_valueerror"),
+    ("LlamaAttention: the ValueError's message shows the values involved", "check_llama_attention: the numbers in "
+     "the message of each ValueError", "attention_valueerror_without_values"),
     ("LlamaAttention: ValueError when the head width d_k is odd", "check_llama_attention: LlamaAttention(12, 12, 4)",
      "attention_odd_head_width"),
     ("LlamaAttention: every linear layer has bias=False", "check_llama_attention: the structure",
