@@ -578,6 +578,11 @@ B_BATCH_FIRST = Bug("mha_not_batch_first", "nn.MultiheadAttention 默认把输�
 B_DROPOUT = Bug("dropout_left_in", "层里有 dropout：练习要求没有 dropout（它让同样的输入每次得到不同的输出，"
                 "也让层和 torch 的对照层对不上）。", "the layer has dropout: the exercise asks for none (it makes the "
                 "same input give different outputs each time, and the layer no longer matches torch's reference).")
+B_LAYER_PARAMS = Bug("layer_parameters", "参数个数不对：层里正好是练习列出的这些模块，都用默认设置（带 bias 的 "
+                     "nn.MultiheadAttention、nn.LayerNorm、nn.Linear），不加 bias=False，也不加别的参数。",
+                     "the number of parameters is wrong: the layer holds exactly the modules the exercise lists, with "
+                     "their defaults (nn.MultiheadAttention, nn.LayerNorm and nn.Linear with biases), no bias=False and "
+                     "no other parameters.")
 B_MHA_TUPLE = Bug("mha_returns_a_tuple", "nn.MultiheadAttention 返回 (输出, 权重) 两个值：取 [0]（或 out, _ = ...）"
                   "再加到残差上。", "nn.MultiheadAttention returns two values, (output, weights): take [0] (or "
                   "out, _ = ...) before adding it to the residual.")
@@ -620,6 +625,10 @@ def _build_layer(cls, d, h, d_ff, decoder, what):
     if shapes != [(d_ff, d), (d, d_ff)]:
         raise failure(t(f"{what}：self.ffn 里的线性层", f"{what}: the linear layers in self.ffn"),
                       f"nn.Linear(d, d_ff), nn.Linear(d_ff, d) → {[(d_ff, d), (d, d_ff)]}", str(shapes))
+    total = sum(p.numel() for p in m.parameters())
+    want = (2 if decoder else 1) * (4 * d * d + 4 * d) + (3 if decoder else 2) * 2 * d + 2 * d * d_ff + d_ff + d
+    if total != want:
+        raise failure(t(f"{what}：参数个数", f"{what}: number of parameters"), str(want), str(total), B_LAYER_PARAMS)
     return m
 
 

@@ -107,6 +107,9 @@ BUGS = [
     Variant("enc_not_batch_first", edit("encoder_layer", ("nn.MultiheadAttention(d, h, batch_first=True)",
                                                           "nn.MultiheadAttention(d, h)")),
             lose=("test_encoder_layer",), words=("batch_first=True",)),
+    Variant("enc_mha_without_bias", edit("encoder_layer", ("nn.MultiheadAttention(d, h, batch_first=True)",
+                                                           "nn.MultiheadAttention(d, h, batch_first=True, bias=False)")),
+            lose=("test_encoder_layer",), words=("参数个数", "bias=False")),
     Variant("enc_dropout", edit("encoder_layer", ("nn.MultiheadAttention(d, h, batch_first=True)",
                                                   "nn.MultiheadAttention(d, h, dropout=0.1, batch_first=True)")),
             lose=("test_encoder_layer",), words=("dropout",)),
@@ -347,6 +350,8 @@ RULES = [
      "check_cross_attention runs inside core.forbidden: the call itself raises", "cross_uses_sdpa"),
     ("EncoderLayer: nn.MultiheadAttention(d, h, batch_first=True)", "check_encoder_layer: self_attn.batch_first",
      "enc_not_batch_first"),
+    ("EncoderLayer: exactly the listed modules with their defaults, no other parameters", "check_encoder_layer: the "
+     "parameter count", "enc_mha_without_bias"),
     ("EncoderLayer: no dropout", "check_encoder_layer: no dropout in the attention or as a module", "enc_dropout"),
     ("EncoderLayer: the FFN uses nn.GELU()", "check_encoder_layer: against the float64 reference and "
      "nn.TransformerEncoderLayer", "enc_relu"),
