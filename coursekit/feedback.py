@@ -98,6 +98,8 @@ def frame(nb, resources, st):
         cs = st.cell(gid) if st else None
         comment = meta.get("comment") or ""
         comment = "" if comment.strip() == NO_RESPONSE else comment
+        if meta.get("grade") and cell.cell_type == "code":
+            cell.metadata["tags"] = [*cell.metadata.get("tags", []), "graded"]   # the page marks the graded cells
         cell.metadata["course_frame"] = {
             "anchor": gid, "label": labels[gid], "toc": f"{labels[gid]} ({gid})",
             "status": cs.status if cs else "", "score": cs.label(lang) if cs else "", "comment": comment,

@@ -9,7 +9,9 @@ from html.parser import HTMLParser
 INTERNAL = re.compile(r"\[bug:|\[verdict:|GradingFailure|CheckFailed|NotDoneYet|⟦seal:|Traceback|"
                       r"NotImplementedError(?!\(\))")   # "raise NotImplementedError()" is the stub's own code
 # four or more English words in a row (a sentence), outside code and maths
-QUOTED_ERROR = re.compile(r"\b[A-Z]\w*(?:Error|Exception|Warning): [^\n]*")
+# an error's own message, or a line of the student's code, quoted after the course's words
+QUOTED_ERROR = re.compile(r"\b[A-Z]\w*(?:Error|Exception|Warning)(?:: |\()[^\n]*|(?:出错的一行：|failing line: )[^\n]*"
+                          r"|'[^'\n]*'|“[\x20-\x7e]*”")   # a string value; a work's title in quotes
 VALUES = {"nan", "inf", "true", "false", "none", "tensor", "dtype", "float", "int"}   # printed values, not words
 ENGLISH = re.compile(r"\b[A-Za-z][a-z']+(?:[ ,]+[A-Za-z][a-z']+){3,}")
 
@@ -21,31 +23,38 @@ class _Reader(HTMLParser):
     SKIP_CLASSES = {"input_area", "highlight"}
     VOID = {"br", "img", "hr", "meta", "link", "input", "col", "area", "base", "wbr", "source"}
 
-    def __init__(self):
+    def __init__(self, printed: bool = True):
         super().__init__(convert_charrefs=True)
         self.stack: list[bool] = []
+        self.graded: list[bool] = []
         self.parts: list[str] = []
+        self.printed = printed
 
     def handle_starttag(self, tag, attrs):
         if tag in self.VOID:
             return
         classes = set((dict(attrs).get("class") or "").split())
-        self.stack.append(tag in self.SKIP_TAGS or bool(classes & self.SKIP_CLASSES)
+        graded = "celltag_graded" in classes or bool(self.graded and self.graded[-1])
+        self.graded.append(graded)
+        printout = not self.printed and "output_stdout" in classes and not graded
+        self.stack.append(tag in self.SKIP_TAGS or bool(classes & self.SKIP_CLASSES) or printout
                           or (bool(self.stack) and self.stack[-1]))
 
     def handle_endtag(self, tag):
         if tag not in self.VOID and self.stack:
             self.stack.pop()
+            self.graded.pop()
 
     def handle_data(self, data):
         if not (self.stack and self.stack[-1]):
             self.parts.append(data)
 
 
-def page_text(page: str) -> str:
+def page_text(page: str, printed: bool = True) -> str:
     """The words of an HTML page a student reads, without the code it shows
-    (input areas, <code>), maths, scripts and the page's own markup."""
-    reader = _Reader()
+    (input areas, <code>), maths, scripts and the page's own markup; without
+    what demo cells print (a corpus sample, a generated text) unless ``printed``."""
+    reader = _Reader(printed)
     reader.feed(page)
     return " ".join(reader.parts)
 

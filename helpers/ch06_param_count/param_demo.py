@@ -6,12 +6,15 @@ the student's own counting functions can be passed in to be compared.
 from __future__ import annotations
 
 from ..i18n import t
-from ..plots import label, setup
+from ..plots import figure_function, label, setup
 from ..runtime import under_nbgrader
 from . import model_cards as mc
 
-COLORS = {"embeddings": "#4C72B0", "attention": "#DD8452", "ffn": "#55A868", "norms": "#C44E52",
-          "biases": "#8172B3"}
+# Okabe & Ito's colours, and a hatch each: the parts differ without colour too
+COLORS = {"embeddings": "#0072B2", "attention": "#D55E00", "ffn": "#009E73", "norms": "#E69F00",
+          "biases": "#CC79A7"}
+HATCH = {"embeddings": "", "attention": "//", "ffn": "..", "norms": "xx", "biases": "\\\\"}
+ON_BAR = {"color": "white", "bbox": {"boxstyle": "round,pad=0.15", "facecolor": "black", "alpha": 0.55, "linewidth": 0}}
 
 
 def part_label(part: str) -> str:
@@ -32,6 +35,7 @@ def describe(style, n_layer, d, vocab_size, n_ctx, tied) -> dict:
     return {"parts": parts, "exact": exact, "approx": approx, "error": approx / exact - 1, "d_ff": d_ff}
 
 
+@figure_function
 def breakdown_figure(style="gpt2", n_layer=12, d=768, vocab_size=50257, n_ctx=1024, tied=True, fig=None):
     """Two horizontal bars: the measured count split into its five parts, and
     the rule of thumb 12·L·d² + V·d split into its two terms."""
@@ -46,14 +50,15 @@ def breakdown_figure(style="gpt2", n_layer=12, d=768, vocab_size=50257, n_ctx=10
     left = 0
     for part in mc.PARTS:
         n = info["parts"][part]
-        ax.barh(1, n, left=left, color=COLORS[part], label=f"{part_label(part)}  {mc.human(n)}")
+        ax.barh(1, n, left=left, color=COLORS[part], hatch=HATCH[part], edgecolor="white",
+                label=f"{part_label(part)}  {mc.human(n)}")
         left += n
     emb = vocab_size * d * (1 if tied else 2)
     blocks = 12 * n_layer * d * d
-    ax.barh(0, blocks, color="#999999", hatch="//", edgecolor="white",
+    ax.barh(0, blocks, color="#999999", hatch="++", edgecolor="white",
             label=label(f"12·L·d²  {mc.human(blocks)}", f"12·L·d²  {mc.human(blocks)}"))
     times = "" if tied else "2×"
-    ax.barh(0, emb, left=blocks, color="#4C72B0", alpha=0.45,
+    ax.barh(0, emb, left=blocks, color="#0072B2", alpha=0.45, hatch="oo", edgecolor="white",
             label=label(f"{times}词表×d  {mc.human(emb)}", f"{times}vocab×d  {mc.human(emb)}"))
     top = max(info["exact"], info["approx"])
     ax.text(info["exact"] + 0.01 * top, 1, mc.human(info["exact"]), va="center")
@@ -74,6 +79,7 @@ def breakdown_figure(style="gpt2", n_layer=12, d=768, vocab_size=50257, n_ctx=10
     return fig
 
 
+@figure_function
 def known_models_figure(fig=None):
     """100 % bars: the share of each part in the known models. The embedding
     share shrinks as models grow; FFN is about two thirds of the rest."""
@@ -95,9 +101,10 @@ def known_models_figure(fig=None):
             name = part_label(part)
             if largest[part] < 0.01:     # too thin to see: say how thin
                 name += label(f"（至多 {largest[part]:.2%}）", f" (at most {largest[part]:.2%})")
-            ax.barh(i, share, left=left, color=COLORS[part], label=name if i == 0 else None)
+            ax.barh(i, share, left=left, color=COLORS[part], hatch=HATCH[part], edgecolor="white",
+                    label=name if i == 0 else None)
             if share > 0.06:
-                ax.text(left + share / 2, i, f"{share:.0%}", ha="center", va="center", color="white", fontsize=8)
+                ax.text(left + share / 2, i, f"{share:.0%}", ha="center", va="center", fontsize=8, **ON_BAR)
             left += share
         ax.text(1.01, i, mc.human(total), va="center", fontsize=9)
     ax.set_yticks(range(len(names)), names)
@@ -147,6 +154,8 @@ def summary(style, n_layer, d, vocab_size, n_ctx, tied, gpt2_params=None, llama_
                      else fn(n_layer, d, vocab_size, info["d_ff"], tied=tied))
             mark = "✓" if yours == info["exact"] else "✗"
             line += t(f"；你的函数：{yours:,} {mark}", f"; your function: {yours:,} {mark}")
+        except NotImplementedError:
+            line += t("；你的函数还没有完成", "; your function is not done yet")
         except Exception as exc:
             line += t(f"；你的函数出错：{type(exc).__name__}", f"; your function raised {type(exc).__name__}")
     return line
