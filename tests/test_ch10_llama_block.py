@@ -185,3 +185,16 @@ def test_gqa_summary_and_figures():
     matplotlib.use("Agg")
     for fig in (llama.gqa_figure(8), llama.layouts_figure(8)):
         assert fig.axes
+
+
+@pytest.mark.parametrize("earlier", ["E_RMS", "E_SWIGLU", "E_REPEAT", "E_ATTENTION"])
+def test_each_stand_in_passes_its_own_exercises_hidden_checks(earlier):
+    """What stands in for a wrong earlier answer is itself a correct answer: its exercise's probe (the hidden
+    checks) accepts it, run the way it runs in the student's namespace."""
+    from grading.core import stand_in
+    e = getattr(g, earlier)
+    obj, retire = stand_in(e.reference)
+    try:
+        assert e.probe(obj)
+    finally:
+        retire()

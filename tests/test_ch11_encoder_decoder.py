@@ -277,3 +277,13 @@ def test_error_table_groups_the_misses_by_where_the_zeros_are(capsys):
     out = capsys.readouterr().out
     assert "1003 → 一千零三十 = 1030" in out and "6000 → 六千零 = 6000" in out
     assert "X00X 的 2 个错误里，有 2 个把最后一位数字放在了十位上" in out
+
+
+def test_the_padding_mask_stand_in_passes_exercise_1s_hidden_checks():
+    """What stands in for a wrong padding_mask while greedy_decode is checked is itself a correct answer."""
+    from grading.core import stand_in
+    obj, retire = stand_in(g.E_PADDING.reference)
+    try:
+        assert g.E_PADDING.probe(obj)
+    finally:
+        retire()
