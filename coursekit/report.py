@@ -270,7 +270,17 @@ HIDDEN_STYLE = (".visually-hidden{position:absolute;width:1px;height:1px;padding
 
 
 def write_report(root: Path, jobs, langs: dict | None = None) -> Path:
-    data = collect(root, jobs)
+    page = render(root, collect(root, jobs), jobs, langs)
+    out = root / "reports" / "class_report.html"
+    out.parent.mkdir(exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}")  # renamed into place: a concurrent grader never sees half a report
+    tmp.write_text(page, encoding="utf-8")
+    os.replace(tmp, out)
+    return out
+
+
+def render(root: Path, data: dict, jobs, langs: dict | None = None) -> str:
+    """The class report's page for ``data`` (what ``collect`` reads)."""
     langs = langs or {}
     chapters = sorted(data["scores"])
     lang = language_of(langs.get(ch, "zh") for ch in chapters) if chapters else "zh"
@@ -297,12 +307,7 @@ def write_report(root: Path, jobs, langs: dict | None = None) -> Path:
         parts.append("</table>")
     parts.append(_similarity_section(root, chapters, lang=lang))
     parts.append("</main></body></html>")
-    out = root / "reports" / "class_report.html"
-    out.parent.mkdir(exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}")  # renamed into place: a concurrent grader never sees half a report
-    tmp.write_text("\n".join(parts), encoding="utf-8")
-    os.replace(tmp, out)
-    return out
+    return "\n".join(parts)
 
 
 def summary_table(root: Path, jobs, langs: dict | None = None) -> str:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from .i18n import t
-from .plots import label, setup, show_static, show_widget, static
+from .plots import figure_function, label, setup, show_static, show_widget, static
 from .runtime import under_nbgrader
 
 
@@ -59,6 +59,7 @@ D_K_CHOICES = (4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
 @static(accepts=lambda d_k: d_k in D_K_CHOICES)
+@figure_function
 def scaling_figure(d_k: int, fig=None):
     """Three panels for one d_k: the spread of q.k, one softmax row, and how
     much gradient softmax lets through, each raw vs divided by sqrt(d_k)."""
@@ -76,7 +77,7 @@ def scaling_figure(d_k: int, fig=None):
     bins = np.linspace(-lim, lim, 81)
     ax1.hist(raw, bins=bins, alpha=0.6, density=True,
              label=label(f"q·k（标准差 {raw.std():.1f}）", f"q·k (std {raw.std():.1f})"))
-    ax1.hist(scaled, bins=np.linspace(-4, 4, 33), alpha=0.6, density=True,    # its own bins: always 4 per unit
+    ax1.hist(scaled, bins=np.linspace(-4, 4, 33), alpha=0.6, density=True, hatch="//",  # its own bins: 4 per unit
              label=label(f"q·k/√d_k（标准差 {scaled.std():.2f}）", f"q·k/√d_k (std {scaled.std():.2f})"))
     ax1.set_title(label(f"分数分布，d_k = {d_k}", f"score distribution, d_k = {d_k}"))
     ax1.set_xlabel(label("分数", "score"))
@@ -85,7 +86,7 @@ def scaling_figure(d_k: int, fig=None):
 
     idx = np.arange(16)
     ax2.bar(idx - 0.2, weight_row(d_k), width=0.4, label=label("不缩放", "raw"))
-    ax2.bar(idx + 0.2, weight_row(d_k, scaled=True), width=0.4, label=label("除以 √d_k", "÷ √d_k"))
+    ax2.bar(idx + 0.2, weight_row(d_k, scaled=True), width=0.4, hatch="//", label=label("除以 √d_k", "÷ √d_k"))
     ax2.set_ylim(0, 1.3)               # room above the bars for the legend
     ax2.set_yticks([0, 0.2, 0.4, 0.6, 0.8, 1.0])
     ax2.set_xticks(idx[::3])
@@ -97,7 +98,7 @@ def scaling_figure(d_k: int, fig=None):
     g_raw = [jacobian_norm(d) for d in ds]
     g_scaled = [jacobian_norm(d, scaled=True) for d in ds]
     ax3.plot(ds, g_raw, "o-", label=label("不缩放", "raw"))
-    ax3.plot(ds, g_scaled, "o-", label=label("除以 √d_k", "÷ √d_k"))
+    ax3.plot(ds, g_scaled, "s--", label=label("除以 √d_k", "÷ √d_k"))
     ax3.axvline(d_k, color="gray", ls="--", lw=1)
     ax3.set_xscale("log", base=2)
     ax3.set_yscale("log")
@@ -137,6 +138,7 @@ def qkv_flow() -> None:
 
 
 @static()
+@figure_function
 def qkv_flow_figure():
     """The figure of ``qkv_flow``."""
     import matplotlib.pyplot as plt

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from .i18n import t
-from .plots import label, setup, show_static, show_widget, static
+from .plots import figure_function, label, setup, show_static, show_widget, static
 from .runtime import under_nbgrader
 
 MAX_TOKENS = 16
@@ -149,6 +149,7 @@ def heads_alt(sentence: str, n_heads: int = 4) -> str:
 
 
 @static(accepts=_sentence)
+@figure_function
 def previous_token_figure(sentence: str, fig=None):
     """Hand-built previous-token head beside a random head, for one sentence."""
     import matplotlib.pyplot as plt
@@ -170,6 +171,7 @@ def previous_token_figure(sentence: str, fig=None):
 
 
 @static(accepts=_sentence)
+@figure_function
 def heads_figure(sentence: str, n_heads: int = 4, head: int | None = None, seed: int = 0, fig=None):
     """The heads of a small random multi-head layer: all of them in a row, or one."""
     import matplotlib.pyplot as plt

@@ -12,7 +12,7 @@ from typing import Callable
 import torch
 
 from .i18n import t
-from .plots import label, setup, show, show_widget
+from .plots import figure_function, label, setup, show, show_widget
 from .runtime import under_nbgrader
 
 Rotate = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -20,6 +20,7 @@ Rotate = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 # ---------------------------------------------------------------- sinusoidal table
 
+@figure_function
 def sinusoid_figure(pe: torch.Tensor, dims=(6, 7, 16, 30), fig=None):
     """Left: the (n, d) table as a heatmap. Right: a few of its columns against position."""
     import matplotlib.pyplot as plt
@@ -65,6 +66,7 @@ def show_sinusoids(pe: torch.Tensor, dims=(6, 7, 16, 30)) -> None:
 
 # ---------------------------------------------------------------- frequencies
 
+@figure_function
 def frequency_figure(curves: dict[str, torch.Tensor], context: int | None = None, extended: int | None = None,
                      fig=None):
     """θ_i against i (log scale) for several frequency vectors, and the
@@ -128,6 +130,7 @@ def rope_score(rotate: Rotate, q, k, m: int, n: int) -> float:
     return float(_rot(rotate, q, m) @ _rot(rotate, k, n))
 
 
+@figure_function
 def rope_pair_figure(rotate: Rotate, q, k, m: int, n: int, span: int = 12, fig=None):
     """Left: q, k and their rotations R_m q, R_n k in the complex plane.
     Right: the score as a function of n − m, with the current (m, n) marked."""

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from .i18n import t
+from .plots import figure_function
 
 
 def _clean(tokenizer, sentence: str, n_ctx: int) -> str:
@@ -141,6 +142,7 @@ def heatmap(ax, weights: np.ndarray, sentence: str, title: str = "", labels: boo
     return im
 
 
+@figure_function
 def head_figure(sentence: str, maps: np.ndarray, layer: int, head: int, fig=None):
     """A large heatmap of one head (layer and head counted from 1)."""
     import matplotlib.pyplot as plt
@@ -161,6 +163,7 @@ def head_figure(sentence: str, maps: np.ndarray, layer: int, head: int, fig=None
     return fig
 
 
+@figure_function
 def grid_figure(sentence: str, maps: np.ndarray):
     """Small heatmaps of every head: one row per layer."""
     import matplotlib.pyplot as plt
@@ -172,11 +175,12 @@ def grid_figure(sentence: str, maps: np.ndarray):
     fig, axes = plt.subplots(n_layer, n_head, figsize=(2.3 * n_head, 2.3 * n_layer), squeeze=False)
     for l in range(n_layer):
         for h in range(n_head):
-            heatmap(axes[l][h], maps[l, h], sentence,
-                    plots.label(f"层 {l + 1} 头 {h + 1}", f"L{l + 1} H{h + 1}"), labels=False)
+            im = heatmap(axes[l][h], maps[l, h], sentence,
+                         plots.label(f"层 {l + 1} 头 {h + 1}", f"L{l + 1} H{h + 1}"), labels=False)
     fig.suptitle(plots.label("每一层、每一个头（行 = 当前位置，列 = 被看的位置）",
                              "every layer and head (row = current position, column = position looked at)"), fontsize=10)
     fig.tight_layout()
+    fig.colorbar(im, ax=list(axes.flatten()), shrink=0.6, label=plots.label("注意力权重", "attention weight"))
     return fig
 
 

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .i18n import t
-from .plots import label
+from .plots import DIVERGING, PALETTE, figure_function, hatch, label
 
 ALPHABET = "abcdefghijklmnopqrstuvwxyz"
 
@@ -335,6 +335,7 @@ def word_start_score(attn: torch.Tensor, text: str) -> torch.Tensor:
 
 # ------------------------------------------------------------------ figures
 
+@figure_function
 def loss_position_figure(losses: torch.Tensor, period: int, chance: float):
     fig, ax = plt.subplots(figsize=(7, 3.2))
     ax.plot(range(len(losses)), losses.numpy(), marker="o", ms=3)
@@ -348,6 +349,7 @@ def loss_position_figure(losses: torch.Tensor, period: int, chance: float):
     return fig
 
 
+@figure_function
 def scores_figure(scores: dict):
     """One heatmap (layer × head) per named score."""
     fig, axes = plt.subplots(1, len(scores), figsize=(3.6 * len(scores), 2.8), squeeze=False)
@@ -368,32 +370,42 @@ def scores_figure(scores: dict):
 
 def pattern_axes(ax, w, tokens: str, title: str):
     n = len(w)
-    ax.imshow(np.asarray(w), vmin=0, vmax=1, cmap="Blues")
+    im = ax.imshow(np.asarray(w), vmin=0, vmax=1, cmap="Blues")
     if n <= 48:
         ax.set_xticks(range(n), list(tokens), fontsize=7)
         ax.set_yticks(range(n), list(tokens), fontsize=7)
     ax.set_xlabel(label("被看的位置（key）", "attended position (key)"))
     ax.set_ylabel(label("当前位置（query）", "current position (query)"))
     ax.set_title(title, fontsize=10)
+    return im
 
 
+def weight_bar(fig, im, axes) -> None:
+    """The key to an attention map's colours (0 to 1)."""
+    fig.colorbar(im, ax=axes, shrink=0.8, label=label("注意力权重", "attention weight"))
+
+
+@figure_function
 def patterns_figure(attn: torch.Tensor, pairs, tokens: str, b: int = 0):
     """Side by side, the patterns of the (layer, head) pairs for sequence ``b``."""
     fig, axes = plt.subplots(1, len(pairs), figsize=(4.6 * len(pairs), 4.4), squeeze=False)
     for ax, (name, (l, h)) in zip(axes[0], pairs):
-        pattern_axes(ax, attn[l, b, h], tokens, f"{name}: L{l} H{h}")
+        im = pattern_axes(ax, attn[l, b, h], tokens, f"{name}: L{l} H{h}")
     fig.tight_layout()
+    weight_bar(fig, im, list(axes[0]))
     return fig
 
 
+@figure_function
 def ablation_figure(deltas: torch.Tensor, base: float):
     """Bar chart of the loss change when each head alone is removed."""
     deltas = torch.as_tensor(deltas, dtype=torch.float64)
     n_layer, n_head = deltas.shape
     names = [f"L{l}H{h}" for l in range(n_layer) for h in range(n_head)]
     fig, ax = plt.subplots(figsize=(1.0 + 0.6 * len(names), 3.2))
-    colors = [plt.cm.tab10(l) for l in range(n_layer) for _ in range(n_head)]
-    ax.bar(names, deltas.flatten().numpy(), color=colors)
+    colors = [PALETTE[l % len(PALETTE)] for l in range(n_layer) for _ in range(n_head)]
+    hatches = [hatch(l) for l in range(n_layer) for _ in range(n_head)]     # the layer, also without colour
+    ax.bar(names, deltas.flatten().numpy(), color=colors, hatch=hatches, edgecolor="white")
     ax.axhline(0, color="k", lw=0.8)
     ax.set_ylabel(label("去掉这个头后损失的变化", "loss change with this head removed"))
     ax.set_title(label(f"逐个去掉每个头（完整模型的损失 {base:.3f}）", f"removing one head at a time (full model: loss {base:.3f})"))
@@ -420,7 +432,9 @@ def _explore(model, text, layer, head, prev_token_score, induction_score, ax=Non
         line += t("；文本没有重复，不算归纳得分", "; the text does not repeat, so no induction score")
     if ax is None:
         fig, ax = plt.subplots(figsize=(5.2, 5.0))
-    pattern_axes(ax, attn[layer, 0, head], shown, line)
+        weight_bar(fig, pattern_axes(ax, attn[layer, 0, head], shown, line), ax)
+    else:
+        pattern_axes(ax, attn[layer, 0, head], shown, line)
     return line
 
 
@@ -451,6 +465,7 @@ def head_explorer(model, text: str, prev_token_score, induction_score):
     redraw()
 
 
+@figure_function
 def head_explorer_figure(model, text: str, prev_token_score, induction_score):
     """The static version: every head of the model on ``text``."""
     cfg = model.config
@@ -462,6 +477,7 @@ def head_explorer_figure(model, text: str, prev_token_score, induction_score):
             axes[l][h].set_xlabel("")
             axes[l][h].set_ylabel("")
     fig.tight_layout()
+    weight_bar(fig, axes[0][0].images[0], list(axes.flatten()))
     return fig
 
 
@@ -506,6 +522,7 @@ def steepest_drop(curve: dict, key: str = "loss_repeat") -> tuple[int, int]:
     return steps[i], steps[i + 1]
 
 
+@figure_function
 def phase_figure(curve: dict, chance: float):
     """Left: loss on the first copy and on the repeat against the step.
     Right: the best previous-token score (layer 0) and induction score (last layer)."""
@@ -577,13 +594,14 @@ def direct_copy_rate(model, x: torch.Tensor, layer: int, head: int, positions) -
     return float((attended == raised).double().mean())
 
 
+@figure_function
 def ov_figure(model, heads: dict):
     """One heatmap per named (layer, head): its OV circuit, rows = the token attended to."""
     fig, axes = plt.subplots(1, len(heads), figsize=(4.6 * len(heads), 4.4), squeeze=False)
     for ax, (name, (l, h)) in zip(axes[0], heads.items()):
         ov = ov_circuit(model, l, h)
         ov = (ov - ov.mean(dim=-1, keepdim=True)) / ov.std(dim=-1, keepdim=True)   # each row on its own scale
-        ax.imshow(ov.numpy(), cmap="RdBu_r", vmin=-3, vmax=3)
+        im = ax.imshow(ov.numpy(), cmap=DIVERGING, vmin=-3, vmax=3)
         ax.set_xticks(range(len(ALPHABET)), list(ALPHABET), fontsize=6)
         ax.set_yticks(range(len(ALPHABET)), list(ALPHABET), fontsize=6)
         ax.set_xlabel(label("加到哪个 logit 上（下一个 token）", "logit raised (next token)"))
@@ -592,4 +610,6 @@ def ov_figure(model, heads: dict):
                            f"{name}: L{l} H{h}, diagonal largest in {copies_own_token(ov_circuit(model, l, h))}/26 rows"),
                      fontsize=10)
     fig.tight_layout()
+    fig.colorbar(im, ax=list(axes[0]), shrink=0.8,
+                 label=label("logit 增量（每行标准化）", "logit raised (standardised per row)"))
     return fig

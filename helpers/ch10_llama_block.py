@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from .i18n import t
-from .plots import show_static, static
+from .plots import figure_function, show_static, static
 from .runtime import under_nbgrader
 
 # ---------------------------------------------------------------- RoPE (chapter 4's contract)
@@ -201,6 +201,7 @@ def gqa_alt(n_kv_head: int = 8) -> str:
 
 
 @static(accepts=lambda n_kv_head=8: n_kv_head in (1, 2, 4, 8, 16, 32, 64))
+@figure_function
 def gqa_figure(n_kv_head: int = 8, fig=None):
     """LLaMA-2 70B's KV cache (4096 tokens, fp16) against the number of KV heads."""
     import matplotlib.pyplot as plt
@@ -213,8 +214,9 @@ def gqa_figure(n_kv_head: int = 8, fig=None):
     ax = fig.subplots()
     options = [1, 2, 4, 8, 16, 32, 64]
     values = [model_kv_gib(h) for h in options]
-    colours = ["tab:orange" if h == n_kv_head else "tab:blue" for h in options]
-    ax.bar([str(h) for h in options], values, color=colours)
+    colours = [plots.PALETTE[1] if h == n_kv_head else plots.PALETTE[0] for h in options]
+    hatches = ["//" if h == n_kv_head else "" for h in options]      # the chosen bar, also without colour
+    ax.bar([str(h) for h in options], values, color=colours, hatch=hatches, edgecolor="white")
     for i, v in enumerate(values):
         ax.text(i, v, f"{v:.2f}", ha="center", va="bottom", fontsize=8)
     ax.set_xlabel(plots.label("KV 头数 n_kv_head（64 = 标准多头，1 = MQA）",
@@ -383,15 +385,16 @@ def race(make_llama_block, seconds: float = 20.0, steps: int | None = None, seed
     return results, d_ff, corpus
 
 
+@figure_function
 def race_figure(results: dict):
     import matplotlib.pyplot as plt
 
     from . import plots
     plots.setup()
     fig, ax = plt.subplots(figsize=(7, 3.6))
-    for name, r in results.items():
+    for i, (name, r) in enumerate(results.items()):
         h = r["history"]
-        ax.plot(h.val_steps, h.val, "o-", ms=3,
+        ax.plot(h.val_steps, h.val, marker=plots.MARKERS[i], ls=plots.LINESTYLES[i], ms=3,
                 label=plots.label(f"{name}（{r['params']:,} 参数）", f"{name} ({r['params']:,} parameters)"))
     ax.set_xlabel(plots.label("步数", "step"))
     ax.set_ylabel(plots.label("验证损失", "validation loss"))
@@ -409,6 +412,7 @@ def race_table(results: dict) -> str:
 
 
 
+@figure_function
 def layouts_figure(d_k: int = 8):
     """Which channels RoPE pairs up: ours/Meta's (2i, 2i+1) above, Hugging
     Face's rotate-half (i, i + d_k/2) below; lines show where the row

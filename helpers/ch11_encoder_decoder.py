@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from .i18n import t
+from .plots import figure_function
 from .runtime import under_nbgrader
 
 # ---------------------------------------------------------------- the task
@@ -255,6 +256,7 @@ def _recorded_cross_weights(model, run):
     return maps
 
 
+@figure_function
 def heatmap_figure(model, greedy_decode, padding_mask, n: int, fig=None):
     """Cross-attention of the last decoder layer, averaged over heads: rows are
     the output characters (and <eos>), columns the source digits."""
@@ -355,6 +357,7 @@ def explorer(model, greedy_decode, padding_mask, start: int = 1024, examples=(10
     return None
 
 
+@figure_function
 def examples_figure(model, greedy_decode, padding_mask, numbers=(1024, 110, 1005, 2030)):
     """The static version of the explorer: a few heatmaps side by side."""
     import matplotlib.pyplot as plt
@@ -366,7 +369,7 @@ def examples_figure(model, greedy_decode, padding_mask, numbers=(1024, 110, 1005
     for ax, n in zip(axes, numbers):
         words, maps = cross_attention_maps(model, greedy_decode, padding_mask, n)
         w = maps[-1].mean(0).numpy()
-        ax.imshow(w, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+        im = ax.imshow(w, vmin=0, vmax=1, cmap="viridis", aspect="auto")
         ax.set_xticks(range(w.shape[1]), list(str(n)))
         ax.set_yticks(range(w.shape[0]), glyphs(words) + ["<eos>"])
         ax.grid(False)
@@ -375,9 +378,11 @@ def examples_figure(model, greedy_decode, padding_mask, numbers=(1024, 110, 1005
         ax.set_xlabel(plots.label("源数字", "source digit"))
     axes[0].set_ylabel(plots.label("输出字符", "output character"))
     fig.tight_layout()
+    fig.colorbar(im, ax=list(axes), shrink=0.8, label=plots.label("交叉注意力权重", "cross-attention weight"))
     return fig
 
 
+@figure_function
 def mask_patterns_figure():
     """The three attention patterns of an encoder-decoder, for a source of 4
     slots holding 3 real tokens and a target of 5 tokens: encoder
@@ -405,10 +410,16 @@ def mask_patterns_figure():
         ax.set_title(title, fontsize=10)
         ax.set_xlabel(plots.label("key（被关注的位置）", "key (attended to)"))
     axes[0].set_ylabel(plots.label("query", "query"))
-    fig.tight_layout()
+    from matplotlib.patches import Patch
+    cmap = plt.get_cmap("Blues")
+    fig.legend(handles=[Patch(facecolor=cmap(1 / 1.3), label=plots.label("可以关注", "may attend")),
+                        Patch(facecolor=cmap(0.0), edgecolor="#767676", label=plots.label("被遮住", "hidden"))],
+               loc="lower center", ncol=2, frameon=False)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     return fig
 
 
+@figure_function
 def loss_figure(losses):
     import matplotlib.pyplot as plt
 

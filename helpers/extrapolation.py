@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .i18n import t
-from .plots import label
+from .plots import figure_function, label
 from .plots import setup as plot_setup
 
 KINDS = ("sinusoidal", "learned", "rope", "rope+ntk", "alibi")
@@ -254,6 +254,7 @@ def print_table(result: Result) -> None:
         print(_right(names()[kind], 22) + cells)
 
 
+@figure_function
 def figure(result: Result):
     """Loss on the repeats against the length read, one line per way of giving positions."""
     import matplotlib.pyplot as plt

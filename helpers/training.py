@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from .i18n import t
+from .plots import figure_function
 from .runtime import under_nbgrader
 
 
@@ -213,6 +214,7 @@ def scaled(recipe: Recipe, **changes) -> Recipe:
 
 # ------------------------------------------------------------------ live loss curve
 
+@figure_function
 def loss_figure(history: History, fig=None):
     """Training (smoothed) and validation loss against steps."""
     import matplotlib.pyplot as plt

@@ -64,6 +64,10 @@ def skip_reason() -> str | None:
         return "browser tests skipped: playwright is not installed in this environment (requirements.txt)"
     if not JUPYTER.exists():
         return f"browser tests skipped: no jupyter next to {sys.executable}"
+    try:
+        import axe_playwright_python  # noqa: F401
+    except ImportError:
+        return "browser tests skipped: axe-playwright-python is not installed in this environment (requirements.txt)"
     return None
 
 
@@ -268,6 +272,34 @@ class Notebook:
     def toolbar_button(self, label: str):
         return self.panel.locator(".jp-Toolbar .jp-ToolbarButtonComponent-label",
                                   has_text=re.compile(rf"^\s*{re.escape(label)}\s*$")).first
+
+
+AXE_TAGS = ("wcag2a", "wcag2aa", "wcag21a", "wcag21aa")    # WCAG 2.0 and 2.1, levels A and AA
+
+
+def axe(page, context=None, skip: tuple[str, ...] = ()) -> list[dict]:
+    """The violations axe-core finds on ``page`` (or inside ``context``: a CSS
+    selector or axe's {"include": ..., "exclude": ...}) under the WCAG 2.0/2.1
+    A and AA rules, less the rules named in ``skip``."""
+    from axe_playwright_python.sync_playwright import Axe
+
+    options = {"runOnly": {"type": "tag", "values": list(AXE_TAGS)}, "resultTypes": ["violations"],
+               "rules": {rule: {"enabled": False} for rule in skip}}
+    return Axe().run(page, context=context, options=options).response["violations"]
+
+
+def axe_report(violations: list[dict]) -> str:
+    """One line per violating element: the rule, what axe says, the element."""
+    lines = []
+    for v in violations:
+        for node in v["nodes"]:
+            said = (node.get("any") or node.get("all") or node.get("none") or [{}])[0].get("message", "")
+            lines.append(f"{v['id']} ({v['impact']}): {said} | {' '.join(node['target'])} | {node['html'][:160]}")
+    return "\n".join(lines)
+
+
+def axe_count(violations: list[dict]) -> int:
+    return sum(len(v["nodes"]) for v in violations)
 
 
 def shot(target, name: str) -> Path:

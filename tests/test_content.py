@@ -167,6 +167,9 @@ def _exec_cells(nb) -> tuple[list[str], int]:
     return outputs, figures
 
 
+DRAW_HOOKS: list = []     # each called as hook(chapter, lang, figure) after a chapter run draws a figure
+
+
 @lru_cache(maxsize=None)
 def chapter_run(chapter: str, lang: str) -> tuple[tuple[str, ...], str, int, tuple[str, ...]]:
     """(outputs per cell, all the prose, figures drawn, missing-glyph messages)."""
@@ -179,7 +182,10 @@ def chapter_run(chapter: str, lang: str) -> tuple[tuple[str, ...], str, int, tup
 
     def counting_draw(canvas):            # show_widget saves and closes its picture itself: count every draw
         drawn.append(canvas.figure)
-        return real_draw(canvas)
+        result = real_draw(canvas)
+        for hook in DRAW_HOOKS:
+            hook(chapter, lang, canvas.figure)
+        return result
 
     FigureCanvasAgg.draw = counting_draw
     try:

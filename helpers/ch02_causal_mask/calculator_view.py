@@ -11,8 +11,8 @@ import html as _html
 import numpy as np
 
 from ..i18n import t
+from ..plots import figure_function, static
 from ..plots import show_static as _show_static
-from ..plots import static
 from . import calculator
 from .calculator import Matrix, Stage
 
@@ -115,6 +115,7 @@ def stages_alt(numbers=(3, 4)) -> str:
 
 
 @static(accepts=lambda numbers=(3, 4): list(numbers) in ([3, 4], [3], [4]))
+@figure_function
 def stages_figure(numbers=(3, 4), fig=None):
     """The static picture: the given stages with the causal mask on (top row)
     and off (bottom row)."""

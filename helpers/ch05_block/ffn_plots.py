@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ..plots import label, setup
+from ..plots import figure_function, label, setup
 
 
 def activations(x: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -19,6 +19,7 @@ def activations(x: torch.Tensor) -> dict[str, torch.Tensor]:
     }
 
 
+@figure_function
 def activation_figure():
     """Left: the three activations on [-4, 3]. Right: a close-up of the
     negative side, where they differ."""
@@ -54,6 +55,7 @@ def swiglu_sizes(d: int, d_ff: int | None = None) -> dict[str, tuple[int, int]]:
             "W_gate": (d_ff, d), "W_up": (d_ff, d), "W_down": (d, d_ff)}
 
 
+@figure_function
 def swiglu_figure(d: int = 4096, d_ff: int = 11008):
     """The classic FFN's two matrices and SwiGLU's three, drawn to scale,
     with the formula and the weight counts."""

@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ..plots import label, setup
+from ..plots import figure_function, label, setup
 
 
 class TinyLM(nn.Module):
@@ -136,6 +136,7 @@ def first_steps(make_block: Callable[[], nn.Module], steps: int = 3, n_layers: i
         torch.set_num_threads(threads)
 
 
+@figure_function
 def grad_norm_figure(pre: list[float], post: list[float]):
     """Two panels side by side, same scale: gradient norm per layer."""
     import matplotlib.pyplot as plt
@@ -159,6 +160,7 @@ def grad_norm_figure(pre: list[float], post: list[float]):
     return fig
 
 
+@figure_function
 def training_figure(curves: dict[str, list[float]], floor: float | None = None):
     """Loss against step, one line per run."""
     import matplotlib.pyplot as plt
@@ -177,6 +179,7 @@ def training_figure(curves: dict[str, list[float]], floor: float | None = None):
     return fig
 
 
+@figure_function
 def placement_diagram():
     """Post-LN and Pre-LN sublayers side by side: where the LayerNorm sits
     relative to the residual path (drawn in blue)."""

@@ -14,7 +14,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from ..i18n import t
-from ..plots import label, setup
+from ..plots import figure_function, label, setup
 
 # ---------------------------------------------------------------- timing
 
@@ -113,6 +113,7 @@ def _plain(ax, x=True) -> None:
         ax.xaxis.set_major_formatter(fmt)
 
 
+@figure_function
 def cost_figure(sweep: dict):
     import matplotlib.pyplot as plt
 
@@ -214,6 +215,7 @@ def memory_sweep(ns, online_fn, d: int = 64, block_size: int = 128, seed: int = 
     return {"d": d, "block_size": block_size, "rows": rows, "slopes": slopes}
 
 
+@figure_function
 def memory_figure(mem: dict):
     import matplotlib.pyplot as plt
 
@@ -293,6 +295,7 @@ def _windows(times, width):
     return xs, ys
 
 
+@figure_function
 def decode_figure(speed: dict):
     import matplotlib.pyplot as plt
 
@@ -347,6 +350,7 @@ def show_kv_table(kv_bytes_fn, n_tokens: int = 4096) -> None:
         print(f"{name:<14}{kind:<8}{kv:>8}{b / 2**30:>14.3f} {'*' if real else ''}")
 
 
+@figure_function
 def kv_figure(kv_bytes_fn):
     import matplotlib.pyplot as plt
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from ..i18n import t
-from ..plots import label, setup
+from ..plots import figure_function, label, setup
 
 
 def states(scores, values, block_size: int) -> list[dict]:
@@ -70,6 +70,7 @@ def draw_step(ax, scores, values, block_size: int, step: int) -> None:
                        f"block {step + 1}: ℓ = {st['l']:.3f}, α = {alpha}, output = {st['out']:.3f}"), fontsize=10)
 
 
+@figure_function
 def steps_figure(scores, values, block_size: int):
     """All steps side by side, plus the running output against the exact one."""
     import matplotlib.pyplot as plt
