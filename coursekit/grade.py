@@ -108,6 +108,10 @@ class Run:
     reused: list[Job] = field(default_factory=list)         # kept as they were graded before
     feedback_only: list[Job] = field(default_factory=list)  # kept, but their manual grades changed
     expected: dict = field(default_factory=dict)            # chapter -> the checks its test cells seal
+    keys: reuse.Keys | None = None   # the parts of every notebook's key this run shares (step_reuse)
+    engine: object | None = None     # where notebooks are autograded (coursekit.engine); None: a thread pool
+    shared: Warm | None = None       # a long-lived grader's kernel factory and prepared chapters (the service)
+    class_files: bool = True         # write grades.csv, the LMS files and the class report at the end
 
     @property
     def everyone(self) -> list[Job]:
@@ -156,13 +160,70 @@ def uid(job: Job) -> int:
     return kernels.uid_for(job.chapter, job.student)
 
 
+@dataclass
+class Warm:
+    """What a long-lived grader (the grading service) keeps from one run to the
+    next: the kernel factory and its socket folder, and the chapters already
+    preflighted and recorded in the gradebook, each with the key of what that
+    depended on (the environment, the grading code, the chapter's source and
+    release). A run given a ``Warm`` starts no factory and repeats a chapter's
+    one-off steps only when that key changed."""
+    root: Path
+    sandbox: bool
+    base: Path
+    zygote: kernels.Zygote | None = None
+    ready: dict[str, str] = field(default_factory=dict)   # chapter -> its key when it was prepared
+
+    @classmethod
+    def start(cls, root: Path, sandbox: bool, chapters: list[str]) -> Warm:
+        """The factory starts now, with the modules of ``chapters`` imported."""
+        root = Path(root).resolve()
+        state = root / STATE
+        for sub in ("keys", "logs", "scratch"):
+            (state / sub).mkdir(parents=True, exist_ok=True)
+        os.chmod(state / "keys", 0o700)
+        kernels.kernel_spec(state)
+        warm = cls(root, sandbox, kernels.short_base())
+        warm.zygote = kernels.Zygote(root, state, warm.base, sandbox, kernels.notebook_imports(root, chapters))
+        threading.Thread(target=runner.warm_up, daemon=True).start()
+        return warm
+
+    def socket(self, say=print) -> str | None:
+        """The factory's socket; a factory that died is started again first."""
+        z = self.zygote
+        if z is not None and z.socket and (z.proc is None or z.proc.poll() is not None):
+            imports = kernels.notebook_imports(self.root, sorted(self.ready))
+            z.close()
+            self.zygote = z = kernels.Zygote(self.root, self.root / STATE, self.base, self.sandbox, imports)
+        if z is None:
+            return None
+        return z.socket or z.wait(say)
+
+    def chapter_key(self, run: Run, chapter: str) -> str | None:
+        return f"{run.keys.run}:{run.keys.chapters.get(chapter)}" if run.keys else None
+
+    def close(self) -> None:
+        if self.zygote is not None:
+            self.zygote.close()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+def new_chapters(run: Run) -> list[str]:
+    """The run's chapters whose one-off steps (preflight, the gradebook's record)
+    are still to do: all of them, but for a long-lived grader that did them already."""
+    if run.shared is None:
+        return run.chapters
+    return [ch for ch in run.chapters
+            if run.shared.ready.get(ch) is None or run.shared.ready[ch] != run.shared.chapter_key(run, ch)]
+
+
 # ------------------------------------------------------------------ the steps
 
 def step_reuse(run: Run) -> None:
     """Sort the jobs into those to grade, those whose feedback alone is made
     again (only their manual grades changed) and those kept as they are."""
     rules = {"sandbox": run.sandbox, "timeout": run.timeout, "cell_timeout": run.cell_timeout}
-    keys = reuse.Keys.of(run.root, run.jobs, rules)
+    keys = run.keys = reuse.Keys.of(run.root, run.jobs, rules)
     if run.regrade or not reuse.may_reuse(run.root, run.state, run.jobs):
         for job in run.jobs:
             job.key = keys.key(run.root, job)
@@ -179,7 +240,11 @@ def step_reuse(run: Run) -> None:
 
 
 def step_kernels(run: Run) -> None:
-    """The warm kernel factory starts now (it imports torch while intake and repair run)."""
+    """The warm kernel factory starts now (it imports torch while intake and repair run);
+    a long-lived grader's factory is already warm."""
+    if run.shared is not None:
+        run.zygote_socket = run.shared.socket(run.say) if run.warm and run.jobs else None
+        return
     if run.warm and run.jobs:
         run.zygote = kernels.Zygote(run.root, run.state, run.base, run.sandbox,
                                     kernels.notebook_imports(run.root, run.chapters))
@@ -205,7 +270,7 @@ def step_preflight(run: Run) -> None:
     if run.zygote is not None:
         with run.clock("kernel factory start (waiting)"):
             run.zygote_socket = run.zygote.wait(run.say)
-    jobs = [Job(ch, "_preflight") for ch in run.chapters]
+    jobs = [Job(ch, "_preflight") for ch in new_chapters(run)]
     try:
         failures = pre.run_probes([probe_request(run, job) for job in jobs], at_once=run.workers)
     finally:
@@ -213,8 +278,9 @@ def step_preflight(run: Run) -> None:
             run.key_file(job).unlink(missing_ok=True)
     for job, why in zip(jobs, failures):
         if why is not None:
-            if run.zygote is not None and run.zygote.log.exists():
-                why += run.zygote.log.read_text(errors="replace")[-3000:]   # a forked kernel's last words
+            factory = run.zygote or (run.shared.zygote if run.shared else None)
+            if factory is not None and factory.log.exists():
+                why += factory.log.read_text(errors="replace")[-3000:]   # a forked kernel's last words
             kind = pre.classify(why)
             raise pre.GradingStopped(pre.message(kind if kind in pre.INFRASTRUCTURE else "kernel_start",
                                                  f"the preflight kernel of {job.chapter}", why))
@@ -239,19 +305,22 @@ def step_gradebook(run: Run) -> None:
 
     Graders running at once in the same course folder take turns here:
     creating a new gradebook or its course row is not safe to do twice at once."""
-    if not run.chapters:
+    chapters = new_chapters(run)
+    if not chapters:
         return
     from .release import generate_assignments
     with runner.one_at_a_time(run.state):
         scratch = Path(tempfile.mkdtemp(prefix="release-scratch-", dir=run.state))
         log = run.state / "logs" / "generate_assignment.log"
         try:
-            failed = generate_assignments(run.chapters, run.root, scratch, log, gradebook=True)
+            failed = generate_assignments(chapters, run.root, scratch, log, gradebook=True)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         if failed:
             raise SystemExit(f"grade: nbgrader generate_assignment failed for {', '.join(failed)}:\n"
                              f"{log.read_text(errors='replace')}")
+    if run.shared is not None:   # preflighted (the step before) and recorded: not again while nothing changes
+        run.shared.ready.update({ch: run.shared.chapter_key(run, ch) for ch in chapters})
 
 
 def autograde_one(run: Run, job: Job) -> Job:
@@ -278,15 +347,24 @@ def autograde_one(run: Run, job: Job) -> Job:
     return job
 
 
-def step_autograde(run: Run) -> None:
-    done = 0
+def autograde_in_threads(run: Run, jobs: list[Job]):
+    """Each job's autograde in a thread pool of ``run.workers`` threads, as they finish."""
     with cf.ThreadPoolExecutor(run.workers) as pool:
-        for fut in cf.as_completed([pool.submit(autograde_one, run, j) for j in longest_first(run)]):
-            job = fut.result()
-            done += 1
-            elapsed = time.monotonic() - run.t0
-            run.say(f"  [{done}/{len(run.jobs)}] {job.student}/{job.chapter}  {job.seconds:.1f} s"
-                    f"  (elapsed {elapsed:.0f} s, about {elapsed / done * (len(run.jobs) - done):.0f} s left)")
+        for fut in cf.as_completed([pool.submit(autograde_one, run, j) for j in jobs]):
+            yield fut.result()
+
+
+def step_autograde(run: Run) -> None:
+    """Every notebook's autograde: on the run's engine (a Dask cluster, coursekit.engine),
+    or in a thread pool of this process."""
+    done = 0
+    each = run.engine.autograde(run, longest_first(run)) if run.engine is not None else \
+        autograde_in_threads(run, longest_first(run))
+    for job in each:
+        done += 1
+        elapsed = time.monotonic() - run.t0
+        run.say(f"  [{done}/{len(run.jobs)}] {job.student}/{job.chapter}  {job.seconds:.1f} s"
+                f"  (elapsed {elapsed:.0f} s, about {elapsed / done * (len(run.jobs) - done):.0f} s left)")
     for job in [j for j in run.jobs if j.failure == "gradebook_busy"]:  # once more, alone
         autograde_one(run, job)
     failed = [j for j in run.jobs if j.failure]
@@ -349,12 +427,19 @@ def step_seal_check(run: Run) -> None:
 
     with Gradebook(protocol.gradebook_url(run.root), protocol.COURSE_ID) as gb:
         for job in run.jobs:
-            try:
-                check_seals(run, job, gb)
-            except Exception as exc:  # noqa: BLE001  (fail closed: no verified seal, no points)
-                gb.db.rollback()
-                _zero_auto_scores(gb, job)
-                job.flag("seals_unchecked", f"{type(exc).__name__}: {exc}")
+            if not job.sealed:   # else checked as it was graded (coursekit.engine)
+                seal_check_one(run, job, gb)
+
+
+def seal_check_one(run: Run, job: Job, gb) -> None:
+    """The seal check of one graded notebook; failing closed (no verified seal, no points)."""
+    try:
+        check_seals(run, job, gb)
+    except Exception as exc:  # noqa: BLE001
+        gb.db.rollback()
+        _zero_auto_scores(gb, job)
+        job.flag("seals_unchecked", f"{type(exc).__name__}: {exc}")
+    job.sealed = True
 
 
 def check_seals(run: Run, job: Job, gb) -> None:
@@ -425,11 +510,13 @@ def step_export(run: Run) -> None:
 
     with runner.one_at_a_time(run.state):
         save_flags(run.state, run.jobs)
-        runner.write_atomically(run.root / "grades.csv", export)
         if run.jobs or run.feedback_only:
             from nbgrader.api import Gradebook
             with Gradebook(protocol.gradebook_url(run.root), protocol.COURSE_ID) as gb:
                 reuse.keep(run.root, run.state, gb, run.jobs + run.feedback_only)
+        if not run.class_files:   # a long-lived grader writes them when it is idle (coursekit.service)
+            return
+        runner.write_atomically(run.root / "grades.csv", export)
         chapters = sorted({j.chapter for j in class_jobs(run.root, run.state)})
         for path in export_mod.write_all(run.root, protocol.gradebook_url(run.root), chapters):
             run.say(f"grade: {path.relative_to(run.root)}")
@@ -437,6 +524,8 @@ def step_export(run: Run) -> None:
 
 def step_report(run: Run) -> None:
     from . import report as report_mod
+    if not run.class_files:
+        return
     if run.report:
         with runner.one_at_a_time(run.state):
             path = report_mod.write_report(run.root, class_jobs(run.root, run.state), langs=run.langs)
@@ -462,9 +551,11 @@ def run_steps(run: Run, steps=STEPS) -> None:
 def grade(root: Path = ROOT, chapter: str | None = None, student: str | None = None, jobs: int | None = None,
           sandbox: bool = True, timeout: int = protocol.NOTEBOOK_TIMEOUT_S,
           cell_timeout: int = protocol.CELL_TIMEOUT_S, report: bool = True, quiet: bool = False,
-          warm: bool = True, regrade: bool = False) -> list[Job]:
+          warm: bool = True, regrade: bool = False, engine=None) -> list[Job]:
     """Grade submitted/ (all of it, or one chapter or student); returns the jobs
     with their flags (``job.reused``: its earlier result was kept; ``regrade``: keep none).
+    ``engine``: where notebooks are autograded (a coursekit.engine.Engine, which the
+    caller closes); by default the one coursekit.engine.from_environment picks.
     Raises SystemExit (GradingStopped) when the machine, not the students, is at fault."""
     root = Path(root).resolve()
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
@@ -475,13 +566,19 @@ def grade(root: Path = ROOT, chapter: str | None = None, student: str | None = N
         return []
     run = Run(root, todo, sandbox=sandbox, warm=warm, workers=jobs or max(1, os.cpu_count() or 1),
               timeout=timeout, cell_timeout=cell_timeout, report=report, regrade=regrade, say=say)
+    from . import engine as engine_mod
+    own = engine is None
+    run.engine = engine_mod.from_environment(run.workers) if own else engine
     _prepare(run)
     try:
         say(f"grade: {len(todo)} notebooks ({len({j.chapter for j in todo})} chapters), {run.workers} workers, "
-            f"sandbox {'on' if sandbox else 'OFF'}, kernels {'warm (forked)' if warm else 'cold'}")
+            f"sandbox {'on' if sandbox else 'OFF'}, kernels {'warm (forked)' if warm else 'cold'}"
+            + (f", {run.engine.describe()}" if run.engine is not None else ""))
         run_steps(run)
     finally:
         _clean_up(run)
+        if own and run.engine is not None:
+            run.engine.close()
     run.clock.times["total"] = time.monotonic() - run.t0
     times = {k: round(v, 2) for k, v in run.clock.times.items()}
     runner.write_atomically(run.state / "timings.json", lambda tmp: tmp.write_text(json.dumps(times, indent=1)))
@@ -533,9 +630,14 @@ def _prepare(run: Run) -> None:
     os.chmod(run.state / "keys", 0o700)
     run.scratch = Path(tempfile.mkdtemp(prefix="run-", dir=run.state / "scratch")) / "submitted"
     run.scratch.mkdir()
-    run.base = kernels.short_base()
     kernels.kernel_spec(run.state)
+    if run.shared is not None:   # a long-lived grader's folder, factory and fork server
+        run.base = run.shared.base
+        return
+    run.base = kernels.short_base()
     threading.Thread(target=runner.warm_up, daemon=True).start()
+    if run.engine is not None:   # the engine's cluster starts while the kernel factory does
+        threading.Thread(target=run.engine.start, daemon=True).start()
 
 
 def _clean_up(run: Run) -> None:
@@ -544,7 +646,8 @@ def _clean_up(run: Run) -> None:
     for job in run.jobs:
         run.key_file(job).unlink(missing_ok=True)
     shutil.rmtree(run.scratch.parent, ignore_errors=True)
-    shutil.rmtree(run.base, ignore_errors=True)
+    if run.shared is None:
+        shutil.rmtree(run.base, ignore_errors=True)
 
 
 def save_flags(state: Path, jobs: list[Job]) -> None:

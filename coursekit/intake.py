@@ -28,6 +28,7 @@ class Job:
     failure: str | None = None   # the kind of the last autograde failure (see coursekit.preflight.CAUSES)
     key: str | None = None       # what its grade depends on (coursekit.reuse)
     reused: bool = False         # this run kept its earlier result
+    sealed: bool = False         # its seals were checked as it was graded (coursekit.engine)
 
     def flag(self, kind: str, detail="") -> None:
         new = Flag(kind, str(detail))

@@ -149,5 +149,6 @@ def _text(msg) -> str:
 def workdir_for(base: Path, root: Path, chapter: str) -> Path:
     """A scratch copy of the chapter's release folder for the probe's kernel."""
     dest = base / "preflight" / chapter
+    shutil.rmtree(dest, ignore_errors=True)   # a long-lived grader's folder: the chapter's earlier probe
     shutil.copytree(root / "release" / chapter, dest)
     return dest

@@ -50,6 +50,7 @@ def _forked_main(target: str, payload, root: str, env: dict, log_path: str) -> N
     """A forked command: its own session, output to ``log_path``; ``target``
     ("module:function") is called with ``payload`` and its return is the exit code."""
     os.setsid()
+    _die_with_parent()
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -71,6 +72,20 @@ def _forked_main(target: str, payload, root: str, env: dict, log_path: str) -> N
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _die_with_parent() -> None:
+    """This command ends when the fork server does, which ends with the grader
+    that started it: a grading worker killed mid-notebook leaves no nbgrader
+    behind to go on writing the notebook's results while another worker grades it."""
+    try:
+        import ctypes
+        parent = os.getppid()
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:   # the parent went before the setting took effect
+            os._exit(1)
+    except (OSError, AttributeError):   # not Linux: the fork server's own cleanup only
+        pass
 
 
 def nbgrader_command(args: list[str]) -> None:

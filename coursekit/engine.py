@@ -1,0 +1,428 @@
+"""Grading jobs on Dask distributed: one job per notebook.
+
+The unit of work is one submitted notebook, keyed by the hash the reuse step
+computes (coursekit.reuse: the submission's bytes, the chapter, the grading
+code, the environment, the run's rules) together with the chapter and the
+student. A job is nbgrader's autograde of that notebook in the sandbox, with a
+kernel forked from a warm kernel factory (coursekit.zygote); the grader that
+submitted it checks its seals as it comes back and then writes its key into
+the *ledger*, a small table of finished jobs in the gradebook's own database
+(SQLite or PostgreSQL). The ledger is the record of what has been graded:
+
+* a job whose key is in the ledger (and whose graded notebook is there) is not
+  run again: a grader that was stopped, or a service restarted, finishes the
+  queue without grading anything twice;
+* a key is written once (insert if absent): a job that runs twice writes once.
+
+Where the jobs run (``from_environment``):
+
+* by default a Dask ``LocalCluster`` inside the grading process
+  (``processes=False``, one thread per worker slot), so that every job shares
+  the run's kernel factory and nbgrader fork server, as the thread pool did;
+* ``COURSE_ENGINE=processes``: a local cluster of worker processes (one thread
+  each), sharing the run's kernel factory through its socket;
+* ``COURSE_ENGINE=threads``: no Dask, the pipeline's own thread pool;
+* ``COURSE_DASK_SCHEDULER=tcp://host:8786``: an existing cluster. Its workers
+  see the course folder at the same path (a shared filesystem) and run the
+  course's environment; a worker plugin (``CourseWorker``) starts the sandbox's
+  kernel factory once per worker and keeps it warm between jobs and runs.
+  Start the workers with ``DASK_DISTRIBUTED__WORKER__DAEMON=False`` (a job
+  starts processes of its own: nbgrader's fork server).
+
+Failures: a worker killed mid-notebook takes its nbgrader process and kernel
+with it (coursekit.runner ends a command with its fork server; the factory is
+bubblewrap's child with ``--die-with-parent``), and the scheduler gives the job
+to another worker, so the notebook is graded once. A scheduler that goes away
+stops the run with what finished kept in the ledger: running it again grades
+the rest. A notebook that kills its kernel costs only that notebook (the
+pipeline scores it as the empty release, as without Dask).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+
+from grading import protocol
+
+from .intake import Job
+
+SCHEDULER_ENV = "COURSE_DASK_SCHEDULER"
+ENGINE_ENV = "COURSE_ENGINE"
+MODES = ("dask", "processes", "threads")
+TABLE = "course_finished_job"
+LOG = "engine"                     # .grading/engine/: what the jobs did (autograded.jsonl)
+
+
+def job_key(job: Job) -> str:
+    """The job's key: the reuse step's hash of what its grade depends on, with who and which chapter
+    (two students may hand in the same bytes)."""
+    text = f"{job.key}\n{job.chapter}\n{job.student}"
+    return hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+# ------------------------------------------------------------------ the ledger
+
+class Ledger:
+    """The table of finished jobs in the gradebook's database: key -> the job's
+    result (its flags, time and outcome), written once per key."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self._engine = None
+        self._table = None
+
+    def _db(self, create: bool):
+        """The database, or None when it does not exist yet and ``create`` is false
+        (a SQLite gradebook is not created by looking into it)."""
+        if self._engine is not None:
+            return self._engine
+        if self.url.startswith("sqlite:///") and not create and not Path(self.url[len("sqlite:///"):]).exists():
+            return None
+        from sqlalchemy import Column, Float, MetaData, String, Table, Text, create_engine
+        from sqlalchemy.exc import SQLAlchemyError
+        args = {"connect_args": {"timeout": 60}} if self.url.startswith("sqlite") else {"pool_pre_ping": True}
+        engine = create_engine(self.url, future=True, **args)
+        meta = MetaData()
+        self._table = Table(TABLE, meta, Column("key", String(64), primary_key=True),
+                            Column("chapter", String(128)), Column("student", String(256)),
+                            Column("result", Text), Column("finished_at", Float))
+        for attempt in range(3):   # two graders creating the table at once: one of them wins
+            try:
+                meta.create_all(engine, checkfirst=True)
+                break
+            except SQLAlchemyError:
+                if attempt == 2:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+        self._engine = engine
+        return engine
+
+    def finished(self, keys: list[str]) -> dict[str, dict]:
+        """key -> recorded result, for the keys the ledger holds."""
+        from sqlalchemy import select
+        db = self._db(create=False)
+        if db is None or not keys:
+            return {}
+        out = {}
+        with db.connect() as con:
+            for i in range(0, len(keys), 500):
+                rows = con.execute(select(self._table.c.key, self._table.c.result)
+                                   .where(self._table.c.key.in_(keys[i:i + 500])))
+                out.update({k: json.loads(r) for k, r in rows})
+        return out
+
+    def record(self, key: str, job: Job, result: dict) -> bool:
+        """Write ``key`` once; False when it was there already (the job had finished before)."""
+        from sqlalchemy.exc import IntegrityError
+        db = self._db(create=True)
+        try:
+            with db.begin() as con:
+                con.execute(self._table.insert().values(key=key, chapter=job.chapter, student=job.student,
+                                                        result=json.dumps(result), finished_at=time.time()))
+            return True
+        except IntegrityError:
+            return False
+
+    def forget(self, keys: list[str]) -> None:
+        db = self._db(create=False)
+        if db is None or not keys:
+            return
+        with db.begin() as con:
+            for i in range(0, len(keys), 500):
+                con.execute(self._table.delete().where(self._table.c.key.in_(keys[i:i + 500])))
+
+    def count(self) -> int:
+        from sqlalchemy import func, select
+        db = self._db(create=False)
+        if db is None:
+            return 0
+        with db.connect() as con:
+            return con.execute(select(func.count()).select_from(self._table)).scalar()
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+
+
+# ------------------------------------------------------------------ on a worker
+
+class CourseWorker:
+    """A Dask worker plugin: the course's sandboxed kernel factory, started once
+    per worker (when the plugin is registered) and kept warm between jobs."""
+
+    idempotent = True   # registering it again (the next run) keeps the warm factory
+
+    def __init__(self, root: str, sandbox: bool, chapters: list[str]):
+        self.root, self.sandbox, self.chapters = root, sandbox, chapters
+        self.warm = None
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:   # sent to the workers: the settings, not this process's factory
+        return {"root": self.root, "sandbox": self.sandbox, "chapters": self.chapters}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["root"], state["sandbox"], state["chapters"])
+
+    @property
+    def name(self) -> str:
+        text = json.dumps([self.root, self.sandbox])
+        return "course-grader-" + hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    def setup(self, worker=None) -> None:
+        from .grade import Warm
+        self.warm = Warm.start(Path(self.root), self.sandbox, self.chapters)
+
+    def teardown(self, worker=None) -> None:
+        if self.warm is not None:
+            self.warm.close()
+            self.warm = None
+
+    def factory(self) -> tuple[Path, str | None]:
+        """(the worker's socket folder, its factory's socket or None: kernels start one by one)."""
+        with self._lock:
+            if self.warm is None:
+                self.setup()
+            return self.warm.base, self.warm.socket(say=lambda *a: None)
+
+
+def _as_plugin(plugin: CourseWorker):
+    """The plugin as Dask's WorkerPlugin (imported only where Dask is)."""
+    from distributed.diagnostics.plugin import WorkerPlugin
+
+    class Plugin(CourseWorker, WorkerPlugin):
+        pass
+    out = Plugin(plugin.root, plugin.sandbox, plugin.chapters)
+    return out
+
+
+_FALLBACK: dict[str, CourseWorker] = {}
+
+
+def _worker_factory(spec: dict) -> tuple[Path, str | None, int]:
+    """Where this job's kernel comes from: the grader's own factory when the job
+    runs on its machine, else this worker's (the plugin's). Also how many
+    kernels this worker runs at once."""
+    if spec.get("base"):
+        return Path(spec["base"]), spec.get("zygote"), spec["workers"]
+    from distributed import get_worker
+    worker = get_worker()
+    plugin = worker.plugins.get(spec["plugin"])
+    if plugin is None:   # registered after this worker joined, or not at all: one of its own
+        plugin = _FALLBACK.setdefault(spec["plugin"], CourseWorker(spec["root"], spec["sandbox"], spec["chapters"]))
+    base, socket = plugin.factory() if spec["warm"] else (plugin.factory()[0], None)
+    return base, socket, max(1, worker.state.nthreads)
+
+
+def grade_notebook(spec: dict) -> dict:
+    """The job: nbgrader's autograde of one notebook (a scratch copy on the
+    course's filesystem), in the sandbox, with a warm kernel. Returns its outcome."""
+    from . import grade as pipeline
+    from .flags import Flag
+    root = Path(spec["root"])
+    job = Job(spec["chapter"], spec["student"], flags=[Flag.from_json(f) for f in spec.get("flags", [])])
+    base, socket, workers = _worker_factory(spec)
+    run = pipeline.Run(root, [job], sandbox=spec["sandbox"], warm=spec["warm"], workers=workers,
+                       timeout=spec["timeout"], cell_timeout=spec["cell_timeout"], say=lambda *a: None)
+    run.scratch, run.base, run.zygote_socket = Path(spec["scratch"]), base, socket
+    pipeline.autograde_one(run, job)
+    if job.failure == "gradebook_busy":   # another grader held the gradebook: once more
+        pipeline.autograde_one(run, job)
+    where = _where()
+    if job.ok and run.graded_path(job).exists():
+        line = json.dumps({"key": spec["key"], "chapter": job.chapter, "student": job.student, "worker": where,
+                           "pid": os.getpid(), "at": time.time()})
+        folder = run.state / LOG
+        folder.mkdir(exist_ok=True)
+        fd = os.open(folder / "autograded.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, (line + "\n").encode())
+        finally:
+            os.close(fd)
+    return {"ok": job.ok, "failure": job.failure, "seconds": job.seconds, "worker": where,
+            "flags": [f.to_json() for f in job.flags]}
+
+
+def _where() -> str:
+    try:
+        from distributed import get_worker
+        return get_worker().address
+    except (ImportError, ValueError):
+        return f"pid {os.getpid()}"
+
+
+# ------------------------------------------------------------------ in the grader
+
+class Engine:
+    """A Dask cluster the grader sends its notebooks to (see the module's doc)."""
+
+    def __init__(self, address: str | None = None, workers: int = 1, processes: bool = False):
+        self.address, self.workers, self.processes = address, max(1, workers), processes
+        self._client = self._cluster = None
+        self._lock = threading.Lock()
+        self._registered: set[str] = set()
+
+    @property
+    def remote(self) -> bool:
+        return self.address is not None
+
+    def describe(self) -> str:
+        if self.remote:
+            return f"Dask scheduler {self.address}"
+        if self.processes:
+            return f"Dask local cluster of {self.workers} worker processes"
+        return f"Dask local cluster ({self.workers} threads in this process)"
+
+    def start(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                return
+            import dask
+            from distributed import Client, LocalCluster
+            if self.remote:
+                self._client = Client(self.address, timeout=60)
+                return
+            with dask.config.set({"distributed.worker.daemon": False,   # a job starts processes (nbgrader)
+                                  "distributed.scheduler.work-stealing": True}):
+                if self.processes:
+                    self._cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
+                                                 dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
+                else:
+                    self._cluster = LocalCluster(n_workers=1, threads_per_worker=self.workers, processes=False,
+                                                 dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
+                self._client = Client(self._cluster)
+
+    @property
+    def client(self):
+        self.start()
+        return self._client
+
+    def close(self) -> None:
+        with self._lock:
+            for thing in (self._client, self._cluster):
+                if thing is not None:
+                    try:
+                        thing.close()
+                    except Exception:  # noqa: BLE001 (a scheduler already gone)
+                        pass
+            self._client = self._cluster = None
+
+    def _spec(self, run, job: Job, plugin: str | None, chapters: list[str]) -> dict:
+        spec = {"root": str(run.root), "scratch": str(run.scratch), "chapter": job.chapter, "student": job.student,
+                "key": job_key(job), "sandbox": run.sandbox, "warm": run.warm, "timeout": run.timeout,
+                "cell_timeout": run.cell_timeout, "flags": [f.to_json() for f in job.flags], "plugin": plugin,
+                "chapters": chapters}
+        if not self.remote:   # this machine: the run's own factory and socket folder
+            spec.update(base=str(run.base), zygote=run.zygote_socket, workers=run.workers)
+        return spec
+
+    def autograde(self, run, jobs: list[Job]):
+        """Grade ``jobs`` on the cluster; yield each as it is done, its seals
+        checked and its key in the ledger. Jobs the ledger holds are not sent."""
+        from nbgrader.api import Gradebook
+
+        from . import grade as pipeline
+        from .flags import Flag
+        from .reuse import TRANSIENT
+        ledger = Ledger(protocol.gradebook_url(run.root))
+        gb = None
+        try:
+            for job in jobs:
+                if job.key is None:   # no reuse step ran: a key of this run only
+                    job.key = os.urandom(16).hex()
+            keys = {job_key(j): j for j in jobs}
+            if run.regrade:
+                ledger.forget(list(keys))
+            done = ledger.finished(list(keys))
+            todo = []
+            for k, job in keys.items():
+                if k in done and run.graded_path(job).exists():   # finished before: kept as it was
+                    rec = done[k]
+                    job.ok, job.failure, job.seconds, job.sealed = True, None, rec.get("seconds", 0.0), True
+                    for f in rec.get("flags", []):
+                        flag = Flag.from_json(f)
+                        job.flag(flag.kind, flag.detail)
+                    yield job
+                else:
+                    todo.append(job)
+            if not todo:
+                return
+            plugin = None
+            chapters = sorted({j.chapter for j in run.everyone})
+            if self.remote:
+                worker = CourseWorker(str(run.root), run.sandbox, _all_chapters(run.root) or chapters)
+                plugin = worker.name
+                if plugin not in self._registered:
+                    self.client.register_plugin(_as_plugin(worker), name=plugin)
+                    self._registered.add(plugin)
+            from distributed import as_completed
+            futures = {}
+            for job in todo:
+                fut = self.client.submit(grade_notebook, self._spec(run, job, plugin, chapters),
+                                         key=f"grade-{job_key(job)}", pure=False)
+                futures[fut] = job
+            try:
+                for fut in as_completed(list(futures)):
+                    job = futures.pop(fut)
+                    try:
+                        result = fut.result()
+                    except Exception as exc:  # noqa: BLE001 (a job that killed its workers: scored as empty)
+                        if _cluster_gone(exc):
+                            raise
+                        result = {"ok": False, "failure": "autograde_failed", "seconds": 0.0, "flags": [],
+                                  "error": f"{type(exc).__name__}: {exc}"}
+                        run.log(job).write_text(f"the grading job failed on the cluster: {result['error']}\n")
+                    job.ok, job.failure, job.seconds = result["ok"], result["failure"], result["seconds"]
+                    for f in result["flags"]:
+                        flag = Flag.from_json(f)
+                        job.flag(flag.kind, flag.detail)
+                    if job.ok and not job.failure and run.graded_path(job).exists():
+                        if gb is None:
+                            gb = Gradebook(protocol.gradebook_url(run.root), protocol.COURSE_ID)
+                        pipeline.seal_check_one(run, job, gb)
+                        if not any(f.kind in TRANSIENT for f in job.flags):
+                            ledger.record(job_key(job), job, {"seconds": job.seconds, "worker": result.get("worker"),
+                                                              "flags": [f.to_json() for f in job.flags]})
+                    yield job
+            except Exception as exc:
+                if _cluster_gone(exc):
+                    raise SystemExit(f"grade: the Dask cluster went away ({type(exc).__name__}: {exc}); "
+                                     f"{len(jobs) - len(futures)} of {len(jobs)} notebooks are done and kept. "
+                                     "Run the same command again to grade the rest.") from exc
+                raise
+            finally:
+                for fut in futures:
+                    fut.cancel()
+        finally:
+            if gb is not None:
+                gb.close()
+            ledger.close()
+
+
+def _cluster_gone(exc: BaseException) -> bool:
+    names = {type(e).__name__ for e in (exc, exc.__cause__, exc.__context__) if e is not None}
+    return bool(names & {"CommClosedError", "CancelledError", "FutureCancelledError", "TimeoutError",
+                         "OSError", "ConnectionRefusedError", "StreamClosedError"})
+
+
+def _all_chapters(root: Path) -> list[str]:
+    rel = Path(root) / "release"
+    return sorted(p.name for p in rel.iterdir() if p.is_dir()) if rel.is_dir() else []
+
+
+def from_environment(workers: int) -> Engine | None:
+    """The engine the environment asks for (see the module's doc); None: the thread pool."""
+    address = os.environ.get(SCHEDULER_ENV, "").strip()
+    if address:
+        return Engine(address=address)
+    mode = os.environ.get(ENGINE_ENV, "dask").strip() or "dask"
+    if mode not in MODES:
+        raise SystemExit(f"grade: {ENGINE_ENV}={mode!r}: expected one of {', '.join(MODES)}")
+    if mode == "threads":
+        return None
+    return Engine(workers=workers, processes=mode == "processes")
