@@ -150,7 +150,7 @@ def _diagnose(got, expected, bugs, args, kwargs) -> Bug | None:
             return bug
     for (b1, d1), (b2, d2) in itertools.combinations(deltas, 2):
         if got - expected == d1 + d2:
-            return Bug(f"{b1.key}+{b2.key}", f"两处错误：①{b1.zh} ②{b2.zh}", f"two mistakes: (1) {b1.en} (2) {b2.en}")
+            return Bug(f"{b1.key}-and-{b2.key}", f"两处错误：①{b1.zh} ②{b2.zh}", f"two mistakes: (1) {b1.en} (2) {b2.en}")
     return None
 
 

@@ -41,6 +41,10 @@ class Bug:
     en: str
     impl: Callable[..., Any] | None = field(default=None, compare=False)
 
+    def __post_init__(self):
+        if not protocol.TOKEN_RE.fullmatch(protocol.bug_token(self.key)):   # the grader could not read it back
+            raise ValueError(f"a bug's key is letters, digits, '_' and '-': {self.key!r}")
+
     def describe(self) -> str:
         """The explanation, led by the bug's token (the class report counts those)."""
         return f"{protocol.bug_token(self.key)} " + t(self.zh, self.en)
