@@ -10,7 +10,7 @@ INTERNAL = re.compile(r"\[bug:|\[verdict:|GradingFailure|CheckFailed|NotDoneYet|
                       r"NotImplementedError(?!\(\))")   # "raise NotImplementedError()" is the stub's own code
 # four or more English words in a row (a sentence), outside code and maths
 # an error's own message, or a line of the student's code, quoted after the course's words
-QUOTED_ERROR = re.compile(r"\b[A-Z]\w*(?:Error|Exception|Warning)(?:: |\()[^\n]*|(?:出错的一行：|failing line: )[^\n]*"
+QUOTED_ERROR = re.compile(r"\b[A-Z]\w*(?:Error|Exception|Warning)(?:: |：|\()[^\n]*|(?:出错的一行：|failing line: )[^\n]*"
                           r"|'[^'\n]*'|“[\x20-\x7e]*”")   # a string value; a work's title in quotes
 VALUES = {"nan", "inf", "true", "false", "none", "tensor", "dtype", "float", "int"}   # printed values, not words
 ENGLISH = re.compile(r"\b[A-Za-z][a-z']+(?:[ ,]+[A-Za-z][a-z']+){3,}")
