@@ -133,7 +133,8 @@ def test_figures_and_static_explorer_draw(lang):
             inside.patterns_figure(a, [("a", (0, 1)), ("b", (1, 2))], "abcdefghabcdefg"),
             inside.ablation_figure(torch.randn(2, 4), 1.0),
             inside.head_explorer_figure(model, "abcabc", ns["prev_token_score"], ns["induction_score"])]
-    assert len(figs[-1].axes) == 8
+    panels = [ax for ax in figs[-1].axes if ax.get_label() != "<colorbar>"]
+    assert len(panels) == 8 and len(figs[-1].axes) == 9      # one panel per head, and the colour bar
     for fig in figs:
         plt.close(fig)
 

@@ -133,7 +133,8 @@ def test_figures_draw(sol, lang):
     model = ed.Seq2Seq(sol["EncoderLayer"], sol["DecoderLayer"], d=16, h=2, d_ff=32, n_enc=1, n_dec=1).eval()
     assert len(ed.mask_patterns_figure().axes) == 3
     assert len(ed.heatmap_figure(model, sol["greedy_decode"], sol["padding_mask"], 1024).axes) == 2   # + colour bar
-    assert len(ed.examples_figure(model, sol["greedy_decode"], sol["padding_mask"], (7, 1024)).axes) == 2
+    examples = ed.examples_figure(model, sol["greedy_decode"], sol["padding_mask"], (7, 1024)).axes
+    assert len([ax for ax in examples if ax.get_label() != "<colorbar>"]) == 2 and len(examples) == 3   # + colour bar
     assert len(ed.loss_figure([3.0, 2.0, 1.0]).axes) == 1
     plt.close("all")
     set_language("zh")
