@@ -12,7 +12,7 @@ endif
 override LANG := C.UTF-8
 export LANG
 
-.PHONY: help env lab instructor-lab test source release dist grade collect return bench bench-train
+.PHONY: help env lab instructor-lab test source release dist grade serve collect return bench bench-train
 
 help:
 	@$(PY) course.py help
@@ -41,6 +41,10 @@ dist:     ## the student packs, one zip per language, in dist/
 # make grade [CHAPTER=ch01_attention] [STUDENT=alice] [REGRADE=1]
 grade:    ## autograde submitted/, feedback, grades.csv, class report
 	$(PY) course.py grade $(if $(CHAPTER),--chapter $(CHAPTER)) $(if $(STUDENT),--student $(STUDENT)) $(if $(REGRADE),--regrade)
+
+# make serve [ROOT=~instructor/transformer] [EXCHANGE=/srv/nbgrader/exchange]
+serve:    ## the grading service: each submission graded as it lands in the exchange, its feedback released
+	$(PY) course.py serve $(if $(ROOT),--root $(ROOT)) $(if $(EXCHANGE),--exchange $(EXCHANGE))
 
 # make collect FROM="canvas.zip" [WORKSHEET="Grades.csv"] [LMS=canvas|moodle|plain] [TIMEZONE=Asia/Shanghai]
 #              [CANVAS_URL=https://... CANVAS_COURSE=42]   (the token in the CANVAS_TOKEN environment variable)

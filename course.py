@@ -56,7 +56,7 @@ def ensure_env() -> None:
 
 # program -> (Debian package, the commands that use it, what happens without it)
 SYSTEM_PACKAGES = {
-    "bwrap": ("bubblewrap", ("test", "grade", "bench"),
+    "bwrap": ("bubblewrap", ("test", "grade", "serve", "bench"),
               "grading refuses to run unsandboxed without it and the tests that need it are skipped"),
     "chromium": ("chromium", ("test",), "the browser tests (tests/test_browser.py) are skipped"),
     "chromedriver": ("chromium-driver", ("test",), "the browser tests (tests/test_browser.py) are skipped"),
@@ -124,6 +124,8 @@ COMMANDS = {
     "release": ("[CHAPTER...]", "regenerate release/ from source/", ("source", "coursekit")),
     "grade": ("[--chapter C] [--student S] [--unsandboxed]",
               "grade submitted/: autograde, feedback, grades.csv, report", ("coursekit",)),
+    "serve": ("[--root DIR] [--exchange DIR]",
+              "grade each submission as it lands in nbgrader's exchange; release its feedback", ("coursekit",)),
     "collect": ("FROM... [--worksheet CSV] [--canvas-url URL --canvas-course ID]",
                 "file what an LMS gave you (Canvas, Moodle, a folder or zip) into submitted/", ("coursekit",)),
     "return": ("[--chapter C] [--canvas-url URL --canvas-course ID] [--send]",
@@ -250,7 +252,7 @@ def main(argv: list[str]) -> int:
         return cmd_lab(rest)
     if cmd == "instructor-lab":
         return cmd_instructor_lab(rest)
-    if cmd in ("test", "grade"):
+    if cmd in ("test", "grade", "serve"):
         ensure_system_packages(cmd)
     if cmd == "test":
         return cmd_test(rest)

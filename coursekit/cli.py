@@ -41,6 +41,13 @@ def cmd_grade(args) -> int:
     return 0 if all(j.ok for j in jobs) else 1
 
 
+def cmd_serve(args) -> int:
+    from . import service
+    return service.serve(Path(args.root or build.ROOT), Path(args.exchange) if args.exchange else None,
+                         sandbox=not args.unsandboxed, poll=args.poll, class_files_every=args.class_files_every,
+                         workers=args.jobs)
+
+
 def _assignments(pairs) -> dict[str, int]:
     """--assignment ch01_attention=123 (repeated) -> {chapter: Canvas assignment id}."""
     out = {}
@@ -139,6 +146,18 @@ def main(argv=None) -> int:
     g.add_argument("--check", action="store_true",
                    help="only the preflight: start one graded kernel per chapter, write nothing")
     g.set_defaults(fn=cmd_grade)
+    v = sub.add_parser("serve", help="the grading service: grade each submission as it lands in nbgrader's "
+                                     "exchange and release its feedback to its student")
+    v.add_argument("--root", help="the course folder (default: this one), e.g. an instructor's on JupyterHub")
+    v.add_argument("--exchange", help="nbgrader's exchange folder (default: Exchange.root of nbgrader's "
+                                      "configuration, e.g. /srv/nbgrader/exchange)")
+    v.add_argument("--jobs", type=int, help="notebooks graded at once (default: number of cores)")
+    v.add_argument("--poll", type=float, default=0.5, help="seconds between looks at the exchange")
+    v.add_argument("--class-files-every", type=float, default=60.0,
+                   help="write grades.csv and the class report when idle, at most this often (seconds)")
+    v.add_argument("--unsandboxed", action="store_true",
+                   help="grade without bubblewrap (submissions then run with the service's rights)")
+    v.set_defaults(fn=cmd_serve)
     c = sub.add_parser("collect", help="file what an LMS gave you (Canvas, Moodle, a folder or zip) into submitted/")
     c.add_argument("sources", nargs="+", metavar="FROM", help="archives or folders, oldest first")
     c.add_argument("--lms", default="auto", choices=("auto", "canvas", "moodle", "plain"),

@@ -58,7 +58,7 @@ def _student_release(lang: str, work: Path) -> Path:
 # what only the course's own tests and deployment checks need; a student's environment goes without
 # (and the instructor-only reports: answer similarity, Canvas upload)
 DEV_ONLY = {"pytest", "pytest-xdist", "playwright", "jupyterhub", "psycopg", "psycopg-binary", "psycopg2-binary",
-            "ruff", "copydetect", "canvasapi", "axe-playwright-python"}
+            "ruff", "copydetect", "canvasapi", "axe-playwright-python", "dask", "distributed"}
 
 
 def student_requirements() -> str:
