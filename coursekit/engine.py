@@ -278,24 +278,39 @@ class Engine:
             return f"Dask local cluster of {self.workers} worker processes"
         return f"Dask local cluster ({self.workers} threads in this process)"
 
-    def start(self) -> None:
+    def start(self, run=None) -> None:
+        """Connect (or start the local cluster); with ``run``, a remote cluster's
+        workers start their kernel factories now, while the run's first steps go on."""
         with self._lock:
-            if self._client is not None:
-                return
-            import dask
-            from distributed import Client, LocalCluster
-            if self.remote:
-                self._client = Client(self.address, timeout=60)
-                return
-            with dask.config.set({"distributed.worker.daemon": False,   # a job starts processes (nbgrader)
-                                  "distributed.scheduler.work-stealing": True}):
-                if self.processes:
-                    self._cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
-                                                 dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
-                else:
-                    self._cluster = LocalCluster(n_workers=1, threads_per_worker=self.workers, processes=False,
-                                                 dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
-                self._client = Client(self._cluster)
+            if self._client is None:
+                self._connect()
+        if run is not None and self.remote:
+            self._plugin(run)
+
+    def _plugin(self, run) -> str:
+        """The name of the worker plugin for ``run``'s course folder, registered once."""
+        worker = CourseWorker(str(run.root), run.sandbox, _all_chapters(run.root) or run.chapters)
+        with self._lock:
+            if worker.name not in self._registered:
+                self._client.register_plugin(_as_plugin(worker), name=worker.name)
+                self._registered.add(worker.name)
+        return worker.name
+
+    def _connect(self) -> None:
+        import dask
+        from distributed import Client, LocalCluster
+        if self.remote:
+            self._client = Client(self.address, timeout=60)
+            return
+        # Dask always serves a status page: on a free loopback port here
+        with dask.config.set({"distributed.worker.daemon": False}):   # a job starts processes (nbgrader)
+            if self.processes:
+                self._cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
+                                             dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
+            else:
+                self._cluster = LocalCluster(n_workers=1, threads_per_worker=self.workers, processes=False,
+                                             dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
+            self._client = Client(self._cluster)
 
     @property
     def client(self):
@@ -352,14 +367,9 @@ class Engine:
                     todo.append(job)
             if not todo:
                 return
-            plugin = None
             chapters = sorted({j.chapter for j in run.everyone})
-            if self.remote:
-                worker = CourseWorker(str(run.root), run.sandbox, _all_chapters(run.root) or chapters)
-                plugin = worker.name
-                if plugin not in self._registered:
-                    self.client.register_plugin(_as_plugin(worker), name=plugin)
-                    self._registered.add(plugin)
+            self.start()
+            plugin = self._plugin(run) if self.remote else None
             from distributed import as_completed
             futures = {}
             for job in todo:

@@ -637,7 +637,7 @@ def _prepare(run: Run) -> None:
     run.base = kernels.short_base()
     threading.Thread(target=runner.warm_up, daemon=True).start()
     if run.engine is not None:   # the engine's cluster starts while the kernel factory does
-        threading.Thread(target=run.engine.start, daemon=True).start()
+        threading.Thread(target=run.engine.start, args=(run,), daemon=True).start()
 
 
 def _clean_up(run: Run) -> None:

@@ -170,8 +170,9 @@ class Service:
         self.warm = Warm.start(self.root, self.sandbox, chapters)
         if self._own_engine:
             self.engine = engine_mod.from_environment(self.workers)
-        if self.engine is not None:
-            self.engine.start()
+        if self.engine is not None:   # a cluster's workers start their kernel factories now
+            from types import SimpleNamespace
+            self.engine.start(SimpleNamespace(root=self.root, sandbox=self.sandbox, chapters=chapters))
         self.say(f"serve: watching {self.inbound} for {self.root} "
                  f"(sandbox {'on' if self.sandbox else 'OFF'}, "
                  f"{self.engine.describe() if self.engine is not None else 'a thread pool'})")

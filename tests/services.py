@@ -167,3 +167,52 @@ def remove_user(name: str) -> None:
         if r.returncode in (0, 6):   # 6: no such user
             return
         time.sleep(0.5)
+
+
+# ------------------------------------------------------------------ a Dask cluster
+
+@contextlib.contextmanager
+def dask_cluster(workers: int = 2, threads: int = 1, timeout: float = 90, base: Path | None = None):
+    """A Dask scheduler and ``workers`` workers, each its own process (``dask
+    scheduler``, ``dask worker --no-nanny``, from the course's environment), on
+    127.0.0.1 at free ports. Yields ``(address, {name: Popen})``; everything is
+    stopped at the end. Workers run with DASK_DISTRIBUTED__WORKER__DAEMON=False,
+    as docs/deploy.md says (a grading job starts processes of its own)."""
+    import sys
+    bindir = Path(sys.executable).parent
+    port = free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    logs = Path(base or shared_tmpdir("course-dask-"))
+    env = dict(os.environ, DASK_DISTRIBUTED__WORKER__DAEMON="False",
+               PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+    procs: dict[str, subprocess.Popen] = {}
+
+    def start(name: str, args: list[str]) -> None:
+        out = open(logs / f"{name}.log", "w")
+        procs[name] = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        out.close()
+    try:
+        start("scheduler", [str(bindir / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                            "--dashboard-address", "127.0.0.1:0", "--no-show"])
+        for i in range(workers):
+            start(f"worker{i + 1}", [str(bindir / "dask"), "worker", address, "--name", f"worker{i + 1}",
+                                     "--nthreads", str(threads), "--no-nanny", "--host", "127.0.0.1",
+                                     "--dashboard-address", "127.0.0.1:0"])
+        from distributed import Client
+        with Client(address, timeout=timeout) as client:
+            client.wait_for_workers(workers, timeout=timeout)
+        yield address, procs
+    finally:
+        for proc in reversed(list(procs.values())):
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, 15)
+        for proc in procs.values():
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, 9)
+                proc.wait()
+        if base is None:
+            shutil.rmtree(logs, ignore_errors=True)
