@@ -219,11 +219,15 @@ def new_chapters(run: Run) -> list[str]:
 
 # ------------------------------------------------------------------ the steps
 
+def rules(run: Run) -> dict:
+    """The run's rules that a grade depends on (part of every notebook's reuse key)."""
+    return {"sandbox": run.sandbox, "timeout": run.timeout, "cell_timeout": run.cell_timeout}
+
+
 def step_reuse(run: Run) -> None:
     """Sort the jobs into those to grade, those whose feedback alone is made
     again (only their manual grades changed) and those kept as they are."""
-    rules = {"sandbox": run.sandbox, "timeout": run.timeout, "cell_timeout": run.cell_timeout}
-    keys = run.keys = reuse.Keys.of(run.root, run.jobs, rules)
+    keys = run.keys = reuse.Keys.of(run.root, run.jobs, rules(run))
     if run.regrade or not reuse.may_reuse(run.root, run.state, run.jobs):
         for job in run.jobs:
             job.key = keys.key(run.root, job)

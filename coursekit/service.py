@@ -81,6 +81,19 @@ def parse(path: Path) -> Submission | None:
     return Submission(path.name, parts[0], parts[1], stamp, path)
 
 
+def complete(folder: Path, quiet_s: float = 10.0) -> bool:
+    """Whether nbgrader's submit has finished writing ``folder``: it copies the
+    notebooks first and writes submission_secret.txt last; a folder from an
+    nbgrader without that file counts once nothing in it changed for ``quiet_s``."""
+    try:
+        if (folder / "submission_secret.txt").stat().st_size > 0:
+            return True
+        latest = max([folder.stat().st_mtime, *(p.stat().st_mtime for p in folder.iterdir())])
+    except (OSError, ValueError):
+        return False
+    return time.time() - latest > quiet_s and not (folder / "submission_secret.txt").exists()
+
+
 def exchange_root(root: Path) -> Path:
     """nbgrader's ``Exchange.root`` as the course folder's nbgrader sees it (its
     nbgrader_config.py and the Jupyter configuration path)."""
@@ -156,7 +169,7 @@ class Service:
             if entry.name in done:
                 continue
             sub = parse(Path(entry.path))
-            if sub and (self.root / "source" / sub.chapter / f"{sub.chapter}.ipynb").exists():
+            if sub and (self.root / "source" / sub.chapter / f"{sub.chapter}.ipynb").exists() and complete(sub.path):
                 subs.append(sub)
         return sorted(subs, key=lambda s: s.timestamp)
 
@@ -173,9 +186,28 @@ class Service:
         if self.engine is not None:   # a cluster's workers start their kernel factories now
             from types import SimpleNamespace
             self.engine.start(SimpleNamespace(root=self.root, sandbox=self.sandbox, chapters=chapters))
+        released = [ch for ch in chapters if (self.exchange / self.course_id / "outbound" / ch).is_dir()]
+        if released:   # what students can submit: its one-off steps now, not on the first submission
+            self.prepare(released)
         self.say(f"serve: watching {self.inbound} for {self.root} "
                  f"(sandbox {'on' if self.sandbox else 'OFF'}, "
                  f"{self.engine.describe() if self.engine is not None else 'a thread pool'})")
+
+    def prepare(self, chapters: list[str]) -> None:
+        """Each chapter's one-off steps (the preflight, its record in the gradebook), once."""
+        from . import grade as pipeline
+        from . import reuse
+        run = pipeline.Run(self.root, [Job(ch, "_service") for ch in chapters], sandbox=self.sandbox, warm=True,
+                           workers=self.workers, say=self.say)
+        run.shared = self.warm
+        run.keys = reuse.Keys.of(self.root, run.jobs, pipeline.rules(run))
+        pipeline._prepare(run)
+        try:
+            with runner.one_at_a_time(self.state):
+                for step in (pipeline.step_kernels, pipeline.step_preflight, pipeline.step_gradebook):
+                    step(run)
+        finally:
+            pipeline._clean_up(run)
 
     def close(self) -> None:
         if self._class_files_due:
@@ -300,41 +332,25 @@ class Service:
         return digest_paths([a]) == digest_paths([b])
 
     def release(self, job: Job) -> bool:
-        """nbgrader's release_feedback for this student and chapter alone."""
+        """nbgrader's release_feedback for this student and chapter alone, as the
+        owner of the course in the exchange (the instructor: nbgrader releases only
+        into a feedback folder its user owns, and the instructor releases there too)."""
         page = self.root / "feedback" / job.student / job.chapter / f"{job.chapter}.html"
         if not page.exists():
             return False
         log = self.state / "logs" / f"release_feedback__{job.chapter}__{job.student}.log"
-        rc = runner.run_nbgrader(["release_feedback", job.chapter, f"--student={job.student}", "--log-level=WARN",
-                                  f"--Exchange.root={self.exchange}",
-                                  f"--CourseDirectory.course_id={self.course_id}"],
-                                 self.root, env_with_bin(), log, timeout=120)
+        args = ["release_feedback", job.chapter, f"--student={job.student}", "--log-level=WARN",
+                f"--Exchange.root={self.exchange}", f"--CourseDirectory.course_id={self.course_id}"]
+        st = os.stat(self.exchange / self.course_id) if (self.exchange / self.course_id).exists() else None
+        as_owner = st is not None and os.geteuid() == 0 and st.st_uid != 0
+        payload = {"args": args, "uid": st.st_uid if as_owner else None, "gid": st.st_gid if as_owner else None}
+        rc = runner.run_forked("coursekit.service:release_command", payload, self.root, env_with_bin(), log,
+                               timeout=120)
         if rc != 0:
-            self.say(f"serve: release_feedback failed for {job.student}/{job.chapter} (see {log})")
+            tail = "\n".join(log.read_text(errors="replace").strip().splitlines()[-5:]) if log.exists() else ""
+            self.say(f"serve: release_feedback failed for {job.student}/{job.chapter} (see {log}):\n{tail}")
             return False
-        self._give_to_instructor(job)
         return True
-
-    def _give_to_instructor(self, job: Job) -> None:
-        """The exchange's feedback folder and the page released into it belong to
-        whoever owns the course in the exchange (the instructor, who may release
-        feedback later), not to the service's user."""
-        if os.geteuid() != 0:
-            return
-        course = self.exchange / self.course_id
-        outbound = course / "feedback"
-        st = os.stat(course)
-        from nbgrader.utils import notebook_hash
-        secret = self.root / "feedback" / job.student / job.chapter / "submission_secret.txt"
-        paths = [outbound]
-        if secret.exists():
-            paths.append(outbound / f"{notebook_hash(secret=secret.read_text(), notebook_id=job.chapter)}.html")
-        for path in paths:
-            try:
-                if os.stat(path).st_uid != st.st_uid:
-                    os.chown(path, st.st_uid, st.st_gid)
-            except OSError:
-                pass
 
     def write_class_files(self) -> None:
         """grades.csv, the LMS files and the class report, for the whole class."""
@@ -353,6 +369,22 @@ class Service:
             return
         self._class_files_due = False
         self._class_files_at = time.monotonic()
+
+
+def release_command(payload: dict) -> None:
+    """``nbgrader release_feedback`` in a forked process, as ``payload["uid"]`` when given."""
+    if payload.get("uid") is not None:
+        import pwd
+        uid, gid = payload["uid"], payload["gid"]
+        try:
+            home = pwd.getpwuid(uid).pw_dir
+        except KeyError:
+            home = "/"
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+        os.environ["HOME"] = home
+    runner.nbgrader_command(payload["args"])
 
 
 def serve(root: Path, exchange: Path | None = None, sandbox: bool = True, poll: float = 0.5,

@@ -15,7 +15,15 @@ servers, and then plays the course:
 - the instructor collects (``nbgrader collect``), grades with the course's
   pipeline (sandbox on; as root, which the sandbox's per-notebook uid needs)
   and returns feedback (``nbgrader release_feedback``);
-- each student fetches their feedback through their server.
+- each student fetches their feedback through their server;
+- then the grading service runs (``course.py serve``, as root): a student
+  submits a wrong softmax and, with no instructor command, finds feedback
+  naming the bug in their Assignments tab within 30 s; a corrected
+  resubmission gets full marks the same way.
+
+The students' servers start with the course's student configuration
+(deploy/student_config.py): no formgrader, the course's own Validate, the
+course's language; the instructor's server keeps nbgrader's tools.
 
 Settings used here are what docs/deploy.md describes. Everything listens on
 loopback, each wait is bounded, and the hub, the servers, the accounts and
@@ -80,7 +88,17 @@ c.Spawner.cmd = [{singleuser!r}]
 c.Spawner.ip = "127.0.0.1"
 c.Spawner.notebook_dir = "~"
 c.Spawner.default_url = "/lab"
-c.Spawner.environment = {{"JUPYTER_CONFIG_PATH": {config_path!r}}}   # where nbgrader_config.py (the exchange) is
+# where nbgrader_config.py (the exchange) is; students' servers read the course's student
+# configuration first (deploy/student_config.py: student-only tools, the course's Validate and language)
+STUDENTS = {students!r}
+
+
+def jupyter_config_path(spawner):
+    student = [{student_config!r}] if spawner.user.name in STUDENTS else []
+    return ":".join(student + [{config_path!r}])
+
+
+c.Spawner.environment = {{"JUPYTER_CONFIG_PATH": jupyter_config_path}}
 c.Spawner.start_timeout = 90
 c.Spawner.http_timeout = 90
 
@@ -113,14 +131,15 @@ class Hub:
         self.tokens: dict[str, str] = {}
         self.proc = None
 
-    def start(self, chp: str, config_path: Path, timeout: float = 90) -> None:
+    def start(self, chp: str, config_path: Path, student_config: Path, timeout: float = 90) -> None:
         hub_dir = self.base / "hub"
         hub_dir.mkdir()
         cfg = HUB_CONFIG.format(
             port=self.port, hub_port=free_port(), proxy_api_port=free_port(), chp=chp,
             proxy_token=secrets.token_hex(24), hub_dir=hub_dir, password=self.password,
             users=set(self.users.values()), singleuser=str(BIN / "jupyterhub-singleuser"),
-            config_path=str(config_path), admin_token=self.admin_token)
+            config_path=str(config_path), admin_token=self.admin_token,
+            students={n for role, n in self.users.items() if role != "instructor"}, student_config=str(student_config))
         (hub_dir / "jupyterhub_config.py").write_text(cfg)
         env = dict(os.environ)
         env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
@@ -204,6 +223,19 @@ class Hub:
         self.log.close()
 
 
+def load_deploy_script():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("course_student_config", ROOT / "deploy" / "student_config.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def release_language(folder: Path) -> str:
+    from coursekit.workspace import release_language as lang
+    return lang(folder)
+
+
 def as_user(name: str, args: list[str], cwd: Path, config_path: Path, timeout: float = 180,
             check: bool = True) -> subprocess.CompletedProcess:
     """Run a command as the local user ``name``, with the course environment."""
@@ -256,11 +288,14 @@ def course_on_hub():
             shutil.copytree(ROOT / d / CH, course / d / CH)
         subprocess.run(["chown", "-R", f"{ins.pw_uid}:{ins.pw_gid}", str(course)], check=True)
 
+        # the students' Jupyter configuration, as deploy/student_config.py writes it for a hub
+        student_config = load_deploy_script().write(base / "student-jupyter", release_language(ROOT / "release" / CH),
+                                                    str(exchange), ROOT)
         hub = Hub(base, users)
-        hub.start(chp, etc)
+        hub.start(chp, etc, student_config)
         hub.start_servers()
         yield {"hub": hub, "users": users, "accounts": accounts, "base": base, "exchange": exchange,
-               "etc": etc, "course": course}
+               "etc": etc, "course": course, "student_config": student_config}
     finally:
         if hub is not None:
             hub.stop()
@@ -420,3 +455,143 @@ def test_students_cannot_read_each_other_or_the_instructors_files(loop, course_o
         assert can_read(me, ex / COURSE / "outbound" / CH / f"{CH}.ipynb", etc)   # the release is public
     # the instructor can read what was submitted (collect worked), a student only their own
     assert can_read(users["instructor"], good_sub / f"{CH}.ipynb", etc)
+
+
+# ------------------------------------------------------------------ the students' servers
+
+def lab_page_config(hub: Hub, name: str) -> dict:
+    """The page configuration JupyterLab gives ``name``'s browser (its plugins and extensions)."""
+    import json
+    import re
+    r = hub.server(name, "GET", "lab")
+    assert r.status_code == 200, r.text[:500]
+    m = re.search(r'<script id="jupyter-config-data" type="application/json">(.*?)</script>', r.text, re.S)
+    assert m, r.text[:500]
+    return json.loads(m.group(1))
+
+
+def locale(hub: Hub, name: str) -> str:
+    """JupyterLab's language for ``name``: the user's own setting, else the default (where a
+    deployment's default_setting_overrides.json puts the course's)."""
+    r = hub.server(name, "GET", "lab/api/settings/@jupyterlab/translation-extension:plugin")
+    assert r.status_code == 200, r.text[:500]
+    body = r.json()
+    return (body.get("settings") or {}).get("locale") or body["schema"]["properties"]["locale"].get("default", "")
+
+
+def test_students_servers_have_the_course_tools_and_not_the_instructors(loop, course_on_hub):
+    import json
+    hub, users = course_on_hub["hub"], course_on_hub["users"]
+    validate = json.loads((ROOT / "helpers" / "lab" / "labextension" / "transformer-course-validate" /
+                           "package.json").read_text())["name"]
+    lang = release_language(ROOT / "release" / CH)
+    for role in ("good", "buggy"):
+        name = users[role]
+        cfg = lab_page_config(hub, name)
+        off = set(cfg.get("disabledExtensions", []))
+        assert {"@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
+                "@jupyter/nbgrader:course-list", "@jupyter/nbgrader:validate-assignment"} <= off, off
+        assert "@jupyter/nbgrader:assignment-list" not in off
+        assert validate in {e["name"] for e in cfg.get("federated_extensions", [])}
+        assert hub.server(name, "GET", "formgrader", allow_redirects=False).status_code == 404
+        assert locale(hub, name) == ("zh_CN" if lang == "zh" else "en")
+    # the course's Validate, in the student's own server, on the student's own notebook
+    r = hub.server(users["good"], "POST", "course/validate", json={"path": f"{CH}/{CH}.ipynb"}, timeout=240)
+    assert r.status_code == 200, r.text[:1000]
+    result = r.json()
+    assert result["lang"] == lang and result["status"] == "passed", result
+    # the instructor's server keeps nbgrader's tools and the default language
+    ins = users["instructor"]
+    assert "@jupyter/nbgrader:formgrader" not in set(lab_page_config(hub, ins).get("disabledExtensions", []))
+    assert hub.server(ins, "GET", "formgrader", allow_redirects=False).status_code != 404
+    assert locale(hub, ins) != "zh_CN"
+
+
+# ------------------------------------------------------------------ the grading service
+
+SERVICE_BUG = "sm_global_max"   # another wrong softmax than the loop's: the feedback must name this one
+FEEDBACK_LIMIT_S = 30
+
+
+def feedback_stamps(hub: Hub, name: str) -> list[str]:
+    r = hub.server(name, "POST", "assignments/fetch_feedback", json={"course_id": COURSE, "assignment_id": CH})
+    assert r.status_code == 200, r.text
+    listing = hub.server(name, "GET", f"api/contents/{CH}/feedback").json()
+    return sorted(e["path"] for e in listing.get("content", []) if e["type"] == "directory")
+
+
+@pytest.fixture(scope="module")
+def served(loop, course_on_hub):
+    """The grading service runs (as root, the sandbox needs it); the buggy
+    student submits a wrong softmax, then a corrected notebook, each time
+    asking for feedback every second, as the Assignments tab's button does."""
+    import catalogue.ch01_attention as cat
+    c = course_on_hub
+    hub, users, course = c["hub"], c["users"], c["course"]
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", JUPYTER_CONFIG_PATH=str(c["etc"]))
+    env.pop("COURSE_DB_URL", None)
+    log_path = c["base"] / "serve.log"
+    log = open(log_path, "w")
+    proc = subprocess.Popen([sys.executable, "-m", "coursekit.cli", "serve", "--root", str(course)], cwd=course,
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    record = course / ".grading" / "service" / "handled.jsonl"
+    out = {}
+    try:
+        deadline = time.monotonic() + 240   # it starts, then takes up what was submitted before it ran
+        while time.monotonic() < deadline and proc.poll() is None:
+            if record.exists() and len(record.read_text().splitlines()) >= 2:
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None and record.exists(), log_path.read_text()[-4000:]
+        name = users["buggy"]
+        released = nbformat.read(ROOT / "release" / CH / f"{CH}.ipynb", as_version=4)
+        source = nbformat.read(ROOT / "source" / CH / f"{CH}.ipynb", as_version=4)
+        bug = next(b for b in cat.BUGS if b.name == SERVICE_BUG)
+        for label, answers in (("wrong", bug.replace), ("fixed", None)):
+            before = set(feedback_stamps(hub, name))
+            path = f"api/contents/{CH}/{CH}.ipynb"
+            r = hub.server(name, "PUT", path, json={"type": "notebook", "format": "json",
+                                                    "content": make_submission(released, source, answers)})
+            assert r.status_code in (200, 201), r.text
+            r = hub.server(name, "POST", "assignments/submit", json={"course_id": COURSE, "assignment_id": CH})
+            assert r.status_code == 200, r.text
+            t0 = time.monotonic()
+            page = None
+            while time.monotonic() - t0 < 2 * FEEDBACK_LIMIT_S and page is None:
+                new = sorted(set(feedback_stamps(hub, name)) - before)
+                if new:
+                    r = hub.server(name, "GET", f"api/contents/{new[-1]}/{CH}.html",
+                                   params={"format": "text", "type": "file"})
+                    assert r.status_code == 200, r.text
+                    page = r.json()["content"]
+                else:
+                    time.sleep(1)
+            out[label] = {"seconds": time.monotonic() - t0, "page": page, "scores": scores(course, name)}
+        out["bug"] = bug
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+    out["log"] = log_path.read_text()
+    return out
+
+
+def test_the_service_hands_back_feedback_naming_the_bug_within_30_s(served):
+    wrong = served["wrong"]
+    assert wrong["page"] is not None, f"no feedback after {wrong['seconds']:.0f} s\n{served['log'][-3000:]}"
+    assert wrong["seconds"] <= FEEDBACK_LIMIT_S, (wrong["seconds"], served["log"][-2000:])
+    assert all(w in wrong["page"] for w in served["bug"].words), "the feedback names the bug"
+    assert "BEGIN HIDDEN TESTS" not in wrong["page"]
+    assert wrong["scores"]["test_softmax"][0] < wrong["scores"]["test_softmax"][1]
+
+
+def test_a_corrected_resubmission_gets_full_marks_the_same_way(served):
+    fixed = served["fixed"]
+    assert fixed["page"] is not None, f"no feedback after {fixed['seconds']:.0f} s\n{served['log'][-3000:]}"
+    assert fixed["seconds"] <= FEEDBACK_LIMIT_S, (fixed["seconds"], served["log"][-2000:])
+    assert all(s == m for s, m in fixed["scores"].values()), fixed["scores"]
+    assert served["bug"].words[0] not in fixed["page"]

@@ -77,6 +77,7 @@ def story(tmp_path_factory):
     root, exchange = base / "course", base / "exchange"
     rel, src = grading_course(root, CH)
     (exchange / COURSE / "inbound").mkdir(parents=True)
+    (exchange / COURSE / "outbound" / CH).mkdir(parents=True)   # released: prepared when the service starts
     bug = next(b for b in cat.BUGS if b.name == BUG)
     out = {"root": root, "exchange": exchange, "bug": bug, "lines": []}
     say = out["lines"].append
@@ -194,3 +195,11 @@ def test_a_superseded_submission_is_recorded_not_graded(tmp_path):
     shutil.rmtree(root / ".grading")
     assert [s.name for s in svc.pending()] == [old, new]
     assert os.path.isdir(exchange / COURSE / "inbound" / old)   # the exchange is never changed
+    # a folder nbgrader's submit is still writing (its secret comes last) waits
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f %Z")
+    half = exchange / COURSE / "inbound" / f"amy+{CH}+{stamp}+0000"
+    half.mkdir()
+    (half / f"{CH}.ipynb").write_text("{")
+    assert half.name not in [s.name for s in svc.pending()]
+    (half / "submission_secret.txt").write_text(secrets.token_hex(64))
+    assert half.name in [s.name for s in svc.pending()]

@@ -1,0 +1,98 @@
+"""Throughput of `make grade` on a class, by where the notebooks are graded.
+
+    python bench/grade_engines.py [--students 200] [--configs threads,dask,processes1,processes2,cluster2]
+
+The same synthetic ch01 class as bench/grade_throughput.py (correct, buggy and
+hostile notebooks), a fresh copy for each configuration, graded by
+`python -m coursekit.cli grade` (sandbox on) as its own process:
+
+    threads     COURSE_ENGINE=threads: the pipeline's thread pool (what make grade did before Dask)
+    dask        the default: a Dask local cluster inside the grader (threads, one per core)
+    processes1  COURSE_ENGINE=processes --jobs 1: a local cluster of one worker process
+    processes2  COURSE_ENGINE=processes: two worker processes (one per core)
+    cluster2    COURSE_DASK_SCHEDULER: a scheduler and two workers, each its own process on
+                127.0.0.1 (started before the timing, their kernel factories cold)
+
+Prints and keeps wall time, notebooks per minute and where the time went, with
+the load (`uptime`) before and after each configuration.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from grade_throughput import make_class  # noqa: E402
+from services import dask_cluster  # noqa: E402
+
+CONFIGS = {"threads": ({"COURSE_ENGINE": "threads"}, []), "dask": ({}, []),
+           "processes1": ({"COURSE_ENGINE": "processes"}, ["--jobs", "1"]),
+           "processes2": ({"COURSE_ENGINE": "processes"}, []), "cluster2": ({}, [])}
+
+
+def uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def grade(root: Path, env_extra: dict, args: list[str]) -> tuple[float, dict, str, int]:
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    for k in ("COURSE_ENGINE", "COURSE_DASK_SCHEDULER", "COURSE_DB_URL"):
+        env.pop(k, None)
+    env.update(env_extra)
+    t = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "coursekit.cli", "grade", "--root", str(root), *args], env=env,
+                       capture_output=True, text=True)
+    wall = time.monotonic() - t
+    phases = json.loads((root / ".grading" / "timings.json").read_text()) if r.returncode == 0 else {}
+    return wall, phases, (r.stdout + r.stderr)[-1500:], r.returncode
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--students", type=int, default=200)
+    ap.add_argument("--chapter", default="ch01_attention")
+    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    args = ap.parse_args()
+    result = {"chapter": args.chapter, "notebooks": args.students, "cores": os.cpu_count(), "runs": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        template = Path(tmp) / "template"
+        template.mkdir()
+        make_class(template, args.chapter, args.students)
+        for name in args.configs.split(","):
+            env_extra, extra = CONFIGS[name]
+            root = Path(tmp) / name
+            shutil.copytree(template, root)
+            with contextlib.ExitStack() as stack:
+                if name == "cluster2":
+                    address, _ = stack.enter_context(dask_cluster(workers=2, base=Path(tmp)))
+                    env_extra = {"COURSE_DASK_SCHEDULER": address}
+                before = uptime()
+                wall, phases, tail, rc = grade(root, env_extra, extra)
+                after = uptime()
+            run = {"wall_s": round(wall, 1), "notebooks_per_min": round(args.students / wall * 60, 1), "rc": rc,
+                   "phases_s": phases, "uptime_before": before, "uptime_after": after}
+            if rc:
+                run["output_tail"] = tail
+            result["runs"][name] = run
+            print(f"{name}: {wall:.1f} s ({run['notebooks_per_min']} notebooks/min), rc {rc}; {after}", flush=True)
+            shutil.rmtree(root, ignore_errors=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"grade_engines_{args.students}.json").write_text(json.dumps(result, indent=1))
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
