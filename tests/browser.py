@@ -128,6 +128,7 @@ class Lab:
                 "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             args.append("--allow-root")
+        args += getattr(self, "extra_args", [])
         self.log = open(self.log_path, "w", encoding="utf-8")
         self.proc = subprocess.Popen(args, cwd=self.root, env=self._env(), stdout=self.log,
                                      stderr=subprocess.STDOUT)

@@ -41,13 +41,26 @@ def cell_colour(value: float, m: Matrix) -> str:
     return _rgb_hex(colormaps["RdBu_r"](0.5 + 0.4 * float(value) / lim))
 
 
+def _luminance(colour: str) -> float:
+    rgb = [int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+    r, g, b = (c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in rgb)
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def text_colour(background: str) -> str:
+    """Black or white, whichever reads better on ``background`` (at least 4.5:1 on any colour)."""
+    lum = _luminance(background)
+    return "#000000" if (lum + 0.05) / 0.05 >= 1.05 / (lum + 0.05) else "#ffffff"
+
+
 def matrix_html(m: Matrix) -> str:
-    head = "".join(f"<th style='padding:2px 6px'>{_html.escape(c)}</th>" for c in m.cols)
+    head = "".join(f"<th scope='col' style='padding:2px 6px'>{_html.escape(c)}</th>" for c in m.cols)
     rows = []
     for label, row in zip(m.rows, m.values):
-        cells = "".join(f"<td style='background:{cell_colour(v, m)};padding:2px 6px;text-align:right;"
-                        f"font-family:monospace'>{calculator.fmt(v)}</td>" for v in row)
-        rows.append(f"<tr><th style='padding:2px 6px'>{_html.escape(label)}</th>{cells}</tr>")
+        cells = "".join(f"<td style='background:{cell_colour(v, m)};color:{text_colour(cell_colour(v, m))};"
+                        f"padding:2px 6px;text-align:right;font-family:monospace'>{calculator.fmt(v)}</td>"
+                        for v in row)
+        rows.append(f"<tr><th scope='row' style='padding:2px 6px'>{_html.escape(label)}</th>{cells}</tr>")
     return (f"<table style='border-collapse:collapse;margin:4px 12px 4px 0'>"
             f"<caption style='font-weight:bold;caption-side:top'>{_html.escape(m.name)}</caption>"
             f"<tr><th></th>{head}</tr>{''.join(rows)}</table>")
@@ -180,6 +193,13 @@ class Calculator:
         return stage_html(self.stage(), self.causal)
 
 
+def announcement(st: Stage, causal: bool) -> str:
+    """One sentence for a screen reader: which stage, of how many, and the mask."""
+    state = t("因果掩码：开", "causal mask: on") if causal else t("因果掩码：关", "causal mask: off")
+    return t(f"第 {st.number} 步，共 {calculator.N_STAGES} 步：{st.title}。{state}。",
+             f"Stage {st.number} of {calculator.N_STAGES}: {st.title}. {state}.")
+
+
 def calculator_widget(stage: int = 1, causal: bool = True):
     """The interactive calculator as an ipywidgets box (not displayed): Prev/Next
     buttons walk the five stages, a toggle switches the causal mask."""
@@ -191,9 +211,15 @@ def calculator_widget(stage: int = 1, causal: bool = True):
     mask = W.ToggleButton(value=causal, description=t("因果掩码", "causal mask"), icon="eye-slash",
                           tooltip=t("在阶段 ③④ 打开/关闭因果掩码", "switch the causal mask at stages ③④"))
     view = W.HTML()
+    # What a screen reader says after each press: the stage and the mask (a live
+    # region, made so by the course's JupyterLab extension; out of sight, the
+    # page shows the same words above the matrices).
+    live = W.HTML(layout=W.Layout(width="1px", height="1px", overflow="hidden", margin="0"))
+    live.add_class("course-live")
 
     def redraw(*_):
         view.value = calc.html()
+        live.value = announcement(calc.stage(), calc.causal)
         prev.disabled = calc.number == 1
         nxt.disabled = calc.number == calculator.N_STAGES
 
@@ -201,7 +227,7 @@ def calculator_widget(stage: int = 1, causal: bool = True):
     nxt.on_click(lambda _: (calc.next(), redraw()))
     mask.observe(lambda change: (calc.toggle(change["new"]), redraw()), names="value")
     redraw()
-    box = W.VBox([W.HBox([prev, nxt, mask]), view])
+    box = W.VBox([W.HBox([prev, nxt, mask]), view, live])
     box.calculator = calc  # for tests and the curious
     return box
 

@@ -187,6 +187,61 @@ var _JUPYTERLAB = (window._JUPYTERLAB = window._JUPYTERLAB || {});
     };
   }
 
+  /*
+   * Widgets that say what changed: an ipywidgets widget given the class
+   * "course-live" (chapter 2's calculator: the stage and the mask) becomes a
+   * polite live region, so a screen reader reads each new state; ipywidgets has
+   * no way to set ARIA attributes itself. Arrow keys on a dropdown or a slider
+   * go to it, not to the notebook. A slider's handle is named by the
+   * slider's label and says the value its readout shows. And every control of
+   * a widget shows a clear focus ring to keyboard users.
+   */
+  var LIVE = {
+    id: NAME + ":live-regions",
+    description: "Live regions and visible focus for the course's widgets.",
+    autoStart: true,
+    activate: function () {
+      var style = document.createElement("style");
+      style.textContent = ".jp-OutputArea .jupyter-widgets.jupyter-widgets :focus-visible, " +
+        ".jp-OutputArea .jupyter-widgets.jupyter-widgets .noUi-handle:focus " +
+        "{ outline: 2px solid #1a5fb4 !important; outline-offset: 1px !important; }";
+      document.head.appendChild(style);
+      var queued = false;
+      function mark() {
+        queued = false;
+        document.querySelectorAll(".course-live:not([aria-live])").forEach(function (el) {
+          el.setAttribute("role", "status");
+          el.setAttribute("aria-live", "polite");
+          el.setAttribute("aria-atomic", "true");
+        });
+        /* arrow keys on a dropdown or a slider change it: without this JupyterLab's
+           notebook takes ArrowUp/ArrowDown (select the cell above or below) first */
+        document.querySelectorAll(".jupyter-widgets select:not([data-lm-suppress-shortcuts]), " +
+          ".jupyter-widgets [role=slider]:not([data-lm-suppress-shortcuts])").forEach(function (el) {
+          el.setAttribute("data-lm-suppress-shortcuts", "true");
+        });
+        /* ipywidgets' sliders: the handle (role=slider) gets the slider's label as
+           its name and the readout (the value shown, e.g. d_k = 128 rather
+           than the option's index) as its aria-valuetext */
+        document.querySelectorAll(".jupyter-widgets .noUi-handle[role=slider]").forEach(function (handle) {
+          var box = handle.closest(".widget-slider, .widget-hslider, .widget-vslider, .widget-inline-hbox");
+          if (!box) { return; }
+          var label = box.querySelector(".widget-label");
+          var name = label && label.textContent.trim();
+          if (name && handle.getAttribute("aria-label") !== name) { handle.setAttribute("aria-label", name); }
+          var readout = box.querySelector(".widget-readout");
+          var value = readout && readout.textContent.trim();
+          if (value && handle.getAttribute("aria-valuetext") !== value) { handle.setAttribute("aria-valuetext", value); }
+        });
+      }
+      mark();
+      new MutationObserver(function () {
+        if (!queued) { queued = true; window.requestAnimationFrame(mark); }
+      }).observe(document.body, { childList: true, subtree: true, characterData: true, attributes: true,
+                                  attributeFilter: ["class"] });
+    }
+  };
+
   _JUPYTERLAB[NAME] = {
     init: function (shareScope) { scope = shareScope; },
     get: function (module) {
@@ -196,7 +251,7 @@ var _JUPYTERLAB = (window._JUPYTERLAB = window._JUPYTERLAB || {});
       return Promise.all(["@jupyterlab/apputils", "@jupyterlab/services", "@jupyterlab/coreutils", "@lumino/widgets"]
         .map(shared)).then(function (m) {
         var plugin = makePlugin(m[0], m[1], m[2], m[3]);
-        return function () { return { __esModule: true, "default": plugin }; };
+        return function () { return { __esModule: true, "default": [plugin, LIVE] }; };
       });
     }
   };
