@@ -18,7 +18,9 @@ numbers and say them with the words of coursekit.words.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from . import words
 
@@ -114,16 +116,32 @@ def of_submission(sub) -> Standing:
     st = Standing(sub.student.id, sub.assignment.name, timestamp=sub.timestamp, duedate=sub.duedate,
                   seconds_late=late)
     for nb in sub.notebooks:
-        st.cells += cells_of(nb)
+        st.cells += cells_of(nb, sub.assignment.name)
         st.penalty += float(nb.late_submission_penalty or 0.0)
     return st
 
 
-def cells_of(submitted_notebook) -> list[CellScore]:
-    """The CellScores of an nbgrader SubmittedNotebook."""
+def cells_of(submitted_notebook, chapter: str = "") -> list[CellScore]:
+    """The CellScores of an nbgrader SubmittedNotebook, in the order of the
+    chapter's cells (a database returns its rows in any order it likes)."""
     answers = {c.name for c in submitted_notebook.notebook.solution_cells}
+    place = cell_order(chapter)
+    grades = sorted(submitted_notebook.grades, key=lambda g: (place.get(g.name, len(place)), g.name))
     return [CellScore(g.name, float(g.max_score or 0.0), g.auto_score, g.manual_score, g.name in answers)
-            for g in submitted_notebook.grades]
+            for g in grades]
+
+
+@functools.lru_cache(maxsize=None)
+def cell_order(chapter: str) -> dict[str, int]:
+    """grade id -> its place in the chapter's source notebook ({} for a chapter
+    this course does not have)."""
+    import nbformat
+
+    path = Path(__file__).resolve().parent.parent / "source" / chapter / f"{chapter}.ipynb"
+    if not chapter or not path.exists():
+        return {}
+    ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in nbformat.read(path, as_version=4).cells]
+    return {gid: i for i, gid in enumerate(x for x in ids if x)}
 
 
 def read(gb, chapters: list[str]) -> list[Standing]:
