@@ -111,7 +111,7 @@ def test_student_fills_runs_steps_the_calculator_and_validates(page, lab):
 
     calc = nb.cell(index_of(release, "calculator_view.step_through()"))
     widget = calc.locator(".jupyter-widgets.widget-vbox").first
-    view = widget.locator(".widget-html-content")
+    view = widget.locator(".course-calculator .widget-html-content")
     prev, nxt = widget.get_by_role("button", name="◀ 上一步"), widget.get_by_role("button", name="下一步 ▶")
     mask = widget.locator(".widget-toggle-button")
     assert mask.inner_text().strip() == "因果掩码"

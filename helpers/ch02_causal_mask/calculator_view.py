@@ -211,6 +211,7 @@ def calculator_widget(stage: int = 1, causal: bool = True):
     mask = W.ToggleButton(value=causal, description=t("因果掩码", "causal mask"), icon="eye-slash",
                           tooltip=t("在阶段 ③④ 打开/关闭因果掩码", "switch the causal mask at stages ③④"))
     view = W.HTML()
+    view.add_class("course-calculator")
     # What a screen reader says after each press: the stage and the mask (a live
     # region, made so by the course's JupyterLab extension; out of sight, the
     # page shows the same words above the matrices).

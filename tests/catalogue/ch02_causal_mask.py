@@ -227,4 +227,4 @@ def check_stage(view, number: int, causal: bool) -> list[dict]:
 
 
 def check_widget(target, text):
-    check_stage(target.locator(".widget-html-content"), 1, True)
+    check_stage(target.locator(".course-calculator .widget-html-content"), 1, True)

@@ -145,8 +145,13 @@ var _JUPYTERLAB = (window._JUPYTERLAB = window._JUPYTERLAB || {});
         buttons: [apputils.Dialog.okButton({ label: words.close })]
       });
       dialog.addClass("course-validate-dialog");
-      var shown = dialog.launch();
-      Promise.resolve(context.save()).then(function () {
+      /* Save first, then open the dialog: JupyterLab queues dialogs, so a question
+         the save asks (the file changed on disk, say) would otherwise wait behind
+         this dialog while this dialog waits for the save. */
+      var saved = Promise.resolve(context.save());
+      var shown = saved.then(function () { return dialog.launch(); },
+                             function () { return dialog.launch(); });
+      saved.then(function () {
         var settings = app.serviceManager.serverSettings;
         var url = coreutils.URLExt.join(settings.baseUrl, ROUTE);
         return services.ServerConnection.makeRequest(
