@@ -239,11 +239,18 @@ class Notebook:
         self.page.keyboard.press("Escape")
 
     def save(self) -> None:
+        """Ctrl+S until the tab is no longer marked changed. JupyterLab asks
+        whether to overwrite when a save crosses its own autosave (it then
+        believes the file changed on disk): the student's answer is the one to keep."""
         self.page.keyboard.press("Control+S")
-        self.page.wait_for_function(
-            """() => !document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)')
-                         ?.closest('.lm-DockPanel')?.querySelector('.lm-TabBar-tab.lm-mod-current.jp-mod-dirty')""",
-            timeout=self.timeout)
+        clean = """() => !document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)')
+                         ?.closest('.lm-DockPanel')?.querySelector('.lm-TabBar-tab.lm-mod-current.jp-mod-dirty')"""
+        self.page.wait_for_function(f"() => ({clean})() || document.querySelector('.jp-Dialog')",
+                                    timeout=self.timeout)
+        dialog = self.page.locator(".jp-Dialog")
+        if dialog.count():
+            dialog.locator(".jp-Dialog-button.jp-mod-accept").last.click()
+            self.page.wait_for_function(clean, timeout=self.timeout)
 
     def run_all(self, timeout_ms: int | None = None) -> list[int]:
         """Run ▸ Run All Cells, wait until nothing is queued or running any

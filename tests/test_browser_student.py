@@ -261,12 +261,17 @@ def test_students_answer_survives_a_new_release(context, tmp_path, capsys):
         assert "文件" in labels and "Nbgrader" not in labels, labels
         nb.type_into(cell, answer)
         nb.save()
+        on_disk = lambda: nbformat.read(lab.root / rel, as_version=4).cells[cell].source  # noqa: E731
+        import time
+        deadline = time.monotonic() + 30
+        while on_disk() != answer and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert on_disk() == answer, "the saved notebook does not hold the answer typed"
         browser.shot(page, "workspace_01_student_answer")
         # chapter 2 is only opened: JupyterLab marks it changed (it adds the kernel's language_info) and autosaves
         ch2 = f"{CH02}/{CH02}.ipynb"
         before = (lab.root / ch2).read_bytes()
         Notebook(context.new_page(), lab, ch2)
-        import time
         deadline = time.monotonic() + 60
         while (lab.root / ch2).read_bytes() == before and time.monotonic() < deadline:
             time.sleep(0.5)
