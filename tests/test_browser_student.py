@@ -500,6 +500,10 @@ def course_validate(page, nb, label: str, shot: str) -> tuple[str, str]:
     """Press the course's Validate; return (status, text) of its dialog once it has answered."""
     nb.toolbar_button(label).click()
     body = page.locator(".course-validate-dialog .course-validate")
+    page.wait_for_function("() => document.querySelector('.jp-Dialog')", timeout=60_000)
+    other = page.locator(".jp-Dialog:not(.course-validate-dialog)")
+    if other.count():   # JupyterLab's own question first (a save crossing its autosave): keep the student's text
+        other.locator(".jp-Dialog-button.jp-mod-accept").last.click()
     body.wait_for()
     page.wait_for_function("() => { const b = document.querySelector('.course-validate-dialog .course-validate');"
                            " return b && b.dataset.status !== 'running'; }", timeout=180_000)

@@ -145,10 +145,10 @@ var _JUPYTERLAB = (window._JUPYTERLAB = window._JUPYTERLAB || {});
         buttons: [apputils.Dialog.okButton({ label: words.close })]
       });
       dialog.addClass("course-validate-dialog");
-      /* Save first, then open the dialog: JupyterLab queues dialogs, so a question
-         the save asks (the file changed on disk, say) would otherwise wait behind
-         this dialog while this dialog waits for the save. */
-      var saved = Promise.resolve(context.save());
+      /* Save what changed first, then open the dialog: JupyterLab queues dialogs,
+         so a question the save asks (the file changed on disk, say) would
+         otherwise wait behind this dialog while this dialog waits for the save. */
+      var saved = context.model.dirty ? Promise.resolve(context.save()) : Promise.resolve();
       var shown = saved.then(function () { return dialog.launch(); },
                              function () { return dialog.launch(); });
       saved.then(function () {
