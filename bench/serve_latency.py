@@ -60,6 +60,15 @@ def submit(exchange: Path, student: str, nb) -> tuple[Path, str]:
     return dest, secret
 
 
+def _superseded(root: Path) -> set[str]:
+    """The inbound folders the service recorded as replaced by a newer one of their student."""
+    try:
+        lines = (root / ".grading" / "service" / "handled.jsonl").read_text().splitlines()
+    except OSError:
+        return set()
+    return {json.loads(x)["name"] for x in lines if '"superseded"' in x}
+
+
 def main() -> None:
     from nbgrader.utils import notebook_hash
     ap = argparse.ArgumentParser(description=__doc__)
@@ -90,7 +99,7 @@ def main() -> None:
                     raise SystemExit((Path(tmp) / "serve.log").read_text())
                 time.sleep(0.1)
             result["service_start_s"] = round(time.monotonic() - t_start, 1)
-            waiting: dict[Path, tuple[float, str]] = {}
+            waiting: dict[Path, tuple[float, str]] = {}   # page -> (submitted at, inbound folder)
             latencies: list[float] = []
             t0 = time.monotonic()
             n = 0
@@ -99,10 +108,10 @@ def main() -> None:
                 if now - t0 < args.seconds and now >= t0 + n * args.every:
                     student = f"student{n % args.students:02d}"
                     nb = make_submission(rel, src, pool[(n * 7 + n // args.students) % len(pool)])
-                    _, secret = submit(exchange, student, nb)
+                    folder, secret = submit(exchange, student, nb)
                     page = exchange / protocol.COURSE_ID / "feedback" / \
                         f"{notebook_hash(secret=secret, notebook_id=CH)}.html"
-                    waiting[page] = (time.monotonic(), student)
+                    waiting[page] = (time.monotonic(), folder.name)
                     n += 1
                 for page, (t_sub, _) in list(waiting.items()):
                     if page.exists():
@@ -110,6 +119,9 @@ def main() -> None:
                         del waiting[page]
                 if now - t0 >= args.seconds and (not waiting or now - t0 > args.seconds + args.settle):
                     break
+                if now - t0 >= args.seconds and waiting:   # a submission its student replaced before it was
+                    done = _superseded(root)                 # graded gets no page of its own
+                    waiting = {p: v for p, v in waiting.items() if v[1] not in done}
                 time.sleep(0.05)
         finally:
             service.send_signal(signal.SIGTERM)
@@ -120,12 +132,12 @@ def main() -> None:
             log.close()
         text = (Path(tmp) / "serve.log").read_text()
         record = [json.loads(x) for x in (root / ".grading" / "service" / "handled.jsonl").read_text().splitlines()]
+    superseded = [r["name"] for r in record if r.get("done") == "superseded"]
     result.update(submitted=n, feedback_seen=len(latencies), never_seen=len(waiting),
                   p50_s=round(percentile(latencies, 0.5), 2), p95_s=round(percentile(latencies, 0.95), 2),
                   max_s=round(max(latencies), 2) if latencies else None,
                   min_s=round(min(latencies), 2) if latencies else None,
-                  rounds=len({r["at"] for r in record if r.get("done") == "graded"}),
-                  superseded=sum(r.get("done") == "superseded" for r in record),
+                  superseded=len(superseded),
                   latencies_s=[round(x, 2) for x in latencies],
                   uptime_after=subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
                   service_log_tail=text.splitlines()[-3:])
