@@ -28,7 +28,6 @@ import argparse
 import importlib.util
 import json
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -37,15 +36,12 @@ TRANSLATION = "@jupyterlab/translation-extension:plugin"
 
 
 def workspace_module(course: Path):
-    """The course's workspace code: coursekit/workspace.py in a clone, lab_workspace.py in a student pack."""
-    for path in (course / "coursekit" / "workspace.py", course / "lab_workspace.py"):
-        if path.exists():
-            spec = importlib.util.spec_from_file_location("course_workspace", path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[spec.name] = module
-            spec.loader.exec_module(module)
-            return module
-    raise SystemExit(f"no coursekit/workspace.py or lab_workspace.py in {course}")
+    """The course's workspace code, found as course.py finds it (coursekit/workspace.py
+    in a clone, lab_workspace.py in a student pack)."""
+    spec = importlib.util.spec_from_file_location("course_front_door", course / "course.py")
+    front_door = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(front_door)
+    return front_door.workspace_module(course)
 
 
 def write(dest: Path, lang: str = "zh", exchange: str | None = "/srv/nbgrader/exchange",
