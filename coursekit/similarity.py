@@ -141,12 +141,7 @@ def chapter_pairs(root: Path, chapter: str, out: Path, top: int = 10, lang: str 
     side-by-side page for each of the ``top`` pairs under ``out``."""
     release_nb = nbformat.read(root / "release" / chapter / f"{chapter}.ipynb", as_version=4)
     release_code = answer_code(release_nb)
-    answers = {}
-    for path in sorted((root / "submitted").glob(f"*/{chapter}/{chapter}.ipynb")):
-        try:
-            answers[path.parent.parent.name] = answer_code(nbformat.read(path, as_version=4))
-        except Exception:       # an unreadable notebook has nothing to compare
-            continue
+    answers = submitted_answers(root, chapter, answer_code)
     if len(answers) < 2:
         return []
     ranked = rank(chapter, answers, release_code)[:top]
@@ -217,13 +212,20 @@ def _helper_print(path: str, code: str):
     return _fingerprint(path.replace("/", "_"), code)
 
 
-def chapter_helper_matches(root: Path, chapter: str, helpers_dir: Path) -> list[HelperMatch]:
-    """``helper_matches`` for the submissions of one chapter under ``root/submitted``."""
-    release = answer_cells(nbformat.read(root / "release" / chapter / f"{chapter}.ipynb", as_version=4))
+def submitted_answers(root: Path, chapter: str, read) -> dict:
+    """student -> ``read`` of their notebook of ``chapter`` under ``root/submitted``
+    (an unreadable notebook has nothing to compare and is left out)."""
     answers = {}
     for path in sorted((root / "submitted").glob(f"*/{chapter}/{chapter}.ipynb")):
         try:
-            answers[path.parent.parent.name] = answer_cells(nbformat.read(path, as_version=4))
-        except Exception:       # an unreadable notebook has nothing to compare
+            answers[path.parent.parent.name] = read(nbformat.read(path, as_version=4))
+        except Exception:
             continue
+    return answers
+
+
+def chapter_helper_matches(root: Path, chapter: str, helpers_dir: Path) -> list[HelperMatch]:
+    """``helper_matches`` for the submissions of one chapter under ``root/submitted``."""
+    release = answer_cells(nbformat.read(root / "release" / chapter / f"{chapter}.ipynb", as_version=4))
+    answers = submitted_answers(root, chapter, answer_cells)
     return helper_matches(chapter, answers, release, helper_sources(helpers_dir))

@@ -8,6 +8,18 @@ matplotlib.use("Agg")  # tests draw figures without a screen
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
+@pytest.fixture(scope="module")
+def chromium():
+    """Debian's Chromium under Playwright, one per test module (tests/browser.py)."""
+    import browser
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = browser.launch_chromium(pw)
+        yield b
+        b.close()
+
+
 @pytest.fixture(autouse=True)
 def _course_language_zh():
     """Every test starts and ends with the default language (zh)."""

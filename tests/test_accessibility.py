@@ -288,16 +288,6 @@ PAGES = pytest.mark.xdist_group("accessibility_pages")
 
 
 @pytest.fixture(scope="module")
-def chromium():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = browser.launch_chromium(pw)
-        yield b
-        b.close()
-
-
-@pytest.fixture(scope="module")
 def tab(chromium):
     context = chromium.new_context(viewport={"width": 1280, "height": 900})
     context.route("**/*", lambda route: route.continue_() if route.request.url.startswith(("file:", "data:"))

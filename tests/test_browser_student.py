@@ -142,15 +142,6 @@ def commit(folder, message: str) -> None:
         "commit", "-q", "-m", message)
 
 
-@pytest.fixture(scope="module")
-def chromium():
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as pw:
-        b = browser.launch_chromium(pw)
-        yield b
-        b.close()
-
-
 @pytest.fixture
 def context(chromium):
     ctx = chromium.new_context(viewport={"width": 1400, "height": 950}, locale="zh-CN")
