@@ -22,6 +22,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import jinja2
+from nbconvert import HTMLExporter
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 from grading import protocol
@@ -216,6 +218,35 @@ def nbgrader_templates() -> Path:
     return Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates"
 
 
+class _Compiled(jinja2.BytecodeCache):
+    """Jinja's compiled templates, kept in memory for the life of the process:
+    every page gets a fresh exporter (nbgrader makes one per notebook), and
+    compiling a page's templates again took a quarter of its time. Jinja
+    checks each template's source against what was compiled."""
+
+    def __init__(self):
+        self.store: dict[str, bytes] = {}
+
+    def load_bytecode(self, bucket):
+        if bucket.key in self.store:
+            bucket.bytecode_from_string(self.store[bucket.key])
+
+    def dump_bytecode(self, bucket):
+        self.store[bucket.key] = bucket.bytecode_to_string()
+
+
+_COMPILED = _Compiled()
+
+
+class PageExporter(HTMLExporter):
+    """nbconvert's HTMLExporter whose templates compile once per process."""
+
+    def _create_environment(self):
+        env = super()._create_environment()
+        env.bytecode_cache = _COMPILED
+        return env
+
+
 def template_config():
     """The exporter settings of the course's feedback page."""
     from traitlets.config import Config
@@ -240,6 +271,7 @@ def use_course_template(converter) -> None:
     c.HTMLExporter.extra_template_paths = [*converter.config.HTMLExporter.get("extra_template_paths", []),
                                            *c.HTMLExporter.extra_template_paths]
     converter.update_config(c)
+    converter.exporter_class = PageExporter
     names = [p if isinstance(p, str) else f"{p.__module__}.{p.__name__}" for p in converter.preprocessors]
     if f"{__name__}.CourseFrame" not in names:   # a course folder whose nbgrader_config.py predates it
         at = next((i + 1 for i, n in enumerate(names) if n.endswith("GetGrades")), 0)
@@ -249,10 +281,9 @@ def use_course_template(converter) -> None:
 def page(nb, st=None, chapter: str = "") -> str:
     """The feedback page of ``nb`` for the score ``st``, without a gradebook
     (what the feedback step writes, for a notebook already graded)."""
-    from nbconvert import HTMLExporter
     from nbgrader.preprocessors import ClearHiddenTests
 
-    exporter = HTMLExporter(config=template_config())
+    exporter = PageExporter(config=template_config())
     resources = {"nbgrader": {"notebook": chapter, "score": st.score if st else 0,
                               "max_score": st.max_score if st else 0, "late_penalty": 0}}
     nb, resources = frame(nb, resources, st)
