@@ -6,6 +6,8 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+import json
+from pathlib import Path
 
 import pytest
 
@@ -344,3 +346,27 @@ def test_an_answer_copied_from_the_courses_helpers_is_flagged_and_an_independent
     assert ("<td>copier</td><td>ch03_multi_head</td><td>causal_self_attention</td>"
             "<td>helpers/ch05_block/block_attention.py</td>") in rows
     assert "honest" not in rows and rows.count("<tr>") == 3          # a header and the two copies
+
+
+def test_the_helpers_fingerprints_kept_between_runs_flag_what_fresh_ones_flag(tmp_path, monkeypatch):
+    """helpers/ is fingerprinted once per machine: the copy read back from the
+    cache flags the same answer with the same share as fingerprints made anew,
+    and a cache file that cannot be read is made again."""
+    import inspect
+
+    from helpers import ch09_inside_gpt
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    helpers = similarity.helper_sources(Path(ch09_inside_gpt.__file__).parent)
+    answer = inspect.getsource(ch09_inside_gpt._get_batch).replace("_get_batch", "get_batch")
+    answers = {"copier": {"get_batch": answer}, "honest": {"get_batch": "def get_batch(data, n):\n    return data[:n]\n"}}
+
+    def flagged():
+        similarity._helper_print.cache_clear()
+        return similarity.helper_matches("ch07_gpt", answers, {"get_batch": ""}, helpers)
+
+    fresh = flagged()
+    kept = list((tmp_path / "transformer-course" / "similarity").glob("*.json"))
+    assert len(kept) == len(helpers)
+    assert flagged() == fresh and [(m.student, m.helper) for m in fresh] == [("copier", "helpers/ch09_inside_gpt.py")]
+    kept[0].write_text("{not json")
+    assert flagged() == fresh and json.loads(kept[0].read_text())["k"] == similarity.K
