@@ -134,3 +134,55 @@ def test_student_starts_from_the_pack_and_visible_tests_pass(packs, tmp_path):
     out = json.loads(work.read_text(encoding="utf-8"))
     texts = "".join("".join(o.get("text", "")) for c in out["cells"] for o in c.get("outputs", []))
     assert texts.count("✓") >= 3, texts[-1000:]
+
+
+def _dockerfile() -> tuple[dict[str, str], list[str]]:
+    """deploy/Dockerfile's ARG and ENV defaults and its instructions (one line each)."""
+    text = (ROOT / "deploy" / "Dockerfile").read_text(encoding="utf-8")
+    lines = [line.strip() for line in text.splitlines() if not line.lstrip().startswith("#")]
+    steps = [" ".join(s.split()) for s in "\n".join(lines).replace("\\\n", " ").splitlines() if s.strip()]
+    values = {}
+    for step in steps:
+        kind, _, rest = step.partition(" ")
+        if kind in ("ARG", "ENV"):
+            for name, value in re.findall(r"(\w+)=(\S+)", rest):
+                values[name] = re.sub(r"\$\{(\w+)\}", lambda m: values.get(m.group(1), m.group(0)), value)
+    return values, steps
+
+
+@pytest.mark.parametrize("lang", build.LANGS)
+def test_the_student_images_steps_hold_for_each_pack(packs, tmp_path, lang):
+    """No container engine runs here, so the student image (deploy/Dockerfile)
+    is checked by replaying its steps on each pack: the pack folder it copies is
+    the one `make dist` makes for that language, the hub it installs is the one
+    the course pins, and its configuration step, run on the unpacked pack as
+    the image runs it, writes the student-only configuration in that language."""
+    values, steps = _dockerfile()
+    with zipfile.ZipFile(packs[lang]) as z:
+        z.extractall(tmp_path)
+    pack = tmp_path / f"{dist.COURSE}-student-{lang}"
+    assert pack.is_dir() and (pack / "course.py").exists()
+    assert values["PACK"] == "pack/" + f"{dist.COURSE}-student-zh" and values["LANG_CODE"] == "zh"
+    assert "COPY ${PACK} ${COURSE}" in steps                      # the pack, whole, at COURSE
+    pin = re.search(r"^jupyterhub==(\S+)$", (ROOT / "requirements.txt").read_text(), re.M).group(1)
+    install = next(s for s in steps if s.startswith("RUN pip install"))
+    assert f'"jupyterhub=={pin}"' in install and "-r ${COURSE}/requirements.txt" in install
+    assert (pack / "requirements.txt").exists() and (pack / "pyproject.toml").exists()   # what `pip install COURSE` needs
+    copy = next(s for s in steps if s.startswith("COPY student_config.py"))
+    assert (ROOT / "deploy" / copy.split()[1]).exists()
+    config = next(s for s in steps if "student_config.py /etc/jupyter" in s)
+    dest = tmp_path / "etc-jupyter"
+    args = (config.split(" ", 1)[1].replace("/usr/local/share/transformer-course/student_config.py",
+                                             str(ROOT / "deploy" / "student_config.py"))
+            .replace("/etc/jupyter/course-student", str(dest)).replace("${LANG_CODE}", lang)
+            .replace("${EXCHANGE}", values["EXCHANGE"]).replace("${COURSE}", str(pack))).split()
+    assert args[0] == "python"
+    subprocess.run([sys.executable, *args[1:]], check=True, capture_output=True, timeout=120)
+    assert values["JUPYTER_CONFIG_PATH"] == "/etc/jupyter/course-student"
+    server = json.loads((dest / "jupyter_server_config.json").read_text())
+    assert str(pack / "helpers" / "lab" / "labextension") in json.dumps(server)
+    page = json.loads((dest / "labconfig" / "page_config.json").read_text())
+    assert any("formgrader" in name for name in json.dumps(page).split('"'))   # the instructor's tools are off
+    locale = json.loads((dest / "labconfig" / "default_setting_overrides.json").read_text())
+    assert json.dumps(locale).count("zh_CN" if lang == "zh" else "en") >= 1
+    assert values["EXCHANGE"] in (dest / "nbgrader_config.py").read_text()
