@@ -208,49 +208,32 @@ def helper_matches(chapter: str, answers: dict[str, dict[str, str]], release_cel
 
 @functools.lru_cache(maxsize=256)
 def _helper_print(path: str, code: str):
-    """A helpers file's fingerprints: made once per machine (the course's own
-    code changes only with a new version of the course, and tokenising all of
-    helpers/ took two seconds of every report), kept in the user's cache as
-    plain numbers, and read back once per process."""
+    """A helpers file's fingerprints, made once per process. Their slow part,
+    the tokenising (two seconds of every report for all of helpers/), is kept
+    once per machine in the user's cache as the filtered code it gives; the
+    fingerprints themselves are made from it again in each process (copydetect
+    hashes with Python's hash(), which changes from one process to the next)."""
     import hashlib
-    import json
     import os
 
     import copydetect
-    import numpy as np
-    key = hashlib.sha256(f"{K} {WINDOW} {copydetect.__version__} {path}\n{code}".encode()).hexdigest()[:32]
+    from copydetect import CodeFingerprint
+    from copydetect.utils import filter_code
+    name = path.replace("/", "_")
+    key = hashlib.sha256(f"{copydetect.__version__} {path}\n{code}".encode()).hexdigest()[:32]
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "transformer-course" / "similarity"
     try:
-        return _Print(**json.loads((cache / f"{key}.json").read_text()))
-    except (OSError, ValueError, TypeError):
-        pass
-    fp = _fingerprint(path.replace("/", "_"), code)
-    kept = _Print(fp.k, [[int(h), [int(i) for i in np.atleast_1d(fp.hash_idx[h])]] for h in fp.hashes],
-                  len(fp.filtered_code), float(fp.token_coverage), np.asarray(fp.offsets).tolist())
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-        tmp = cache / f".{key}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(kept.saved()))
-        os.replace(tmp, cache / f"{key}.json")
-    except OSError:   # no cache to write to: made again next time
-        pass
-    return kept
-
-
-class _Print:
-    """What copydetect's compare_files reads of a CodeFingerprint, as kept in the cache."""
-
-    def __init__(self, k: int, hashes: list, filtered: int, token_coverage: float, offsets: list):
-        import numpy as np
-        self.k, self.token_coverage, self.filtered_code = k, token_coverage, " " * filtered
-        self.hash_idx = {h: idx for h, idx in hashes}
-        self.hashes = set(self.hash_idx)
-        self.offsets = np.array(offsets, dtype=np.int64).reshape(-1, 2)
-
-    def saved(self) -> dict:
-        return {"k": self.k, "hashes": [[h, idx] for h, idx in self.hash_idx.items()],
-                "filtered": len(self.filtered_code), "token_coverage": self.token_coverage,
-                "offsets": self.offsets.tolist()}
+        filtered = (cache / f"{key}.txt").read_text(encoding="utf-8")
+    except (OSError, ValueError):
+        filtered, _ = filter_code(code, f"{name}.py")
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+            tmp = cache / f".{key}.{os.getpid()}.tmp"
+            tmp.write_text(filtered, encoding="utf-8")
+            os.replace(tmp, cache / f"{key}.txt")
+        except OSError:   # no cache to write to: tokenised again next time
+            pass
+    return CodeFingerprint(f"{name}.py", K, WINDOW, filter=False, fp=io.StringIO(filtered))
 
 
 def submitted_answers(root: Path, chapter: str, read) -> dict:

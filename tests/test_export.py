@@ -7,7 +7,7 @@ import csv
 import datetime as dt
 import io
 import json
-from pathlib import Path
+import os
 
 import pytest
 
@@ -348,25 +348,33 @@ def test_an_answer_copied_from_the_courses_helpers_is_flagged_and_an_independent
     assert "honest" not in rows and rows.count("<tr>") == 3          # a header and the two copies
 
 
-def test_the_helpers_fingerprints_kept_between_runs_flag_what_fresh_ones_flag(tmp_path, monkeypatch):
-    """helpers/ is fingerprinted once per machine: the copy read back from the
-    cache flags the same answer with the same share as fingerprints made anew,
-    and a cache file that cannot be read is made again."""
-    import inspect
+def test_the_helpers_tokens_kept_between_runs_flag_what_fresh_ones_flag(tmp_path):
+    """helpers/ is tokenised once per machine: later processes (each with its
+    own string hashing) read the kept tokens and flag the same answer with the
+    same share as the first, and a kept file that cannot be read is made again."""
+    import subprocess
+    import sys
+    probe = (
+        "import inspect, json\n"
+        "from pathlib import Path\n"
+        "from coursekit import similarity\n"
+        "from helpers import ch09_inside_gpt\n"
+        "helpers = similarity.helper_sources(Path(ch09_inside_gpt.__file__).parent)\n"
+        "copied = inspect.getsource(ch09_inside_gpt._get_batch).replace('_get_batch', 'get_batch')\n"
+        "answers = {'copier': {'get_batch': copied}, 'honest': {'get_batch': 'def get_batch(d, n):\\n    return d[:n]\\n'}}\n"
+        "found = similarity.helper_matches('ch07_gpt', answers, {'get_batch': ''}, helpers)\n"
+        "print(json.dumps([[m.student, m.helper, round(m.share, 9), m.shared_tokens] for m in found]))\n")
 
-    from helpers import ch09_inside_gpt
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    helpers = similarity.helper_sources(Path(ch09_inside_gpt.__file__).parent)
-    answer = inspect.getsource(ch09_inside_gpt._get_batch).replace("_get_batch", "get_batch")
-    answers = {"copier": {"get_batch": answer}, "honest": {"get_batch": "def get_batch(data, n):\n    return data[:n]\n"}}
+    def flagged(seed: int):
+        env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path), PYTHONHASHSEED=str(seed))
+        out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+        return json.loads(out.stdout)
 
-    def flagged():
-        similarity._helper_print.cache_clear()
-        return similarity.helper_matches("ch07_gpt", answers, {"get_batch": ""}, helpers)
-
-    fresh = flagged()
-    kept = list((tmp_path / "transformer-course" / "similarity").glob("*.json"))
-    assert len(kept) == len(helpers)
-    assert flagged() == fresh and [(m.student, m.helper) for m in fresh] == [("copier", "helpers/ch09_inside_gpt.py")]
-    kept[0].write_text("{not json")
-    assert flagged() == fresh and json.loads(kept[0].read_text())["k"] == similarity.K
+    first = flagged(1)
+    kept = sorted((tmp_path / "transformer-course" / "similarity").glob("*.txt"))
+    assert [row[:2] for row in first] == [["copier", "helpers/ch09_inside_gpt.py"]] and kept
+    assert flagged(2) == first                      # read back, in a process that hashes differently
+    biggest = max(kept, key=lambda p: p.stat().st_size)
+    text = biggest.read_text(encoding="utf-8")
+    biggest.write_bytes(b"\xff\xfe not text")
+    assert flagged(3) == first and biggest.read_text(encoding="utf-8") == text
