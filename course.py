@@ -150,16 +150,16 @@ def help_text(root: Path = ROOT) -> str:
 
 
 def workspace_module(root: Path = ROOT):
-    """coursekit/workspace.py in a clone of the course; lab_workspace.py in a student pack."""
+    """coursekit/student/workspace.py in a clone of the course; lab_workspace.py in a student pack."""
     import importlib.util
-    for path in (root / "coursekit" / "workspace.py", root / "lab_workspace.py"):
+    for path in (root / "coursekit" / "student" / "workspace.py", root / "lab_workspace.py"):
         if path.exists():
             spec = importlib.util.spec_from_file_location("course_workspace", path)
             module = importlib.util.module_from_spec(spec)
             sys.modules[spec.name] = module
             spec.loader.exec_module(module)
             return module
-    sys.exit(f"[course] the workspace code (coursekit/workspace.py or lab_workspace.py) is missing from {root}.")
+    sys.exit(f"[course] the workspace code (coursekit/student/workspace.py or lab_workspace.py) is missing from {root}.")
 
 
 def lab_args(root_dir: Path, port: int, ip: str, token: str) -> list[str]:

@@ -38,14 +38,14 @@ c.Execute.interrupt_on_timeout = True
 c.Execute.raise_on_iopub_timeout = False
 
 # The feedback page speaks the chapter's language and shows the one score
-# (coursekit.feedback.CourseFrame); it never shows hidden test code (nbgrader
+# (coursekit.grade.feedback.CourseFrame); it never shows hidden test code (nbgrader
 # #917, #1363): the hidden block is removed from each test cell, and an error in
 # a graded cell keeps only its message (a traceback would quote the failing
 # hidden line); no internal token reaches the student (StudentOutputs).
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
-    "coursekit.feedback.CourseFrame",
-    "coursekit.feedback.StudentOutputs",
+    "coursekit.grade.feedback.CourseFrame",
+    "coursekit.grade.feedback.StudentOutputs",
     "nbgrader.preprocessors.ClearHiddenTests",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from harness import grading_course, make_submission, submit  # noqa: E402
 
-from coursekit.build import chapters  # noqa: E402
+from coursekit.author.build import chapters  # noqa: E402
 
 
 def answer_pool(chapter: str) -> list[dict | None]:
@@ -58,7 +58,7 @@ def make_course(root: Path, students: int, pick=None) -> dict:
 
 
 def grade(root: Path, **kw) -> tuple[float, dict, list]:
-    from coursekit import grade as pipeline
+    from coursekit.grade import pipeline
     t = time.monotonic()
     jobs = pipeline.grade(root, sandbox=True, quiet=True, report=True, **kw)
     wall = time.monotonic() - t

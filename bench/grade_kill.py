@@ -112,7 +112,7 @@ def main() -> None:
             result["second_run_tail"] = (Path(tmp) / "grade2.log").read_text().splitlines()[-1]
         from nbgrader.api import Gradebook
 
-        from coursekit.engine import Ledger
+        from coursekit.grade.engine import Ledger
         ledger = Ledger(f"sqlite:///{root / 'gradebook.db'}")
         rows = ledger.count()
         ledger.close()

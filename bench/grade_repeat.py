@@ -24,14 +24,14 @@ from harness import grading_course, make_submission, submit  # noqa: E402
 
 
 def one_run(chapter: str, students: int) -> dict:
-    from coursekit import grade
+    from coursekit.grade import pipeline
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "course"
         rel, src = grading_course(root, chapter)
         for i in range(students):
             submit(root, f"student{i:03d}", chapter, make_submission(rel, src, None))
         t = time.monotonic()
-        jobs = grade.grade(root, chapter=chapter, sandbox=True, quiet=True, report=False)
+        jobs = pipeline.grade(root, chapter=chapter, sandbox=True, quiet=True, report=False)
         wall = time.monotonic() - t
     per = sorted(j.seconds for j in jobs)
     return {"wall_s": round(wall, 1), "median_notebook_s": round(per[len(per) // 2], 2),

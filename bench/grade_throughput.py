@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from harness import grading_course, make_submission, submit  # noqa: E402
 
-from coursekit.nbgrader_run import env_with_bin  # noqa: E402
+from coursekit.base.nbgrader_run import env_with_bin  # noqa: E402
 
 
 def make_class(root: Path, chapter: str, n: int) -> list[str]:
@@ -53,11 +53,11 @@ def stock(root: Path, chapter: str) -> float:
 
 
 def pipeline(root: Path, chapter: str, warm: bool = True) -> tuple[float, list, dict]:
-    from coursekit import grade
+    from coursekit.grade import pipeline as pipeline_mod
     t = time.monotonic()
-    jobs = grade.grade(root, chapter=chapter, sandbox=True, quiet=True, report=True, warm=warm)
+    jobs = pipeline_mod.grade(root, chapter=chapter, sandbox=True, quiet=True, report=True, warm=warm)
     wall = time.monotonic() - t
-    phases = json.loads((root / grade.STATE / "timings.json").read_text())
+    phases = json.loads((root / pipeline_mod.STATE / "timings.json").read_text())
     return wall, jobs, phases
 
 

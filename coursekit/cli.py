@@ -6,7 +6,7 @@ import contextlib
 import sys
 from pathlib import Path
 
-from . import build, dist, release
+from .author import build, dist, release
 
 
 def cmd_source(args) -> int:
@@ -32,17 +32,17 @@ def cmd_dist(args) -> int:
 
 
 def cmd_grade(args) -> int:
-    from . import grade
+    from .grade import pipeline
     if args.check:
-        grade.check(root=args.root or build.ROOT, chapter=args.chapter, sandbox=not args.unsandboxed)
+        pipeline.check(root=args.root or build.ROOT, chapter=args.chapter, sandbox=not args.unsandboxed)
         return 0
-    jobs = grade.grade(root=args.root or build.ROOT, chapter=args.chapter, student=args.student, jobs=args.jobs,
-                       sandbox=not args.unsandboxed, timeout=args.timeout, regrade=args.regrade)
+    jobs = pipeline.grade(root=args.root or build.ROOT, chapter=args.chapter, student=args.student, jobs=args.jobs,
+                          sandbox=not args.unsandboxed, timeout=args.timeout, regrade=args.regrade)
     return 0 if all(j.ok for j in jobs) else 1
 
 
 def cmd_serve(args) -> int:
-    from . import service
+    from .serve import service
     return service.serve(Path(args.root or build.ROOT), Path(args.exchange) if args.exchange else None,
                          sandbox=not args.unsandboxed, poll=args.poll, class_files_every=args.class_files_every,
                          workers=args.jobs)
@@ -83,7 +83,8 @@ def _canvas_errors(args):
 
 
 def cmd_collect(args) -> int:
-    from . import collect, export
+    from .lms import collect
+    from .report import export
     root = Path(args.root or build.ROOT)
     token, course_id = _canvas(args)
     course = None
@@ -100,7 +101,7 @@ def cmd_collect(args) -> int:
 
 
 def cmd_return(args) -> int:
-    from . import handback
+    from .lms import handback
     root = Path(args.root or build.ROOT)
     token, course_id = _canvas(args)
     with _canvas_errors(args):

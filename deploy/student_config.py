@@ -3,7 +3,7 @@
 
     python deploy/student_config.py DEST [--lang zh] [--exchange /srv/nbgrader/exchange] [--course DIR]
 
-It is the configuration `make lab` gives a student (coursekit/workspace.py
+It is the configuration `make lab` gives a student (coursekit/student/workspace.py
 ``configure``; ``lab_workspace.py`` in a student pack), laid out as a folder
 to put on a server's ``JUPYTER_CONFIG_PATH``:
 
@@ -36,7 +36,7 @@ TRANSLATION = "@jupyterlab/translation-extension:plugin"
 
 
 def workspace_module(course: Path):
-    """The course's workspace code, found as course.py finds it (coursekit/workspace.py
+    """The course's workspace code, found as course.py finds it (coursekit/student/workspace.py
     in a clone, lab_workspace.py in a student pack)."""
     spec = importlib.util.spec_from_file_location("course_front_door", course / "course.py")
     front_door = importlib.util.module_from_spec(spec)

@@ -1,6 +1,6 @@
 """Keep the hidden checks honest inside a student's kernel.
 
-The grading pipeline starts each kernel through ``coursekit.kernel_boot``,
+The grading pipeline starts each kernel through ``coursekit.grade.kernel_boot``,
 which calls :func:`boot` before any student code runs. ``boot`` records the
 functions the checks rely on (torch, numpy, math, builtins, helpers.checks and
 the grading modules themselves) and receives a secret key for this one

@@ -1,9 +1,10 @@
 """What the grading kernel and the grader outside it must agree on.
 
 Both sides import this module: the kernel side (grading.core, grading.guard,
-coursekit.sandbox, coursekit.zygote) and the grader (coursekit.grade and its
-steps, coursekit.report, coursekit.feedback, nbgrader_config.py). It holds no
-state and imports nothing heavy, so it is safe to import anywhere.
+coursekit.grade.sandbox, coursekit.grade.zygote) and the grader
+(coursekit.grade.pipeline and its steps, coursekit.report.report,
+coursekit.grade.feedback, nbgrader_config.py). It holds no state and imports
+nothing heavy, so it is safe to import anywhere.
 
 * the seal a passed hidden check prints, and its HMAC;
 * a machine-readable token for each verdict a check can print, so that the

@@ -428,7 +428,7 @@ def figure_key(fn) -> str:
 def show_static(fn, *args, alt: str) -> None:
     """Show the registered figure ``fn(*args)``. Under nbgrader the kernel only
     leaves its description and a mark: the grader puts the picture in
-    (coursekit.figures), drawn once per machine rather than once per student."""
+    (coursekit.grade.figures), drawn once per machine rather than once per student."""
     from IPython.display import display
 
     from .runtime import FIGURE_MARK, under_nbgrader

@@ -10,5 +10,5 @@ def under_nbgrader() -> bool:
     return bool(os.environ.get("NBGRADER_EXECUTION"))
 
 
-# The output metadata that marks a figure the grader draws (helpers.plots.show_static, coursekit.figures)
+# The output metadata that marks a figure the grader draws (helpers.plots.show_static, coursekit.grade.figures)
 FIGURE_MARK = "course_figure"

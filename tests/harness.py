@@ -18,7 +18,7 @@ from pathlib import Path
 
 import nbformat
 
-from coursekit.nbgrader_run import nbgrader
+from coursekit.base.nbgrader_run import nbgrader
 
 ROOT = Path(__file__).resolve().parent.parent
 UNTOUCHED = "untouched_release"
@@ -197,8 +197,8 @@ def grade_class(chapter: str, variants: list[Variant], workdir: Path) -> dict[st
         nbformat.write(nb, dest)
     # the instructors' own command (make grade): sandboxed when the machine allows it,
     # warm kernels, seal check, feedback
-    from coursekit import grade as pipeline
-    from coursekit.sandbox import sandbox_available
+    from coursekit.grade import pipeline
+    from coursekit.grade.sandbox import sandbox_available
     pipeline.grade(workdir, chapter=chapter, sandbox=sandbox_available()[0], quiet=True, report=False)
 
     results: dict[str, Result] = {}

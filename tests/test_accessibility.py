@@ -26,7 +26,7 @@ import browser  # noqa: E402
 import test_content  # noqa: E402
 from harness import ROOT  # noqa: E402
 
-from coursekit import build  # noqa: E402
+from coursekit.author import build  # noqa: E402
 from helpers import plots, set_language  # noqa: E402
 
 CHAPTERS = sorted(p.name for p in (ROOT / "release").iterdir() if p.is_dir() and p.name.startswith("ch"))
@@ -306,7 +306,7 @@ def open_page(tab, path, html_text: str | None = None):
 
 def scored(nb, chapter: str):
     """A score for every graded cell: full marks, the written answers awaiting grading."""
-    from coursekit import score
+    from coursekit.report import score
     cells = []
     for c in nb.cells:
         meta = c.metadata.get("nbgrader", {})
@@ -318,7 +318,7 @@ def scored(nb, chapter: str):
 
 
 def feedback_html(nb, chapter: str) -> str:
-    from coursekit import feedback
+    from coursekit.grade import feedback
     return feedback.page(nb, scored(nb, chapter), chapter)
 
 
@@ -361,7 +361,7 @@ def test_code_colours_meet_aa():
     the code's background."""
     from pygments.formatters import HtmlFormatter
 
-    template = (ROOT / "coursekit" / "templates" / "course_feedback" / "index.html.j2").read_text(encoding="utf-8")
+    template = (ROOT / "coursekit" / "grade" / "templates" / "course_feedback" / "index.html.j2").read_text(encoding="utf-8")
     colours = dict(re.findall(r"\.highlight (\.[a-z0-9]+) \{ color: (#[0-9A-Fa-f]+)",
                               HtmlFormatter(style="default").get_style_defs(".highlight")))
     for rule, colour in re.findall(r"([^{}]*\.highlight \.[a-z0-9]+[^{}]*)\{\s*color:\s*(#[0-9a-fA-F]+)", template):
@@ -436,8 +436,8 @@ def class_course(root):
     import nbformat
     from harness import make_submission
 
-    from coursekit import score
-    from coursekit.flags import Flag
+    from coursekit.report import score
+    from coursekit.report.flags import Flag
 
     ch = "ch01_attention"
     for part in ("source", "release"):
@@ -470,7 +470,7 @@ def class_course(root):
 def test_class_report_and_similarity_pages_have_no_violation(tab, tmp_path, lang):
     import types
 
-    from coursekit import report, similarity
+    from coursekit.report import report, similarity
 
     ch = "ch01_attention"
     data = class_course(tmp_path)

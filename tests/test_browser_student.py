@@ -11,7 +11,7 @@ and a feedback page opened with no network.
 - a feedback page made by the course's feedback step shows its formulas as
   drawn maths with every network request blocked.
 
-The maths conversion itself (coursekit/mathml.py) is checked here too, without
+The maths conversion itself (coursekit/grade/mathml.py) is checked here too, without
 a browser, on every chapter's markdown.
 """
 from __future__ import annotations
@@ -30,8 +30,9 @@ import nbformat
 import pytest
 from harness import ROOT
 
-from coursekit import dist, mathml
-from coursekit import workspace as ws
+from coursekit.author import dist
+from coursekit.grade import mathml
+from coursekit.student import workspace as ws
 
 needs_browser = pytest.mark.skipif(browser.skip_reason() is not None, reason=str(browser.skip_reason()))
 pytestmark = [pytest.mark.xdist_group("browser")]
@@ -382,10 +383,11 @@ def feedback_html(nb_doc) -> str:
     """The notebook as the course's feedback step writes it (the course's
     template, allow-list and output steps, as nbgrader_config.py configures
     them), with every graded cell scored 0."""
-    from coursekit import feedback, score
+    from coursekit.grade import feedback
+    from coursekit.report import score
 
     configured = (ROOT / "nbgrader_config.py").read_text(encoding="utf-8")
-    assert "coursekit.feedback.CourseFrame" in configured and "coursekit.feedback.StudentOutputs" in configured
+    assert "coursekit.grade.feedback.CourseFrame" in configured and "coursekit.grade.feedback.StudentOutputs" in configured
     cells = [score.CellScore(c.metadata["nbgrader"]["grade_id"], float(c.metadata["nbgrader"]["points"]), 0.0, None)
              for c in nb_doc.cells if c.metadata.get("nbgrader", {}).get("grade")]
     return feedback.page(nb_doc, score.Standing("ann", CH01, cells), CH01)
@@ -434,7 +436,7 @@ def test_every_chapters_maths_converts_with_no_unknown_command():
             if cell.cell_type == "markdown":
                 out = mathml.markdown_math(cell.source, unknown)
                 assert not mathml.MATH.search(out), (path.name, out[:300])
-        assert unknown == [], f"{path.name}: commands coursekit/mathml.py does not know: {sorted(set(unknown))}"
+        assert unknown == [], f"{path.name}: commands coursekit/grade/mathml.py does not know: {sorted(set(unknown))}"
 
 
 def test_conversion_builds_the_structure_of_each_construct():
@@ -541,7 +543,7 @@ def test_validate_in_the_workspace_speaks_the_course_zh(context, tmp_path, capsy
 
 def en_release(work) -> Path:
     """Chapter 1 built in English and released (what the en pack holds of it)."""
-    from coursekit import build, release
+    from coursekit.author import build, release
     work.mkdir(parents=True)
     shutil.copy(ROOT / "nbgrader_config.py", work / "nbgrader_config.py")
     build.write_source(CH01, "en", course_root=work)
@@ -632,8 +634,8 @@ def test_a_graded_feedback_page_shows_the_chapters_figures(context, tmp_path):
     language, with the network blocked."""
     from harness import grading_course, make_submission, submit
 
-    from coursekit import grade as pipeline
-    from coursekit.sandbox import sandbox_available
+    from coursekit.grade import pipeline
+    from coursekit.grade.sandbox import sandbox_available
     root = tmp_path / "course"
     rel, src = grading_course(root, CH01)
     submit(root, "ann", CH01, make_submission(rel, src, None))

@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from coursekit import build
+from coursekit.author import build
 
 HEADER = """---
 jupytext:

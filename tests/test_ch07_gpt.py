@@ -478,7 +478,7 @@ def test_the_4e3_argument_quotes_the_kept_sweep():
     """The text's 3e-3 against 4e-3 comparison is the one in bench/results (3 layers, width 128, batch 16)."""
     from pathlib import Path
 
-    from coursekit import build
+    from coursekit.author import build
     root = Path(__file__).resolve().parent.parent
     runs = [json.loads(line) for line in (root / "bench" / "results" / "recipe_sweep_round2.jsonl").read_text().splitlines()
             if line.startswith("{")]

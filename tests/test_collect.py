@@ -18,7 +18,9 @@ import lms
 import nbformat
 import pytest
 
-from coursekit import cli, collect, export
+from coursekit import cli
+from coursekit.lms import collect
+from coursekit.report import export
 
 CH1, CH2 = lms.CHAPTERS
 COURSE = 7

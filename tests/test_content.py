@@ -28,7 +28,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from fontTools.ttLib import TTFont  # noqa: E402
 from matplotlib import font_manager  # noqa: E402
 
-from coursekit import build  # noqa: E402
+from coursekit.author import build  # noqa: E402
 from helpers import plots, set_language  # noqa: E402
 from helpers.fonts import make_subset  # noqa: E402
 

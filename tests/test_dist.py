@@ -13,7 +13,7 @@ import nbformat
 import pytest
 from harness import ROOT, make_submission
 
-from coursekit import build, dist
+from coursekit.author import build, dist
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
 LATIN_WORD = re.compile(r"[A-Za-z]{3,}")
@@ -57,7 +57,7 @@ def test_pack_starts_a_students_workspace_with_student_commands_only(packs, lang
         makefile = z.read(top + "Makefile").decode()
         readme = z.read(top + "README.md").decode()
         req = z.read(top + "requirements.txt").decode()
-    assert shipped == (ROOT / "coursekit" / "workspace.py").read_bytes()   # course.py lab imports it
+    assert shipped == (ROOT / "coursekit" / "student" / "workspace.py").read_bytes()   # course.py lab imports it
     assert re.findall(r"^([a-z-]+):", makefile, re.M) == ["help", "lab", "env"], makefile
     assert "workspace/" in readme and "python course.py lab" in readme
     assert re.search(r"^jupyterlab-language-pack-zh-CN==", req, re.M), req

@@ -1,4 +1,4 @@
-"""Grading jobs on Dask (coursekit/engine.py).
+"""Grading jobs on Dask (coursekit/grade/engine.py).
 
 - The ledger of finished jobs: a key is written once, a gradebook that does
   not exist is not created by looking, two students handing in the same bytes
@@ -26,9 +26,9 @@ import pytest
 from harness import grading_course, make_submission, submit
 from services import dask_cluster
 
-from coursekit.engine import Ledger, job_key
-from coursekit.intake import Job
-from coursekit.sandbox import sandbox_available
+from coursekit.grade.engine import Ledger, job_key
+from coursekit.grade.intake import Job
+from coursekit.grade.sandbox import sandbox_available
 
 CH = "ch01_attention"
 STUDENTS = 6
@@ -88,7 +88,7 @@ def killed_run(tmp_path_factory):
     local, remote = base / "local", base / "remote"
     make_class(local)
     shutil.copytree(local, remote)
-    from coursekit import grade as pipeline
+    from coursekit.grade import pipeline
     pipeline.grade(local, chapter=CH, quiet=True, report=False)          # make grade, as on one machine
     out = {"local": local, "remote": remote}
     with dask_cluster(workers=2, base=base) as (address, procs):

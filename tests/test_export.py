@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from coursekit import export, similarity
+from coursekit.report import export, similarity
 
 CH = "ch01_attention"
 CELLS = (("test_softmax", 3.0, "code"), ("test_attention", 4.0, "code"), ("derivation", 3.0, "markdown"))
@@ -241,7 +241,7 @@ def test_a_shared_span_is_marked_on_whole_tokens_and_leaves_given_lines_alone():
 def report_data():
     import collections
 
-    from coursekit import score
+    from coursekit.report import score
     data = {"scores": collections.defaultdict(dict), "bugs": collections.defaultdict(collections.Counter),
             "flags": {}, "said": {}}
     cells = {"alice": ((3.0, None), (4.0, None), (None, None)), "bob": ((3.0, None), (0.0, None), (None, 0.0))}
@@ -254,7 +254,7 @@ def report_data():
 
 
 def test_report_has_a_row_per_student_with_the_one_score_and_a_feedback_link():
-    from coursekit import report
+    from coursekit.report import report
     page = report._student_table(report_data(), {CH: "zh"}, "zh")
     alice = page[page.index("<th scope='row'>alice</th>"):page.index("<th scope='row'>bob</th>")]
     assert "7 / 10 分，3 分待批改" in alice
@@ -266,7 +266,7 @@ def test_report_has_a_row_per_student_with_the_one_score_and_a_feedback_link():
 
 
 def test_report_rates_each_exercise_by_full_marks_and_mean():
-    from coursekit import report
+    from coursekit.report import report
     page = report._difficulty_table(report_data(), CH, TITLES[CH], "zh")
     assert "<h3>各练习的难度</h3>" in page
     row = page[page.index("练习 3：注意力"):].split("</tr>")[0]
@@ -279,7 +279,7 @@ def test_report_rates_each_exercise_by_full_marks_and_mean():
 def test_report_names_each_diagnosed_bug_as_the_student_was_told_it():
     import nbformat
 
-    from coursekit import report
+    from coursekit.report import report
     data = report_data()
     nb = nbformat.v4.new_notebook()
     cell = nbformat.v4.new_code_cell("check()", metadata={"nbgrader": {"grade_id": "test_attention"}})
@@ -298,7 +298,7 @@ def test_report_names_each_diagnosed_bug_as_the_student_was_told_it():
 def test_report_lists_similar_pairs_with_the_caveat(tmp_path):
     import nbformat
 
-    from coursekit import report
+    from coursekit.report import report
 
     def notebook(code):
         nb = nbformat.v4.new_notebook()
@@ -326,7 +326,7 @@ def test_an_answer_copied_from_the_courses_helpers_is_flagged_and_an_independent
     import nbformat
     from harness import ROOT, make_submission
 
-    from coursekit import report
+    from coursekit.report import report
     from helpers import ch09_inside_gpt
     from helpers.ch05_block import block_attention
     copied = {
@@ -357,7 +357,7 @@ def test_the_helpers_tokens_kept_between_runs_flag_what_fresh_ones_flag(tmp_path
     probe = (
         "import inspect, json\n"
         "from pathlib import Path\n"
-        "from coursekit import similarity\n"
+        "from coursekit.report import similarity\n"
         "from helpers import ch09_inside_gpt\n"
         "helpers = similarity.helper_sources(Path(ch09_inside_gpt.__file__).parent)\n"
         "copied = inspect.getsource(ch09_inside_gpt._get_batch).replace('_get_batch', 'get_batch')\n"

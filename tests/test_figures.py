@@ -1,4 +1,4 @@
-"""The grading run's figures step (coursekit/figures.py): a figure that
+"""The grading run's figures step (coursekit/grade/figures.py): a figure that
 depends on nothing a student wrote is drawn once and put into every graded
 notebook that asked for it; a mark a submission forges gets at most a course
 figure."""
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import nbformat
 
-from coursekit import figures
+from coursekit.grade import figures
 from helpers import ch01_attention, plots
 from helpers.runtime import FIGURE_MARK
 

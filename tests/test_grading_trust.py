@@ -22,15 +22,15 @@ from pathlib import Path
 import pytest
 from harness import ROOT, auto_scores, grading_course, make_submission, submit
 
-from coursekit import grade as pipeline
-from coursekit.sandbox import sandbox_available
+from coursekit.grade import pipeline
+from coursekit.grade.sandbox import sandbox_available
 
 CH = "ch01_attention"
 SANDBOX, WHY = sandbox_available()
 pytestmark = [pytest.mark.skipif(not SANDBOX, reason=f"no sandbox here: {WHY}"), pytest.mark.xdist_group("trust")]
-GRADE = ("import sys; from coursekit import grade\n"
+GRADE = ("import sys; from coursekit.grade import pipeline\n"
          "if __name__ == '__main__':\n"
-         "    grade.{fn}(sys.argv[1], quiet=False)\n")
+         "    pipeline.{fn}(sys.argv[1], quiet=False)\n")
 
 
 def _tree(path: Path) -> dict[str, str]:
@@ -121,7 +121,7 @@ def _five_outputs(root: Path) -> dict[str, dict[str, tuple]]:
     import io
     import re
 
-    from coursekit import report
+    from coursekit.report import report
     line = re.compile(r"([0-9.]+) / ([0-9.]+) 分(?:，([0-9.]+) 分待批改)?")
 
     def said(text):
@@ -158,7 +158,7 @@ def test_the_five_outputs_give_one_score_pending_graded_blank_late(tmp_path):
 
     from nbgrader.api import Gradebook
 
-    from coursekit import report
+    from coursekit.report import report
     root = tmp_path / "course"
     rel, src = grading_course(root, CH)
     for name in ("waiting", "graded"):

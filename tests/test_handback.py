@@ -19,8 +19,9 @@ import zipfile
 import lms
 import pytest
 
-import coursekit.warm  # noqa: F401  (a new gradebook gets its schema revision in-process, as make grade does)
-from coursekit import collect, export, handback
+import coursekit.base.warm  # noqa: F401  (a new gradebook gets its schema revision in-process, as make grade does)
+from coursekit.lms import collect, handback
+from coursekit.report import export
 from grading import protocol
 
 CH1, CH2 = lms.CHAPTERS
@@ -167,8 +168,8 @@ def test_round_trip_canvas_moodle_and_a_folder(tmp_path, quiet_http):
     notebook is graded again."""
     from nbgrader.api import Gradebook
 
-    from coursekit import grade as pipeline
-    from coursekit.sandbox import sandbox_available
+    from coursekit.grade import pipeline
+    from coursekit.grade.sandbox import sandbox_available
     root = lms.course(tmp_path / "course")
     lms.write_roster(root, ROSTER[:3])
     due = dt.datetime(2026, 12, 8, 15, 59, 59)

@@ -14,9 +14,9 @@ import nbformat
 import pytest
 from harness import ROOT, auto_scores, graded_cell_text, grading_course, hidden_test_lines, make_submission
 
-from coursekit import grade as pipeline
-from coursekit.flags import Flag
-from coursekit.sandbox import sandbox_available
+from coursekit.grade import pipeline
+from coursekit.grade.sandbox import sandbox_available
+from coursekit.report.flags import Flag
 
 CH = "ch01_attention"
 WRONG_SOFTMAX = "def softmax(x, dim=-1):\n    return x\n"
@@ -171,7 +171,7 @@ def test_fork_bomb_is_bounded(graded):
     """The bomb stops at the kernel's process limit and none of its processes
     outlive grading. (On a loaded machine the kernel may instead die of it or
     reach the time limit: then the notebook is scored as empty, with the reason.)"""
-    from coursekit.zygote import _pids_of
+    from coursekit.grade.zygote import _pids_of
     root, jobs, _ = graded
     m = re.search(r"forked (\d+)", cell_text(root, "fork_bomb", "softmax"))
     if m:
@@ -274,7 +274,7 @@ def test_rerun_keeps_one_result_and_manual_grades(graded):
 
 
 def test_refuses_to_grade_without_sandbox(monkeypatch, tmp_path):
-    import coursekit.sandbox as sb
+    import coursekit.grade.sandbox as sb
     monkeypatch.setattr(sb, "sandbox_available", lambda: (False, "bubblewrap (bwrap) is not installed"))
     with pytest.raises(SystemExit, match="(?s)refusing to grade without a sandbox.*--unsandboxed"):
         pipeline.grade(tmp_path, sandbox=True, quiet=True)

@@ -44,7 +44,7 @@ import pytest
 from harness import ROOT, make_submission
 from services import Unavailable, add_user, chp_command, closed_folders, free_port, is_root, remove_user, shared_tmpdir
 
-from coursekit.sandbox import sandbox_available
+from coursekit.grade.sandbox import sandbox_available
 from grading import protocol
 
 CH = "ch01_attention"
@@ -232,7 +232,7 @@ def load_deploy_script():
 
 
 def release_language(folder: Path) -> str:
-    from coursekit.workspace import release_language as lang
+    from coursekit.student.workspace import release_language as lang
     return lang(folder)
 
 

@@ -18,9 +18,9 @@ import nbformat
 import pytest
 from harness import ROOT, grading_course, make_submission
 
-from coursekit import grade as pipeline
-from coursekit import intake, preflight, score, seals
-from coursekit.flags import Flag, render_all
+from coursekit.grade import intake, pipeline, preflight, seals
+from coursekit.report import score
+from coursekit.report.flags import Flag, render_all
 from grading import protocol
 
 CH = "ch01_attention"
@@ -378,7 +378,7 @@ def test_a_reply_whose_wake_up_was_missed_is_found_within_a_second():
 def _nbgrader_then_say_how_it_polls(payload) -> int:
     from jupyter_client.channels import AsyncZMQSocketChannel
 
-    from coursekit import runner
+    from coursekit.base import runner
     before = getattr(AsyncZMQSocketChannel.get_msg, "in_slices", False)
     with contextlib.suppress(SystemExit):
         runner.nbgrader_command(["--version"])
@@ -389,7 +389,7 @@ def _nbgrader_then_say_how_it_polls(payload) -> int:
 def test_every_nbgrader_command_of_the_grader_polls_in_slices(tmp_path):
     """nbgrader runs in processes forked from the grader's fork server: the
     command itself puts the slices in place, whatever its process had before."""
-    from coursekit import runner
+    from coursekit.base import runner
     log = tmp_path / "log"
     rc = runner.run_forked(f"{__name__}:_nbgrader_then_say_how_it_polls", None, tmp_path, dict(os.environ), log,
                            timeout=60)
@@ -410,8 +410,9 @@ def test_the_steps_run_in_their_documented_order():
 
 
 def test_no_function_of_the_pipeline_is_longer_than_80_lines():
-    files = ["grade.py", "intake.py", "runner.py", "kernels.py", "seals.py", "preflight.py", "score.py",
-             "flags.py", "report.py", "sandbox.py", "zygote.py", "kernel_boot.py", "cli.py", "nbgrader_run.py"]
+    files = ["grade/pipeline.py", "grade/intake.py", "base/runner.py", "grade/kernels.py", "grade/seals.py",
+             "grade/preflight.py", "report/score.py", "report/flags.py", "report/report.py", "grade/sandbox.py",
+             "grade/zygote.py", "grade/kernel_boot.py", "cli.py", "base/nbgrader_run.py"]
     long = []
     for name in files:
         for node in ast.walk(ast.parse((ROOT / "coursekit" / name).read_text(encoding="utf-8"))):
@@ -434,7 +435,7 @@ def _mounts(args):
 
 
 def test_an_environment_reached_through_a_symlink_is_linked_inside_the_sandbox(monkeypatch, tmp_path):
-    from coursekit import sandbox
+    from coursekit.grade import sandbox
     course_root = tmp_path / "course"
     (course_root / "work").mkdir(parents=True)
     os.symlink(os.path.realpath(sys.prefix), course_root / ".venv")
@@ -448,7 +449,7 @@ def test_an_environment_reached_through_a_symlink_is_linked_inside_the_sandbox(m
 
 
 def test_an_environment_under_home_is_bound_back(monkeypatch, tmp_path):
-    from coursekit import sandbox
+    from coursekit.grade import sandbox
     home = tmp_path / "home"
     env = home / "miniconda3" / "envs" / "course"
     (env / "bin").mkdir(parents=True)
@@ -478,7 +479,7 @@ def test_an_environment_below_a_folder_others_cannot_enter_is_bound_back_through
     """A kernel runs as its own unprivileged uid: a Python under /root (0700) while
     $HOME is elsewhere would be unreadable to it. The closed folder is hidden and the
     environment bound back below it, with the folders on the way opened (0755)."""
-    from coursekit import sandbox
+    from coursekit.grade import sandbox
     private = tmp_path / "private"
     base = private / "pyenv" / "3.11"
     (base / "bin").mkdir(parents=True)
@@ -497,7 +498,7 @@ def test_an_environment_below_a_folder_others_cannot_enter_is_bound_back_through
 # ------------------------------------------------------------------ reruns grade only what changed
 
 class _FakeGradebook:
-    """What coursekit.reuse reads of a gradebook: each submission's manual grades and comments."""
+    """What coursekit.grade.reuse reads of a gradebook: each submission's manual grades and comments."""
 
     def __init__(self):
         self.manual = {}   # (chapter, student) -> manual score of the derivation cell
@@ -511,7 +512,7 @@ class _FakeGradebook:
 
 def _graded_class(root: Path, rel, src, students=("s0", "s1")):
     """Two submissions with their graded notebook, feedback page and gradebook rows, as a run leaves them."""
-    from coursekit import reuse
+    from coursekit.grade import reuse
     gb = _FakeGradebook()
     for s in students:
         _submit(root, s, make_submission(rel, src, None))
@@ -524,7 +525,7 @@ def _graded_class(root: Path, rel, src, students=("s0", "s1")):
 
 
 def _sort(root: Path, gb, rules=None):
-    from coursekit import reuse
+    from coursekit.grade import reuse
     jobs = intake.discover(root)
     keys = reuse.Keys.of(root, jobs, rules or {"timeout": 600})
     todo, feedback_only, reused = reuse.sort_out(root, root / ".grading", gb, keys, jobs)
@@ -532,7 +533,7 @@ def _sort(root: Path, gb, rules=None):
 
 
 def _keep_all(root: Path, gb, rules=None):
-    from coursekit import reuse
+    from coursekit.grade import reuse
     (root / ".grading").mkdir(exist_ok=True)
     jobs = intake.discover(root)
     keys = reuse.Keys.of(root, jobs, rules or {"timeout": 600})
@@ -564,7 +565,7 @@ def test_a_result_is_kept_only_while_nothing_it_depends_on_changed(course):
 
 
 def test_changed_grading_code_or_missing_outputs_grade_again(course):
-    from coursekit import reuse
+    from coursekit.grade import reuse
     root, rel, src = course
     gb = _graded_class(root, rel, src)
     _keep_all(root, gb)
@@ -588,7 +589,7 @@ def test_new_manual_grades_make_new_feedback_without_grading_again(course):
 
 
 def test_a_result_after_a_machine_failure_is_not_kept(course):
-    from coursekit import reuse
+    from coursekit.grade import reuse
     root, rel, src = course
     gb = _graded_class(root, rel, src)
     (root / ".grading").mkdir()
@@ -606,12 +607,12 @@ def test_a_result_after_a_machine_failure_is_not_kept(course):
 
 
 def test_a_new_gradebook_gets_the_schema_revision_alembic_itself_reports():
-    """coursekit.warm reads the newest migration in-process instead of starting `alembic heads`."""
+    """coursekit.base.warm reads the newest migration in-process instead of starting `alembic heads`."""
     import subprocess
 
     import nbgrader.api
 
-    from coursekit import warm
+    from coursekit.base import warm
     ini_of = nbgrader.api._temp_alembic_ini
     with ini_of("sqlite:////tmp/gradebook.db") as ini:
         out = subprocess.run([str(Path(sys.executable).parent / "alembic"), "-c", ini, "heads"], capture_output=True,
@@ -625,7 +626,7 @@ def test_the_environment_key_is_what_is_installed_not_what_sys_path_holds_now(mo
     key of the environment must not move with it (every result would be graded again)."""
     from importlib import metadata
 
-    from coursekit import reuse
+    from coursekit.grade import reuse
     before = reuse.environment_digest()
     vendored = tmp_path / "_vendor"
     (vendored / "vendored_thing-1.0.dist-info").mkdir(parents=True)

@@ -26,7 +26,7 @@ import pytest
 from harness import ROOT, make_submission
 from services import SECRET, Unavailable, postgres_server
 
-from coursekit.sandbox import sandbox_available
+from coursekit.grade.sandbox import sandbox_available
 from grading import protocol
 
 CHAPTERS = ("ch01_attention", "ch02_causal_mask")
@@ -179,7 +179,7 @@ def test_grades_csv_is_the_same_and_complete(graded):
 
 def test_class_report_is_the_same_and_covers_both_chapters(graded):
     lite, pg = report_text(graded["sqlite"][0]), report_text(graded["postgres"][0])
-    from coursekit.words import word
+    from coursekit.report.words import word
     counts = word("report_counts", "zh", students=len(STUDENTS), notebooks=len(STUDENTS) * len(CHAPTERS))
     assert counts in pg, "the zh chapters' report speaks Chinese"
     assert all(f"<h2>{ch}</h2>" in pg for ch in CHAPTERS)
@@ -187,8 +187,8 @@ def test_class_report_is_the_same_and_covers_both_chapters(graded):
 
 
 def test_report_data_is_the_same(graded, monkeypatch):
-    from coursekit import grade as pipeline
-    from coursekit import report
+    from coursekit.grade import pipeline
+    from coursekit.report import report
 
     data = {}
     for name, (root, url) in graded.items():

@@ -6,7 +6,7 @@ import json
 import pytest
 from harness import ROOT
 
-from coursekit import build
+from coursekit.author import build
 
 FORBIDDEN_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS",
                      "grading.", "参考答案", "Model answer")

@@ -16,7 +16,7 @@ import nbformat
 import pytest
 from harness import ROOT
 
-from coursekit import build
+from coursekit.author import build
 from helpers import run_all, set_language
 
 UNTOUCHED = [ch for ch in build.chapters() if ch != "ch09_inside_gpt"]

@@ -1,4 +1,4 @@
-"""The grading service (coursekit/service.py) on a course folder and an
+"""The grading service (coursekit/serve/service.py) on a course folder and an
 exchange folder laid out as nbgrader's submit leaves them, without a hub
 (tests/test_jupyterhub.py runs it behind a real JupyterHub).
 
@@ -28,7 +28,7 @@ import nbformat
 import pytest
 from harness import grading_course, make_submission
 
-from coursekit.sandbox import sandbox_available
+from coursekit.grade.sandbox import sandbox_available
 from grading import protocol
 
 CH = "ch01_attention"
@@ -70,8 +70,8 @@ def grades(root: Path, student: str) -> dict[str, tuple]:
 def story(tmp_path_factory):
     import catalogue.ch01_attention as cat
 
-    from coursekit.engine import Ledger
-    from coursekit.service import Service
+    from coursekit.grade.engine import Ledger
+    from coursekit.serve.service import Service
 
     base = tmp_path_factory.mktemp("service")
     root, exchange = base / "course", base / "exchange"
@@ -177,7 +177,7 @@ def test_a_restart_grades_what_came_while_it_was_down_once(story):
 
 def test_a_superseded_submission_is_recorded_not_graded(tmp_path):
     """Two submissions of one student waiting together: the newer is filed, the older recorded as superseded."""
-    from coursekit.service import Service
+    from coursekit.serve.service import Service
     root, exchange = tmp_path / "course", tmp_path / "exchange"
     rel, src = grading_course(root, CH)
     (exchange / COURSE / "inbound").mkdir(parents=True)

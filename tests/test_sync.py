@@ -7,7 +7,7 @@ import shutil
 import pytest
 from harness import ROOT
 
-from coursekit import build, release
+from coursekit.author import build, release
 
 
 def normalised(path):

@@ -105,12 +105,12 @@ def real_messages(lang: str) -> str:
 
     import test_grading_inprocess as inproc
 
-    from coursekit.feedback import for_student
+    from coursekit.grade.feedback import for_student
     from helpers import set_language
     set_language(lang)
     ns = inproc.solution_namespace("ch01_attention", {"softmax": WRONG_SOFTMAX})
     said = []
-    from coursekit.build import build_chapter
+    from coursekit.author.build import build_chapter
     nb = build_chapter("ch01_attention", lang)
     visible = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "test_softmax")
     code = re.sub(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n", "", visible.source, flags=re.S)

@@ -1,4 +1,4 @@
-"""Warm kernels (coursekit.zygote): every notebook's kernel is forked from one
+"""Warm kernels (coursekit.grade.zygote): every notebook's kernel is forked from one
 process that imported torch once. What one student's code leaves behind —
 module attributes, environment, files, a detached process — must not reach
 the next student's kernel, a kernel reaches no network (it talks to the
@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 from harness import auto_scores, graded_cell_text, grading_course, make_submission, submit
 
-from coursekit import grade as pipeline
-from coursekit.sandbox import sandbox_available
+from coursekit.grade import pipeline
+from coursekit.grade.sandbox import sandbox_available
 
 CH = "ch01_attention"
 SANDBOX, WHY = sandbox_available()
@@ -136,7 +136,7 @@ def test_nothing_a_student_leaves_behind_reaches_the_next_kernel(sequential):
 def test_each_kernel_has_its_own_uid_and_none_of_its_processes_survive(sequential):
     import re
 
-    from coursekit.zygote import _pids_of
+    from coursekit.grade.zygote import _pids_of
     root, jobs = sequential
     left = int(re.search(r"left uid (\d+)", _text(root, "a_leaver", "softmax")).group(1))
     seen = int(re.search(r"CLEAN uid (\d+)", _text(root, "b_snooper", "softmax")).group(1))

@@ -1,4 +1,4 @@
-"""The student's workspace (coursekit/workspace.py) and the commands around it
+"""The student's workspace (coursekit/student/workspace.py) and the commands around it
 in course.py: a student's work is never overwritten, a changed release arrives
 beside it once, and a student's JupyterLab has only student tools."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ import sys
 import pytest
 from harness import ROOT
 
-from coursekit import dist
-from coursekit import workspace as ws
+from coursekit.author import dist
+from coursekit.student import workspace as ws
 
 DAY = "2026-12-01"
 

@@ -2,7 +2,7 @@
 the course's language (server side: ``helpers.lab.validate``; the toolbar
 button and dialog: ``helpers/lab/labextension``).
 
-Enabled by the student's Jupyter configuration (coursekit/workspace.py
+Enabled by the student's Jupyter configuration (coursekit/student/workspace.py
 ``configure``): the server extension ``helpers.lab`` and the labextension
 folder on ``LabApp.extra_labextensions_path``; nbgrader's own Validate button
 is switched off there.

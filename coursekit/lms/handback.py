@@ -1,14 +1,14 @@
 """Handing back: feedback pages and scores, out to the LMS the way it takes them in bulk.
 
     pages    each student's feedback page of a chapter (feedback/<student>/<chapter>/<chapter>.html)
-             and its one score (coursekit.score); a chapter whose points still await
+             and its one score (coursekit.report.score); a chapter whose points still await
              grading (Standing.final is False) is held back everywhere
     moodle   Moodle's feedback-files archive, one per chapter (a Moodle assignment):
              returned/moodle/<chapter>.zip, each page in the participant's folder named as
              Moodle's own download named it (collected/submissions.json keeps it), which is
              what "Upload multiple feedback files in a zip" matches students by
     canvas   each page posted to the student's submission as a comment with the file
-             attached, the score as the grade (coursekit.export.upload_canvas); a dry run
+             attached, the score as the grade (coursekit.report.export.upload_canvas); a dry run
              that says what would be sent, unless told to send
 
 Grades for Moodle travel in lms_moodle.csv (make grade writes it), as before.
@@ -21,9 +21,9 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import export
+from ..report import export
+from ..report.score import Standing, num
 from .collect import COLLECTED, LEDGER, course_language
-from .score import Standing, num
 
 RETURNED = "returned"
 FIXED_TIME = (2000, 1, 1, 0, 0, 0)   # every member's time: the same pages make the same archive, byte for byte

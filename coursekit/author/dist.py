@@ -2,7 +2,7 @@
 public helpers package, the environment files and a student README.
 
 A pack's `python course.py lab` copies release/ into the pack's own
-workspace/ folder and serves that (coursekit/workspace.py, shipped as
+workspace/ folder and serves that (coursekit/student/workspace.py, shipped as
 lab_workspace.py), with the student's JupyterLab configuration: no instructor
 tools, Chinese menus in the zh pack.
 
@@ -16,10 +16,11 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from . import build, release, workspace
+from ..student import workspace
+from . import build, release
 
 COURSE = "transformer-course"
-STUDENT_FILES = Path(__file__).parent / "student"
+STUDENT_FILES = Path(__file__).parent.parent / "student"
 STUDENT_PYPROJECT = """[build-system]
 requires = ["setuptools>=64"]
 build-backend = "setuptools.build_meta"

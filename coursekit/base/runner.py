@@ -19,7 +19,7 @@ from grading import protocol
 _NB_PRELOAD = ["nbgrader.apps.nbgraderapp", "nbgrader.apps.autogradeapp", "nbgrader.apps.generatefeedbackapp",
                "nbgrader.apps.generateassignmentapp", "nbgrader.apps.exportapp", "nbgrader.converters",
                "nbgrader.api", "nbgrader.preprocessors", "nbconvert", "nbclient", "jupyter_client",
-               "coursekit.feedback", "coursekit.batch", "coursekit.warm", "helpers.lab.shell_poll"]
+               "coursekit.base.batch", "coursekit.base.warm", "coursekit.grade.feedback", "helpers.lab.shell_poll"]
 _CTX = None
 
 
@@ -108,7 +108,7 @@ def run_nbgrader(args: list[str], root: Path, env: dict, log: Path, timeout: flo
     """Run one nbgrader command in a process forked from the warm fork server;
     returns its exit code, or None when it ran past ``timeout`` (then its whole
     process group, kernel launcher included, is killed)."""
-    return run_forked("coursekit.runner:nbgrader_command", args, root, env, log, timeout)
+    return run_forked("coursekit.base.runner:nbgrader_command", args, root, env, log, timeout)
 
 
 def run_forked(target: str, payload, root: Path, env: dict, log: Path, timeout: float | None = None) -> int | None:

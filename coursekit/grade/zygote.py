@@ -3,7 +3,7 @@
 Starting a kernel costs about 2 s here, nearly all of it ``import torch`` and
 friends; a class of 200 notebooks pays that 200 times. The zygote pays it once:
 it imports what every grading kernel needs, then waits on a Unix socket. For
-each notebook the kernel launcher (``coursekit.sandbox``) asks it for a kernel;
+each notebook the kernel launcher (``coursekit.grade.sandbox``) asks it for a kernel;
 the zygote forks, and the child becomes that notebook's kernel:
 
 * it has run no student code before (the zygote never runs any: it only
@@ -15,7 +15,7 @@ the zygote forks, and the child becomes that notebook's kernel:
 * it boots the guard with the notebook's seal key before the kernel starts.
 
 The zygote itself runs inside the same bubblewrap sandbox as a single kernel
-would (``coursekit.sandbox.zygote_command``): the course folder is hidden, the
+would (``coursekit.grade.sandbox.zygote_command``): the course folder is hidden, the
 machine read-only. It keeps only the capabilities it needs to hand each child
 its own uid and to clean up after it (setuid/setgid, kill, chown, and reading
 the children's folders), and the children have none.
@@ -171,7 +171,7 @@ def _become_kernel(req: dict, sock: socket.socket, listener: socket.socket) -> N
             import torch
             torch.set_num_threads(threads)
         sys.argv = [sys.executable, "-m", "ipykernel_launcher", "-f", conn_path, *options]
-        from coursekit.kernel_boot import start
+        from coursekit.grade.kernel_boot import start
         # the kernel's own options only: "-m ipykernel_launcher" would make IPython run that module
         # in the kernel (it fails, and formatting its traceback cost 0.4 s a notebook)
         start(["-f", conn_path, *options], key)

@@ -1,7 +1,7 @@
 """The grading kernel's launcher: resource limits, then bubblewrap, then the
 kernel as an unprivileged user.
 
-Kernel spec argv: ``python -m coursekit.sandbox {connection_file}``. Settings
+Kernel spec argv: ``python -m coursekit.grade.sandbox {connection_file}``. Settings
 come from the environment the grading pipeline sets (the names and the
 defaults live in grading.protocol, which both sides import):
 
@@ -22,7 +22,7 @@ unprivileged uid of its own.
 Two ways to start it:
 
 * warm (what ``make grade`` uses): with COURSE_ZYGOTE set, this launcher asks
-  the run's zygote (coursekit.zygote, started inside bubblewrap with no network
+  the run's zygote (coursekit.grade.zygote, started inside bubblewrap with no network
   at all) to fork the kernel; the kernel talks to the grader over IPC socket
   files, works in a copy of the notebook's folder, and this process stays
   alive as long as the kernel does;
@@ -105,7 +105,7 @@ def bwrap_args(root: str, cwd: str, conn: str | None, writable: tuple[str, ...] 
             "--unshare-uts", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
             "--perms", "1777", "--tmpfs", "/tmp"]
     home = os.path.expanduser("~")
-    code_root = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # where helpers/ and grading/ live
+    code_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))  # where helpers/ and grading/ live
     hidden = [root] + ([code_root] if code_root != root else [])
     if home not in ("/", "") and not any(h.startswith(home + os.sep) or h == home for h in hidden):
         hidden.append(home)
@@ -153,12 +153,12 @@ ZYGOTE_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_CHOWN", "CAP_DAC_OVE
 
 
 def zygote_command(root: str, base: str, sandbox: bool = True) -> list[str]:
-    """The command that runs the zygote (coursekit.zygote) for the grading run
+    """The command that runs the zygote (coursekit.grade.zygote) for the grading run
     whose private folder is ``base``: inside bubblewrap like a single kernel,
     with ``base/zygote`` (its socket, root-only) and ``base/spool`` (the
     kernels' working folders and socket files) writable."""
     zdir, spool = os.path.join(base, "zygote"), os.path.join(base, "spool")
-    cmd = [sys.executable, "-m", "coursekit.zygote", os.path.join(zdir, "sock")]
+    cmd = [sys.executable, "-m", "coursekit.grade.zygote", os.path.join(zdir, "sock")]
     if not sandbox:
         return cmd
     args = bwrap_args(root, zdir, None, writable=(spool,)) + ["--unshare-net"]  # kernels talk over IPC sockets
@@ -275,7 +275,7 @@ def main(argv: list[str]) -> None:
         env[protocol.ENV_SEAL_FD] = str(r)
 
     _limits(protocol.limit(protocol.ENV_MEM_MB, protocol.MEM_MB))
-    kernel = [sys.executable, "-m", "coursekit.kernel_boot", "-f", conn, *extra]
+    kernel = [sys.executable, "-m", "coursekit.grade.kernel_boot", "-f", conn, *extra]
     if not use_sandbox:
         os.execve(kernel[0], kernel, env)
 

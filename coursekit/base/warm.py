@@ -1,4 +1,4 @@
-"""Imported once by the grader's fork server (coursekit.runner): compile
+"""Imported once by the grader's fork server (coursekit.base.runner): compile
 what every nbgrader command would otherwise compile on first use, so that
 each forked command starts with it done.
 

@@ -40,7 +40,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import words
+from ..report import words
 
 SUBMITTED, COLLECTED = "submitted", "collected"
 LEDGER = "submissions.json"      # collected/submissions.json: where each filed notebook came from
@@ -290,7 +290,7 @@ def _collector(pattern: str):
     """nbgrader's file-name collector for one layout (its warnings about names that
     do not fit stay quiet: a name that does not fit is reported in the table)."""
     from nbgrader.plugins import FileNameCollectorPlugin
-    quiet = logging.getLogger("coursekit.collect")
+    quiet = logging.getLogger("coursekit.lms.collect")
     quiet.setLevel(logging.ERROR)
     return FileNameCollectorPlugin(named_regexp=pattern, valid_ext=[""], log=quiet)
 
@@ -499,7 +499,7 @@ class CanvasTimes:
         self.course, self.ids, self.cache = course, dict(assignment_ids), {}
 
     def submission(self, chapter: str, user_id: str):
-        from .export import canvas_assignment_id
+        from ..report.export import canvas_assignment_id
         key = (chapter, user_id)
         if key not in self.cache:
             try:
@@ -658,7 +658,7 @@ class Collected:
         return [r for r in self.rows if r.kind == kind]
 
     def table(self, lang: str | None = None) -> str:
-        from .report import _pad, _width
+        from ..report.report import _pad, _width
         lang = lang or self.lang
         lines = [word("title", lang, sources=", ".join(self.sources)), ""]
         if not self.rows:
@@ -699,7 +699,7 @@ def collect(root: Path, sources: list[Path], lms: str = "auto", worksheets=(), t
             canvas=None, assignment_ids: dict[str, int] | None = None) -> Collected:
     """Fill ``root/submitted`` from ``sources`` (see the module's docstring).
     ``canvas``: a canvasapi Course to read submission times from (optional)."""
-    from .export import read_roster
+    from ..report.export import read_roster
     root = Path(root).resolve()
     zone = zone_of(timezone)
     roster_path = root / "roster.csv"

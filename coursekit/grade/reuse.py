@@ -25,8 +25,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import runner
-from .build import ROOT
+from ..author.build import ROOT
+from ..base import runner
 from .intake import Job
 
 FOLDER = "reuse"

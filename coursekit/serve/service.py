@@ -7,21 +7,21 @@
 1. files it into the course folder as ``nbgrader collect`` would
    (``submitted/<student>/<chapter>/``, replacing an older submission of that
    student, never a newer one; owned like the course folder);
-2. grades it with the course's own pipeline (coursekit.grade): intake on a
+2. grades it with the course's own pipeline (coursekit.grade.pipeline): intake on a
    copy, repair, sandbox, warm kernels, seal check, feedback page, one score;
-   on the grading engine (coursekit.engine: a Dask cluster, local by default);
+   on the grading engine (coursekit.grade.engine: a Dask cluster, local by default);
 3. releases that student's feedback to that student alone (nbgrader's
    ``release_feedback`` for that student), so it appears in their
    *Assignments* tab.
 
 What a run pays once is paid once: the kernel factory stays warm between
-submissions (coursekit.grade.Warm), and a chapter's preflight and its record
+submissions (coursekit.grade.pipeline.Warm), and a chapter's preflight and its record
 in the gradebook run again only when something they depend on changed. The
 class-wide files (grades.csv, the LMS files, the class report) are written
 when no submission is waiting, at most every ``--class-files-every`` seconds.
 
 It shares the course folder with the instructor: each submission is handled
-holding the pipeline's lock (coursekit.runner.one_at_a_time), so ``make grade``
+holding the pipeline's lock (coursekit.base.runner.one_at_a_time), so ``make grade``
 and the service take turns on the gradebook; manual grades from the
 formgrader are never overwritten (nbgrader's autograde keeps them, and
 feedback pages show them). A resubmission is graded again.
@@ -46,9 +46,9 @@ from pathlib import Path
 
 from grading import protocol
 
-from . import runner
-from .intake import Job
-from .nbgrader_run import env_with_bin
+from ..base import runner
+from ..base.nbgrader_run import env_with_bin
+from ..grade.intake import Job
 
 FOLDER = "service"
 RECORD = "handled.jsonl"
@@ -176,8 +176,8 @@ class Service:
     # ---------------------------------------------------------------- the loop
 
     def start(self) -> None:
-        from . import engine as engine_mod
-        from .grade import Warm, _refuse_without_sandbox
+        from ..grade import engine as engine_mod
+        from ..grade.pipeline import Warm, _refuse_without_sandbox
         _refuse_without_sandbox(self.sandbox, self.say)
         chapters = sorted(p.parent.name for p in (self.root / "source").glob("*/*.ipynb") if p.stem == p.parent.name)
         self.warm = Warm.start(self.root, self.sandbox, chapters)
@@ -195,8 +195,7 @@ class Service:
 
     def prepare(self, chapters: list[str]) -> None:
         """Each chapter's one-off steps (the preflight, its record in the gradebook), once."""
-        from . import grade as pipeline
-        from . import reuse
+        from ..grade import pipeline, reuse
         run = pipeline.Run(self.root, [Job(ch, "_service") for ch in chapters], sandbox=self.sandbox, warm=True,
                            workers=self.workers, say=self.say)
         run.shared = self.warm
@@ -248,7 +247,7 @@ class Service:
     def handle(self, subs: list[Submission]) -> list[Job]:
         """File, grade and hand back ``subs``: the newest of each student's
         chapter is graded; an older one that waited with it is superseded."""
-        from . import grade as pipeline
+        from ..grade import pipeline
         latest: dict[tuple[str, str], Submission] = {}
         for sub in subs:
             latest[(sub.student, sub.chapter)] = sub   # oldest first: the last one wins
@@ -328,7 +327,7 @@ class Service:
 
     @staticmethod
     def _same(a: Path, b: Path) -> bool:
-        from .reuse import digest_paths
+        from ..grade.reuse import digest_paths
         return digest_paths([a]) == digest_paths([b])
 
     def release(self, job: Job) -> bool:
@@ -344,7 +343,7 @@ class Service:
         st = os.stat(self.exchange / self.course_id) if (self.exchange / self.course_id).exists() else None
         as_owner = st is not None and os.geteuid() == 0 and st.st_uid != 0
         payload = {"args": args, "uid": st.st_uid if as_owner else None, "gid": st.st_gid if as_owner else None}
-        rc = runner.run_forked("coursekit.service:release_command", payload, self.root, env_with_bin(), log,
+        rc = runner.run_forked("coursekit.serve.service:release_command", payload, self.root, env_with_bin(), log,
                                timeout=120)
         if rc != 0:
             tail = "\n".join(log.read_text(errors="replace").strip().splitlines()[-5:]) if log.exists() else ""
@@ -354,8 +353,7 @@ class Service:
 
     def write_class_files(self) -> None:
         """grades.csv, the LMS files and the class report, for the whole class."""
-        from . import grade as pipeline
-        from . import seals
+        from ..grade import pipeline, seals
         run = pipeline.Run(self.root, [], sandbox=self.sandbox, say=lambda *a: None)
         for ch in sorted({j.chapter for j in pipeline.class_jobs(self.root, self.state)}):
             meta = seals.read(self.root / "source" / ch / f"{ch}.ipynb").metadata

@@ -2,7 +2,7 @@
 kernel is initialised and before any student code runs.
 
 Used as the kernel command of the grading pipeline:
-    python -m coursekit.kernel_boot -f CONNECTION_FILE
+    python -m coursekit.grade.kernel_boot -f CONNECTION_FILE
 The seal key arrives on the file descriptor named by COURSE_SEAL_FD and is
 read and closed here, so student code cannot read it from the environment.
 """

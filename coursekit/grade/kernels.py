@@ -1,5 +1,5 @@
 """Grading kernels: the kernel spec nbgrader starts, each notebook's own uid
-and socket folder, and the warm kernel factory of a run (coursekit.zygote)."""
+and socket folder, and the warm kernel factory of a run (coursekit.grade.zygote)."""
 from __future__ import annotations
 
 import json
@@ -14,15 +14,15 @@ from pathlib import Path
 
 from grading import protocol
 
-from .nbgrader_run import env_with_bin
-from .runner import without_grader_secrets, write_atomically
+from ..base.nbgrader_run import env_with_bin
+from ..base.runner import without_grader_secrets, write_atomically
 
 
 def kernel_spec(state: Path) -> Path:
     """The folder to put on JUPYTER_PATH: its python3 kernel is the sandbox's launcher."""
     kdir = state / "kernels" / "kernels" / "python3"
     kdir.mkdir(parents=True, exist_ok=True)
-    spec = {"argv": [sys.executable, "-m", "coursekit.sandbox", "{connection_file}"],
+    spec = {"argv": [sys.executable, "-m", "coursekit.grade.sandbox", "{connection_file}"],
             "display_name": "Python 3 (graded)", "language": "python", "interrupt_mode": "message"}
     text = json.dumps(spec, indent=1)
     path = kdir / "kernel.json"
@@ -86,7 +86,7 @@ def short_base() -> Path:
 
 
 class Zygote:
-    """The warm kernel factory of one grading run (coursekit.zygote), in the
+    """The warm kernel factory of one grading run (coursekit.grade.zygote), in the
     sandbox when grading is sandboxed. ``socket`` is None when it could not
     start; kernels then start one by one, as without it."""
 

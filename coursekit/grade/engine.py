@@ -1,10 +1,10 @@
 """Grading jobs on Dask distributed: one job per notebook.
 
 The unit of work is one submitted notebook, keyed by the hash the reuse step
-computes (coursekit.reuse: the submission's bytes, the chapter, the grading
+computes (coursekit.grade.reuse: the submission's bytes, the chapter, the grading
 code, the environment, the run's rules) together with the chapter and the
 student. A job is nbgrader's autograde of that notebook in the sandbox, with a
-kernel forked from a warm kernel factory (coursekit.zygote); the grader that
+kernel forked from a warm kernel factory (coursekit.grade.zygote); the grader that
 submitted it checks its seals as it comes back and then writes its key into
 the *ledger*, a small table of finished jobs in the gradebook's own database
 (SQLite or PostgreSQL). The ledger is the record of what has been graded:
@@ -30,7 +30,7 @@ Where the jobs run (``from_environment``):
   starts processes of its own: nbgrader's fork server).
 
 Failures: a worker killed mid-notebook takes its nbgrader process and kernel
-with it (coursekit.runner ends a command with its fork server; the factory is
+with it (coursekit.base.runner ends a command with its fork server; the factory is
 bubblewrap's child with ``--die-with-parent``), and the scheduler gives the job
 to another worker, so the notebook is graded once. A scheduler that goes away
 stops the run with what finished kept in the ledger: running it again grades
@@ -175,7 +175,7 @@ class CourseWorker:
         return "course-grader-" + hashlib.sha256(text.encode()).hexdigest()[:12]
 
     def setup(self, worker=None) -> None:
-        from .grade import Warm
+        from .pipeline import Warm
         self.warm = Warm.start(Path(self.root), self.sandbox, self.chapters)
 
     def teardown(self, worker=None) -> None:
@@ -222,8 +222,8 @@ def _worker_factory(spec: dict) -> tuple[Path, str | None, int]:
 def grade_notebook(spec: dict) -> dict:
     """The job: nbgrader's autograde of one notebook (a scratch copy on the
     course's filesystem), in the sandbox, with a warm kernel. Returns its outcome."""
-    from . import grade as pipeline
-    from .flags import Flag
+    from ..report.flags import Flag
+    from . import pipeline
     root = Path(spec["root"])
     job = Job(spec["chapter"], spec["student"], flags=[Flag.from_json(f) for f in spec.get("flags", [])])
     base, socket, workers = _worker_factory(spec)
@@ -341,8 +341,8 @@ class Engine:
         checked and its key in the ledger. Jobs the ledger holds are not sent."""
         from nbgrader.api import Gradebook
 
-        from . import grade as pipeline
-        from .flags import Flag
+        from ..report.flags import Flag
+        from . import pipeline
         from .reuse import TRANSIENT
         ledger = Ledger(protocol.gradebook_url(run.root))
         gb = None

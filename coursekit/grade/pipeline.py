@@ -4,7 +4,7 @@ A run is a ``Run`` (the context every step reads and writes) passed through
 an ordered list of small steps, each ``step(run) -> None``:
 
     reuse      keep the result of every notebook nothing of whose grade changed since it was
-               graded (coursekit.reuse); only the others go on (--regrade: none is kept)
+               graded (coursekit.grade.reuse); only the others go on (--regrade: none is kept)
     kernels    start the warm kernel factory (it imports torch while intake and repair run)
     intake     copy each submission to the run's scratch folder (submitted/ is never written)
     repair     fix on that copy what stock nbgrader trips over, noting each repair as a Flag
@@ -13,7 +13,7 @@ an ordered list of small steps, each ``step(run) -> None``:
     gradebook  record the chapters' cells in the gradebook (first write of the run; one process)
     autograde  nbgrader autograde on the copies, one student at a time per worker, workers over the
                cores, the longest first; each kernel forked in the sandbox from a warm process that
-               imported torch once (coursekit.zygote), with the guard booted and no network; a run
+               imported torch once (coursekit.grade.zygote), with the guard booted and no network; a run
                whose notebooks mostly fail for one reason of the machine stops there
     seal check a test cell keeps its points only if each hidden check left a valid seal
     feedback   nbgrader's feedback pages, one process per worker (hidden tests, tracebacks and seals
@@ -45,13 +45,14 @@ import nbformat
 
 from grading import protocol
 
-from . import figures, kernels, reuse, runner, seals
+from ..author.build import ROOT
+from ..base import runner
+from ..base.nbgrader_run import env_with_bin
+from ..report.flags import Flag
+from . import figures, kernels, reuse, seals
 from . import intake as intake_mod
 from . import preflight as pre
-from .build import ROOT
-from .flags import Flag
 from .intake import Job, discover
-from .nbgrader_run import env_with_bin
 
 STATE = ".grading"
 __all__ = ["grade", "Job", "Run", "STEPS", "STATE", "class_jobs", "discover", "uid"]
@@ -109,7 +110,7 @@ class Run:
     feedback_only: list[Job] = field(default_factory=list)  # kept, but their manual grades changed
     expected: dict = field(default_factory=dict)            # chapter -> the checks its test cells seal
     keys: reuse.Keys | None = None   # the parts of every notebook's key this run shares (step_reuse)
-    engine: object | None = None     # where notebooks are autograded (coursekit.engine); None: a thread pool
+    engine: object | None = None     # where notebooks are autograded (coursekit.grade.engine); None: a thread pool
     shared: Warm | None = None       # a long-lived grader's kernel factory and prepared chapters (the service)
     class_files: bool = True         # write grades.csv, the LMS files and the class report at the end
 
@@ -312,7 +313,7 @@ def step_gradebook(run: Run) -> None:
     chapters = new_chapters(run)
     if not chapters:
         return
-    from .release import generate_assignments
+    from ..author.release import generate_assignments
     with runner.one_at_a_time(run.state):
         scratch = Path(tempfile.mkdtemp(prefix="release-scratch-", dir=run.state))
         log = run.state / "logs" / "generate_assignment.log"
@@ -359,7 +360,7 @@ def autograde_in_threads(run: Run, jobs: list[Job]):
 
 
 def step_autograde(run: Run) -> None:
-    """Every notebook's autograde: on the run's engine (a Dask cluster, coursekit.engine),
+    """Every notebook's autograde: on the run's engine (a Dask cluster, coursekit.grade.engine),
     or in a thread pool of this process."""
     done = 0
     each = run.engine.autograde(run, longest_first(run)) if run.engine is not None else \
@@ -431,7 +432,7 @@ def step_seal_check(run: Run) -> None:
 
     with Gradebook(protocol.gradebook_url(run.root), protocol.COURSE_ID) as gb:
         for job in run.jobs:
-            if not job.sealed:   # else checked as it was graded (coursekit.engine)
+            if not job.sealed:   # else checked as it was graded (coursekit.grade.engine)
                 seal_check_one(run, job, gb)
 
 
@@ -489,7 +490,7 @@ def step_feedback(run: Run) -> None:
     def make(i_share):
         i, share = i_share
         log = run.state / "logs" / f"generate_feedback__{i}.log"
-        rc = runner.run_forked("coursekit.batch:feedback", {"notebooks": [(j.chapter, j.student) for j in share]},
+        rc = runner.run_forked("coursekit.grade.feedback:pages", {"notebooks": [(j.chapter, j.student) for j in share]},
                                run.root, env_with_bin(), log)
         if rc != 0:
             run.say(f"grade: some feedback pages could not be made (see {log.relative_to(run.root)})")
@@ -503,8 +504,8 @@ def step_feedback(run: Run) -> None:
 def step_export(run: Run) -> None:
     """grades.csv and the saved flags. The class-wide outputs are written one
     grader at a time: whichever writes them last has seen every result."""
-    from . import export as export_mod
-    from . import report as report_mod
+    from ..report import export as export_mod
+    from ..report import report as report_mod
     log = run.state / "logs" / "export.log"
 
     def export(tmp: Path) -> None:
@@ -518,7 +519,7 @@ def step_export(run: Run) -> None:
             from nbgrader.api import Gradebook
             with Gradebook(protocol.gradebook_url(run.root), protocol.COURSE_ID) as gb:
                 reuse.keep(run.root, run.state, gb, run.jobs + run.feedback_only)
-        if not run.class_files:   # a long-lived grader writes them when it is idle (coursekit.service)
+        if not run.class_files:   # a long-lived grader writes them when it is idle (coursekit.serve.service)
             return
         runner.write_atomically(run.root / "grades.csv", export)
         chapters = sorted({j.chapter for j in class_jobs(run.root, run.state)})
@@ -527,7 +528,7 @@ def step_export(run: Run) -> None:
 
 
 def step_report(run: Run) -> None:
-    from . import report as report_mod
+    from ..report import report as report_mod
     if not run.class_files:
         return
     if run.report:
@@ -558,8 +559,8 @@ def grade(root: Path = ROOT, chapter: str | None = None, student: str | None = N
           warm: bool = True, regrade: bool = False, engine=None) -> list[Job]:
     """Grade submitted/ (all of it, or one chapter or student); returns the jobs
     with their flags (``job.reused``: its earlier result was kept; ``regrade``: keep none).
-    ``engine``: where notebooks are autograded (a coursekit.engine.Engine, which the
-    caller closes); by default the one coursekit.engine.from_environment picks.
+    ``engine``: where notebooks are autograded (a coursekit.grade.engine.Engine, which the
+    caller closes); by default the one coursekit.grade.engine.from_environment picks.
     Raises SystemExit (GradingStopped) when the machine, not the students, is at fault."""
     root = Path(root).resolve()
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))

@@ -1,8 +1,8 @@
 """The feedback page: nbgrader's generate_feedback with the course's steps and
-template (coursekit/templates/course_feedback), configured in nbgrader_config.py.
+template (coursekit/grade/templates/course_feedback), configured in nbgrader_config.py.
 
 - ``CourseFrame`` gives the page its frame in the chapter's language: the
-  title, the one score of coursekit.score, and for each graded or answer cell
+  title, the one score of coursekit.report.score, and for each graded or answer cell
   its exercise, its score ("3 / 3 分", "待批改（3 分）", "未作答（0 / 3 分）")
   and the instructor's comment, if any.
 - ``StudentOutputs`` makes the outputs fit for a student to read: no seals,
@@ -28,9 +28,9 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 
 from grading import protocol
 
-from . import score as score_mod
+from ..report import score as score_mod
+from ..report.words import HTML_LANG, word
 from .mathml import markdown_math
-from .words import HTML_LANG, word
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 TOKENS = re.compile(r"(?<=：)\s*\[(?:bug|verdict):[A-Za-z0-9_\-]+\]\s*|\s?\[(?:bug|verdict):[A-Za-z0-9_\-]+\]")
@@ -277,6 +277,23 @@ def use_course_template(converter) -> None:
         at = next((i + 1 for i, n in enumerate(names) if n.endswith("GetGrades")), 0)
         converter.preprocessors = [*converter.preprocessors[:at], CourseFrame, *converter.preprocessors[at:]]
 
+
+
+def pages(payload: dict) -> int:
+    """``nbgrader generate_feedback`` for each (chapter, student) of ``payload["notebooks"]``,
+    in one process (coursekit.base.batch; run by the pipeline's feedback step, forked)."""
+    from nbgrader.converters import GenerateFeedback
+
+    from ..base.batch import convert_each, nbgrader_subapp
+
+    class CourseFeedback(GenerateFeedback):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            use_course_template(self)   # the page names each exercise
+
+    pairs = [tuple(p) for p in payload["notebooks"]]
+    sub = nbgrader_subapp("generate_feedback", pairs[0][0], [])
+    return convert_each(CourseFeedback, sub, pairs, lambda p: {"assignment_id": p[0], "student_id": p[1]})
 
 def page(nb, st=None, chapter: str = "") -> str:
     """The feedback page of ``nb`` for the score ``st``, without a gradebook

@@ -33,7 +33,7 @@ DEFAULT_LANG = "zh"
 # What nbgrader writes into a hand-graded answer cell of the release, per language
 # (its ClearSolutions.text_stub); see text_stub().
 TEXT_STUBS = {"zh": "在这里写下你的答案。", "en": "YOUR ANSWER HERE"}
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 
 

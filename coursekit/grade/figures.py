@@ -115,8 +115,8 @@ def draw(payload: dict) -> int:
 
 def step(run) -> None:
     """The pipeline step (after the seal check): draw what is missing, fill every graded notebook."""
-    from . import runner
-    from .nbgrader_run import env_with_bin
+    from ..base import runner
+    from ..base.nbgrader_run import env_with_bin
 
     paths = [run.graded_path(j) for j in run.jobs if run.graded_path(j).exists()]
     if not paths:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import nbformat
 
-from .flags import Flag
+from ..report.flags import Flag
 
 
 @dataclass
@@ -25,10 +25,10 @@ class Job:
     flags: list[Flag] = field(default_factory=list)
     seconds: float = 0.0
     ok: bool = True
-    failure: str | None = None   # the kind of the last autograde failure (see coursekit.preflight.CAUSES)
-    key: str | None = None       # what its grade depends on (coursekit.reuse)
+    failure: str | None = None   # the kind of the last autograde failure (see coursekit.grade.preflight.CAUSES)
+    key: str | None = None       # what its grade depends on (coursekit.grade.reuse)
     reused: bool = False         # this run kept its earlier result
-    sealed: bool = False         # its seals were checked as it was graded (coursekit.engine)
+    sealed: bool = False         # its seals were checked as it was graded (coursekit.grade.engine)
 
     def flag(self, kind: str, detail="") -> None:
         new = Flag(kind, str(detail))

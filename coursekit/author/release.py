@@ -37,8 +37,8 @@ def generate_assignments(chapters: list[str], course_root: Path, release_dir: Pa
     the cells the gradebook records (``gradebook=True``) must agree on it, or
     nbgrader cannot see that an answer was left as it came (and scores it 0).
     Returns the chapters whose group failed."""
-    from .nbgrader_run import env_with_bin
-    from .runner import run_forked
+    from ..base.nbgrader_run import env_with_bin
+    from ..base.runner import run_forked
 
     by_stub: dict[str, list[str]] = {}
     for ch in chapters:
@@ -48,6 +48,6 @@ def generate_assignments(chapters: list[str], course_root: Path, release_dir: Pa
     for stub, group in by_stub.items():
         extra = ([] if gradebook else ["--no-db"]) + [f"--ClearSolutions.text_stub={stub}"]
         payload = {"chapters": group, "release": str(release_dir), "extra": extra}
-        if run_forked("coursekit.batch:assignments", payload, course_root, env_with_bin(), log) != 0:
+        if run_forked("coursekit.base.batch:assignments", payload, course_root, env_with_bin(), log) != 0:
             failed += group
     return failed

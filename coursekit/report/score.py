@@ -13,7 +13,7 @@ From them, for the submission: ``score`` (every point given so far),
 ``score``), ``pending`` (points awaiting grading) and ``final`` (nothing
 awaits grading). The terminal summary, the feedback page, the class report,
 ``grades.csv``, ``grades_by_exercise.csv`` and the LMS files all read these
-numbers and say them with the words of coursekit.words.
+numbers and say them with the words of coursekit.report.words.
 """
 from __future__ import annotations
 
@@ -137,7 +137,7 @@ def cell_order(chapter: str) -> dict[str, int]:
     this course does not have)."""
     import nbformat
 
-    path = Path(__file__).resolve().parent.parent / "source" / chapter / f"{chapter}.ipynb"
+    path = Path(__file__).resolve().parent.parent.parent / "source" / chapter / f"{chapter}.ipynb"
     if not chapter or not path.exists():
         return {}
     ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in nbformat.read(path, as_version=4).cells]

@@ -3,7 +3,7 @@ files a learning-management system imports.
 
 - ``grades_by_exercise.csv``: one row per student, one column per graded cell
   (named by the exercise's heading in the chapter's language and by its grade
-  id), then per chapter the one score of coursekit.score: auto points, manual
+  id), then per chapter the one score of coursekit.report.score: auto points, manual
   points, points awaiting grading, score, maximum, status, the submission time
   and how late it was against the due date set in nbgrader (``nbgrader db
   assignment add CHAPTER --duedate=...``; blank when there is none). A cell an

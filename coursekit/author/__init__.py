@@ -1,0 +1,1 @@
+"""For the course author: notebooks/ -> source/ -> release/, and the student packs."""

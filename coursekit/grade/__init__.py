@@ -1,0 +1,1 @@
+"""For the grader: the grading pipeline, its kernels and sandbox, and the feedback pages."""

@@ -1,0 +1,1 @@
+"""For the instructor: the scores, grades files, LMS files and class report taken home."""

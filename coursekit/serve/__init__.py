@@ -1,0 +1,1 @@
+"""For the course server: the grading service that grades each submission as it lands."""
