@@ -36,6 +36,10 @@ to another worker, so the notebook is graded once. A scheduler that goes away
 stops the run with what finished kept in the ledger: running it again grades
 the rest. A notebook that kills its kernel costs only that notebook (the
 pipeline scores it as the empty release, as without Dask).
+
+The engine sends notebooks and keeps the ledger; grading one is the
+pipeline's, which hands the engine what its jobs run (a ``Grader``:
+coursekit.grade.pipeline.GRADER), so that this module needs nothing of it.
 """
 from __future__ import annotations
 
@@ -45,10 +49,13 @@ import logging
 import os
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from grading import protocol
 
+from ..report.flags import Flag
 from .intake import Job
 
 SCHEDULER_ENV = "COURSE_DASK_SCHEDULER"
@@ -63,6 +70,15 @@ def job_key(job: Job) -> str:
     (two students may hand in the same bytes)."""
     text = f"{job.key}\n{job.chapter}\n{job.student}"
     return hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+@dataclass(frozen=True)
+class Grader:
+    """What the engine's jobs run, given by the grading pipeline (coursekit.grade.pipeline.GRADER).
+    Each is a module-level name, which Dask sends to the workers by reference."""
+    warm: type          # a worker's kernel factory: .start(root, sandbox, chapters) -> .base, .socket(say), .close()
+    grade: Callable     # on a worker: (spec, job, base, socket, workers) -> the run that autograded ``job``
+    check: Callable     # in the grader: (run, job, gradebook) -> None, the seal check of a graded notebook
 
 
 # ------------------------------------------------------------------ the ledger
@@ -158,16 +174,16 @@ class CourseWorker:
 
     idempotent = True   # registering it again (the next run) keeps the warm factory
 
-    def __init__(self, root: str, sandbox: bool, chapters: list[str]):
-        self.root, self.sandbox, self.chapters = root, sandbox, chapters
+    def __init__(self, root: str, sandbox: bool, chapters: list[str], warm_type: type):
+        self.root, self.sandbox, self.chapters, self.warm_type = root, sandbox, chapters, warm_type
         self.warm = None
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:   # sent to the workers: the settings, not this process's factory
-        return {"root": self.root, "sandbox": self.sandbox, "chapters": self.chapters}
+        return {"root": self.root, "sandbox": self.sandbox, "chapters": self.chapters, "warm_type": self.warm_type}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["root"], state["sandbox"], state["chapters"])
+        self.__init__(state["root"], state["sandbox"], state["chapters"], state["warm_type"])
 
     @property
     def name(self) -> str:
@@ -175,8 +191,7 @@ class CourseWorker:
         return "course-grader-" + hashlib.sha256(text.encode()).hexdigest()[:12]
 
     def setup(self, worker=None) -> None:
-        from .pipeline import Warm
-        self.warm = Warm.start(Path(self.root), self.sandbox, self.chapters)
+        self.warm = self.warm_type.start(Path(self.root), self.sandbox, self.chapters)
 
     def teardown(self, worker=None) -> None:
         if self.warm is not None:
@@ -197,14 +212,14 @@ def _as_plugin(plugin: CourseWorker):
 
     class Plugin(CourseWorker, WorkerPlugin):
         pass
-    out = Plugin(plugin.root, plugin.sandbox, plugin.chapters)
+    out = Plugin(plugin.root, plugin.sandbox, plugin.chapters, plugin.warm_type)
     return out
 
 
 _FALLBACK: dict[str, CourseWorker] = {}
 
 
-def _worker_factory(spec: dict) -> tuple[Path, str | None, int]:
+def _worker_factory(spec: dict, warm_type: type) -> tuple[Path, str | None, int]:
     """Where this job's kernel comes from: the grader's own factory when the job
     runs on its machine, else this worker's (the plugin's). Also how many
     kernels this worker runs at once."""
@@ -214,25 +229,19 @@ def _worker_factory(spec: dict) -> tuple[Path, str | None, int]:
     worker = get_worker()
     plugin = worker.plugins.get(spec["plugin"])
     if plugin is None:   # registered after this worker joined, or not at all: one of its own
-        plugin = _FALLBACK.setdefault(spec["plugin"], CourseWorker(spec["root"], spec["sandbox"], spec["chapters"]))
+        plugin = _FALLBACK.setdefault(spec["plugin"], CourseWorker(spec["root"], spec["sandbox"], spec["chapters"],
+                                                                   warm_type))
     base, socket = plugin.factory() if spec["warm"] else (plugin.factory()[0], None)
     return base, socket, max(1, worker.state.nthreads)
 
 
-def grade_notebook(spec: dict) -> dict:
+def grade_notebook(spec: dict, grader: Grader) -> dict:
     """The job: nbgrader's autograde of one notebook (a scratch copy on the
-    course's filesystem), in the sandbox, with a warm kernel. Returns its outcome."""
-    from ..report.flags import Flag
-    from . import pipeline
-    root = Path(spec["root"])
+    course's filesystem), in the sandbox, with a warm kernel (``grader.grade``).
+    Returns its outcome."""
     job = Job(spec["chapter"], spec["student"], flags=[Flag.from_json(f) for f in spec.get("flags", [])])
-    base, socket, workers = _worker_factory(spec)
-    run = pipeline.Run(root, [job], sandbox=spec["sandbox"], warm=spec["warm"], workers=workers,
-                       timeout=spec["timeout"], cell_timeout=spec["cell_timeout"], say=lambda *a: None)
-    run.scratch, run.base, run.zygote_socket = Path(spec["scratch"]), base, socket
-    pipeline.autograde_one(run, job)
-    if job.failure == "gradebook_busy":   # another grader held the gradebook: once more
-        pipeline.autograde_one(run, job)
+    base, socket, workers = _worker_factory(spec, grader.warm)
+    run = grader.grade(spec, job, base, socket, workers)
     where = _where()
     if job.ok and run.graded_path(job).exists():
         line = json.dumps({"key": spec["key"], "chapter": job.chapter, "student": job.student, "worker": where,
@@ -259,9 +268,11 @@ def _where() -> str:
 # ------------------------------------------------------------------ in the grader
 
 class Engine:
-    """A Dask cluster the grader sends its notebooks to (see the module's doc)."""
+    """A Dask cluster the grader sends its notebooks to (see the module's doc);
+    its jobs run what ``grader`` gives."""
 
-    def __init__(self, address: str | None = None, workers: int = 1, processes: bool = False):
+    def __init__(self, grader: Grader, address: str | None = None, workers: int = 1, processes: bool = False):
+        self.grader = grader
         self.address, self.workers, self.processes = address, max(1, workers), processes
         self._client = self._cluster = None
         self._lock = threading.Lock()
@@ -289,7 +300,8 @@ class Engine:
 
     def _plugin(self, run) -> str:
         """The name of the worker plugin for ``run``'s course folder, registered once."""
-        worker = CourseWorker(str(run.root), run.sandbox, _all_chapters(run.root) or run.chapters)
+        worker = CourseWorker(str(run.root), run.sandbox, _all_chapters(run.root) or run.chapters,
+                              self.grader.warm)
         with self._lock:
             if worker.name not in self._registered:
                 self._client.register_plugin(_as_plugin(worker), name=worker.name)
@@ -341,8 +353,6 @@ class Engine:
         checked and its key in the ledger. Jobs the ledger holds are not sent."""
         from nbgrader.api import Gradebook
 
-        from ..report.flags import Flag
-        from . import pipeline
         from .reuse import TRANSIENT
         ledger = Ledger(protocol.gradebook_url(run.root))
         gb = None
@@ -373,7 +383,7 @@ class Engine:
             from distributed import as_completed
             futures = {}
             for job in todo:
-                fut = self.client.submit(grade_notebook, self._spec(run, job, plugin, chapters),
+                fut = self.client.submit(grade_notebook, self._spec(run, job, plugin, chapters), self.grader,
                                          key=f"grade-{job_key(job)}", pure=False)
                 futures[fut] = job
             try:
@@ -394,7 +404,7 @@ class Engine:
                     if job.ok and not job.failure and run.graded_path(job).exists():
                         if gb is None:
                             gb = Gradebook(protocol.gradebook_url(run.root), protocol.COURSE_ID)
-                        pipeline.seal_check_one(run, job, gb)
+                        self.grader.check(run, job, gb)
                         if not any(f.kind in TRANSIENT for f in job.flags):
                             ledger.record(job_key(job), job, {"seconds": job.seconds, "worker": result.get("worker"),
                                                               "flags": [f.to_json() for f in job.flags]})
@@ -425,14 +435,15 @@ def _all_chapters(root: Path) -> list[str]:
     return sorted(p.name for p in rel.iterdir() if p.is_dir()) if rel.is_dir() else []
 
 
-def from_environment(workers: int) -> Engine | None:
-    """The engine the environment asks for (see the module's doc); None: the thread pool."""
+def from_environment(workers: int, grader: Grader) -> Engine | None:
+    """The engine the environment asks for (see the module's doc), its jobs running
+    what ``grader`` gives; None: the thread pool."""
     address = os.environ.get(SCHEDULER_ENV, "").strip()
     if address:
-        return Engine(address=address)
+        return Engine(grader, address=address)
     mode = os.environ.get(ENGINE_ENV, "dask").strip() or "dask"
     if mode not in MODES:
         raise SystemExit(f"grade: {ENGINE_ENV}={mode!r}: expected one of {', '.join(MODES)}")
     if mode == "threads":
         return None
-    return Engine(workers=workers, processes=mode == "processes")
+    return Engine(grader, workers=workers, processes=mode == "processes")

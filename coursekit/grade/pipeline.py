@@ -52,6 +52,7 @@ from ..report.flags import Flag
 from . import figures, kernels, reuse, seals
 from . import intake as intake_mod
 from . import preflight as pre
+from .engine import Grader, from_environment
 from .intake import Job, discover
 
 STATE = ".grading"
@@ -352,6 +353,18 @@ def autograde_one(run: Run, job: Job) -> Job:
     return job
 
 
+def autograde_on_worker(spec: dict, job: Job, base: Path, socket: str | None, workers: int) -> Run:
+    """``job``'s autograde as a grading engine's job (coursekit.grade.engine), on a
+    worker whose kernel factory is in ``base`` (its socket ``socket``); returns its run."""
+    run = Run(Path(spec["root"]), [job], sandbox=spec["sandbox"], warm=spec["warm"], workers=workers,
+              timeout=spec["timeout"], cell_timeout=spec["cell_timeout"], say=lambda *a: None)
+    run.scratch, run.base, run.zygote_socket = Path(spec["scratch"]), base, socket
+    autograde_one(run, job)
+    if job.failure == "gradebook_busy":   # another grader held the gradebook: once more
+        autograde_one(run, job)
+    return run
+
+
 def autograde_in_threads(run: Run, jobs: list[Job]):
     """Each job's autograde in a thread pool of ``run.workers`` threads, as they finish."""
     with cf.ThreadPoolExecutor(run.workers) as pool:
@@ -553,6 +566,10 @@ def run_steps(run: Run, steps=STEPS) -> None:
 
 # ------------------------------------------------------------------ the command
 
+# what a grading engine's jobs run: a worker's kernel factory, a notebook's autograde, its seal check
+GRADER = Grader(warm=Warm, grade=autograde_on_worker, check=seal_check_one)
+
+
 def grade(root: Path = ROOT, chapter: str | None = None, student: str | None = None, jobs: int | None = None,
           sandbox: bool = True, timeout: int = protocol.NOTEBOOK_TIMEOUT_S,
           cell_timeout: int = protocol.CELL_TIMEOUT_S, report: bool = True, quiet: bool = False,
@@ -571,9 +588,8 @@ def grade(root: Path = ROOT, chapter: str | None = None, student: str | None = N
         return []
     run = Run(root, todo, sandbox=sandbox, warm=warm, workers=jobs or max(1, os.cpu_count() or 1),
               timeout=timeout, cell_timeout=cell_timeout, report=report, regrade=regrade, say=say)
-    from . import engine as engine_mod
     own = engine is None
-    run.engine = engine_mod.from_environment(run.workers) if own else engine
+    run.engine = from_environment(run.workers, GRADER) if own else engine
     _prepare(run)
     try:
         say(f"grade: {len(todo)} notebooks ({len({j.chapter for j in todo})} chapters), {run.workers} workers, "

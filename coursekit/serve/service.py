@@ -177,12 +177,12 @@ class Service:
 
     def start(self) -> None:
         from ..grade import engine as engine_mod
-        from ..grade.pipeline import Warm, _refuse_without_sandbox
+        from ..grade.pipeline import GRADER, Warm, _refuse_without_sandbox
         _refuse_without_sandbox(self.sandbox, self.say)
         chapters = sorted(p.parent.name for p in (self.root / "source").glob("*/*.ipynb") if p.stem == p.parent.name)
         self.warm = Warm.start(self.root, self.sandbox, chapters)
         if self._own_engine:
-            self.engine = engine_mod.from_environment(self.workers)
+            self.engine = engine_mod.from_environment(self.workers, GRADER)
         if self.engine is not None:   # a cluster's workers start their kernel factories now
             from types import SimpleNamespace
             self.engine.start(SimpleNamespace(root=self.root, sandbox=self.sandbox, chapters=chapters))
