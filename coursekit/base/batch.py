@@ -5,9 +5,9 @@ Each ``nbgrader generate_feedback`` or ``generate_assignment`` command pays
 about a second before its first notebook: the app, its configuration, and the
 HTML exporter's templates, regular expressions and lexers, compiled on first
 use. One process that converts many notebooks pays it once. The release's
-notebooks are made here (``assignments``); the feedback pages, which use the
-course's feedback template, by coursekit.grade.feedback.pages on the same two
-functions (``nbgrader_subapp``, ``convert_each``).
+notebooks are made here (``assignments``); the grading pipeline makes its
+feedback pages, in the course's template, with the same two functions
+(``nbgrader_subapp``, ``convert_each``).
 """
 from __future__ import annotations
 

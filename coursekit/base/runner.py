@@ -19,8 +19,16 @@ from grading import protocol
 _NB_PRELOAD = ["nbgrader.apps.nbgraderapp", "nbgrader.apps.autogradeapp", "nbgrader.apps.generatefeedbackapp",
                "nbgrader.apps.generateassignmentapp", "nbgrader.apps.exportapp", "nbgrader.converters",
                "nbgrader.api", "nbgrader.preprocessors", "nbconvert", "nbclient", "jupyter_client",
-               "coursekit.base.batch", "coursekit.base.warm", "coursekit.grade.feedback", "helpers.lab.shell_poll"]
+               "coursekit.base.batch", "coursekit.base.warm", "helpers.lab.shell_poll"]
 _CTX = None
+
+
+def preload(module: str) -> None:
+    """Have the fork server import ``module`` when it starts, as it does nbgrader:
+    a room that runs forked commands of its own names their module here (at its
+    import, before any command), and each of them starts with it imported."""
+    if module not in _NB_PRELOAD:
+        _NB_PRELOAD.append(module)
 
 
 def _context():

@@ -56,6 +56,7 @@ from .engine import Grader, from_environment
 from .intake import Job, discover
 
 STATE = ".grading"
+runner.preload("coursekit.grade.feedback")   # the feedback step's forked command (feedback.pages)
 __all__ = ["grade", "Job", "Run", "STEPS", "STATE", "class_jobs", "discover", "uid"]
 # What a gradebook says when another grader got there first: SQLite's lock, and the
 # unique-key or serialisation errors of a database server (PostgreSQL) when two graders
