@@ -1,1 +1,1 @@
-"""Instructor tooling: build chapters, generate the student release, grade."""
+"""The course's tooling, in rooms by who uses them: author, student, grade, serve, lms, report, base."""
