@@ -62,7 +62,9 @@ def test_a_broken_environment_stops_before_the_gradebook_and_the_fixed_one_grade
     try:
         (broken / "torch.py").write_text("raise ImportError('torch is broken in this environment')\n")
         os.chmod(broken, 0o755)
-        r = _grader(root, sys.executable, env={"PYTHONPATH": str(broken)})
+        # a broken torch ahead of whatever the grader's own PYTHONPATH holds (its code may come from there)
+        path = os.pathsep.join([str(broken), *filter(None, [os.environ.get("PYTHONPATH")])])
+        r = _grader(root, sys.executable, env={"PYTHONPATH": path})
     finally:
         import shutil
         shutil.rmtree(broken, ignore_errors=True)
