@@ -131,6 +131,8 @@ def main() -> None:
                 os.killpg(service.pid, signal.SIGKILL)
             log.close()
         text = (Path(tmp) / "serve.log").read_text()
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "serve_latency.log").write_text(text)     # the service's own account, kept beside
         record = [json.loads(x) for x in (root / ".grading" / "service" / "handled.jsonl").read_text().splitlines()]
     superseded = [r["name"] for r in record if r.get("done") == "superseded"]
     result.update(submitted=n, feedback_seen=len(latencies), never_seen=len(waiting),
