@@ -9,8 +9,9 @@ from __future__ import annotations
 import re
 
 
-def exercise_titles(nb) -> dict[str, str]:
-    """grade id -> the heading above its cell, for every graded cell (and task)."""
+def exercise_titles(nb, answers: bool = False) -> dict[str, str]:
+    """grade id -> the heading above its cell, for every graded cell (and task);
+    with ``answers``, for every answer cell too."""
     titles, heading = {}, ""
     for cell in nb.cells:
         if cell.cell_type == "markdown":
@@ -18,7 +19,7 @@ def exercise_titles(nb) -> dict[str, str]:
                 if line.startswith("#"):
                     heading = line.lstrip("#").strip()
         meta = cell.metadata.get("nbgrader", {})
-        if meta.get("grade") or meta.get("task"):
+        if meta.get("grade") or meta.get("task") or (answers and meta.get("solution")):
             titles[meta["grade_id"]] = heading
     return titles
 

@@ -54,19 +54,15 @@ TEMPLATE = "course_feedback"
 def toc_labels(nb, lang: str) -> dict[str, str]:
     """grade id -> "exercise heading · kind" for every graded or answer cell."""
     from helpers.outline import exercise_titles
-    titles = exercise_titles(nb)
-    heading, labels = "", {}
+    titles = exercise_titles(nb, answers=True)
+    labels = {}
     for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            for line in cell.source.splitlines():
-                if line.startswith("#"):
-                    heading = line.lstrip("#").strip()
         meta = cell.metadata.get("nbgrader", {})
         gid = meta.get("grade_id")
-        if not gid or not (meta.get("grade") or meta.get("solution") or meta.get("task")):
+        if gid not in titles:
             continue
         kind = "task" if meta.get("task") else "your_answer" if meta.get("solution") else "test"
-        labels[gid] = f"{titles.get(gid) or heading or gid} · {word(kind, lang)}"
+        labels[gid] = f"{titles[gid] or gid} · {word(kind, lang)}"
     return labels
 
 
