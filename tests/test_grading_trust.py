@@ -295,3 +295,55 @@ def test_known_hole_code_in_the_kernel_can_reach_the_seal_key_through_gc():
     fails, the hole is closed: update the README."""
     r = subprocess.run([sys.executable, "-c", FORGE.format(code=str(ROOT))], capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == "FORGED", r.stdout + r.stderr
+
+
+def test_pages_the_lane_makes_while_others_are_graded_are_the_pages_the_feedback_step_makes(tmp_path, monkeypatch):
+    """With two workers the first notebooks' pages are made while the last are
+    still being graded (pipeline.Lane). Here the lane is let finish what it
+    took; each page it made is byte for byte the page the feedback step makes
+    of the same graded notebook."""
+    import time
+    root = tmp_path / "course"
+    rel, src = grading_course(root, CH)
+    answers = {"right": None, "wrong": {"softmax": "def softmax(x, dim=-1):\n    return x\n"},
+               "late": None}
+    for name, answer in answers.items():
+        submit(root, name, CH, make_submission(rel, src, answer))
+        (root / "submitted" / name / CH / "timestamp.txt").write_text("2026-12-01 10:00:00")
+    taken, leave = [], pipeline.Lane.__exit__
+
+    def put(self, job):
+        if self.thread is not None:
+            taken.append(job)
+        pipeline.Lane.put.__wrapped__(self, job)
+
+    def drain_then_leave(self, *exc):
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and not all(j.paged for j in taken if j.ok and not j.failure):
+            time.sleep(0.1)
+        return leave(self, *exc)
+
+    put.__wrapped__ = pipeline.Lane.put
+    monkeypatch.setattr(pipeline.Lane, "put", put)
+    monkeypatch.setattr(pipeline.Lane, "__exit__", drain_then_leave)
+    jobs = pipeline.grade(root, jobs=2, quiet=True, report=False)
+    paged = sorted(j.student for j in jobs if j.paged)
+    assert len(paged) == len(answers) - 1     # all but the last to finish
+    page = lambda s: (root / "feedback" / s / CH / f"{CH}.html").read_bytes()   # noqa: E731
+    lane_pages = {s: page(s) for s in answers}
+    assert "练习 1：数值稳定的 softmax" in lane_pages[paged[0]].decode()
+    import nbformat
+
+    from coursekit.grade import figures
+    for job in jobs:   # the course's figures are in every graded notebook, so on every page
+        graded = nbformat.read(root / "autograded" / job.student / CH / f"{CH}.ipynb", as_version=4)
+        assert figures.marks(graded) == [], job.student
+        assert lane_pages[job.student].count(b'<img alt="') >= 2, job.student
+    import shutil
+    shutil.rmtree(root / "feedback")
+    again = [j for j in jobs if j.paged]
+    for job in again:
+        job.paged = False
+    pipeline.step_feedback(pipeline.Run(root, again, workers=1, say=lambda *a: None))
+    for student in paged:
+        assert page(student) == lane_pages[student], student

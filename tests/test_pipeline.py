@@ -634,3 +634,99 @@ def test_the_environment_key_is_what_is_installed_not_what_sys_path_holds_now(mo
     monkeypatch.setattr(sys, "path", [*sys.path, str(vendored)])
     assert "vendored_thing" in {d.metadata["Name"] for d in metadata.distributions()}   # on sys.path now
     assert reuse.environment_digest() == before
+
+
+# ------------------------------------------------------------------ the lane: pages while others are graded
+
+def _lane_run(root: Path, students) -> tuple[pipeline.Run, list]:
+    jobs = [intake.Job(CH, s) for s in students]
+    run = pipeline.Run(root, jobs, workers=2, say=lambda *a: None)
+    for job in jobs:
+        run.graded_path(job).parent.mkdir(parents=True, exist_ok=True)
+        run.graded_path(job).write_text("{}")
+    (root / ".grading" / "logs").mkdir(parents=True, exist_ok=True)
+    return run, jobs
+
+
+def _sleeper(seconds: float) -> None:
+    os.setsid()   # as a forked command is: its own process group
+    import time
+    time.sleep(seconds)
+
+
+def test_the_lane_pages_what_finished_and_leaves_what_it_was_doing_at_the_end_to_the_feedback_step(
+        monkeypatch, tmp_path):
+    import multiprocessing as mp
+    import time
+    run, (quick, slow, failed) = _lane_run(tmp_path, ("quick", "slow", "failed"))
+    checked, started = [], []
+
+    def start(target, payload, root, env, log):
+        assert target == "coursekit.grade.feedback:pages_aside"
+        who = [s for _, s in payload["notebooks"]]
+        proc = mp.get_context("fork").Process(target=_sleeper, args=(0.05 if who == ["quick"] else 60,))
+        proc.start()
+        started.append((who, proc))
+        return proc
+
+    monkeypatch.setattr(pipeline.runner, "start_forked", start)
+    monkeypatch.setattr(pipeline, "seal_check_one", lambda run, job, gb: checked.append(job.student))
+    monkeypatch.setattr(pipeline.figures, "fill_graded", lambda run, jobs: None)
+    monkeypatch.setattr("nbgrader.api.Gradebook", lambda *a: contextlib.nullcontext())
+    failed.ok, failed.failure = False, "kernel_died"
+    with pipeline.Lane(run) as lane:
+        lane.put(failed)           # may yet be scored as empty: never taken
+        lane.put(quick)
+        for _ in range(200):
+            if quick.paged:
+                break
+            time.sleep(0.05)
+        lane.put(slow)
+        for _ in range(200):
+            if len(started) == 2:
+                break
+            time.sleep(0.05)
+        t = time.monotonic()
+    assert time.monotonic() - t < 10, "the lane waited for pages it should have stopped"
+    assert [who for who, _ in started] == [["quick"], ["slow"]]
+    assert started[1][1].exitcode == -9       # stopped, not waited for
+    assert (quick.paged, slow.paged, failed.paged) == (True, False, False)
+    assert checked == ["quick", "slow"]
+
+
+def test_a_lane_is_only_opened_where_there_is_something_to_overlap(tmp_path):
+    run, (job,) = _lane_run(tmp_path, ("one",))
+    run.workers = 1
+    with pipeline.Lane(run) as lane:
+        lane.put(job)
+        assert lane.thread is None
+    run.workers, run.class_files = 2, False     # the service grades one notebook at a time
+    with pipeline.Lane(run) as lane:
+        assert lane.thread is None
+    assert not job.paged
+
+
+def _report_priority(path: str) -> None:
+    from coursekit.grade import feedback
+    os.setsid()   # as a forked command is: its own session, so the group written below is its own
+
+    def pages(payload):
+        group = Path("/proc/self/autogroup")
+        Path(path).write_text(json.dumps({"policy": os.sched_getscheduler(0), "nice": os.nice(0),
+                                          "group": group.read_text() if group.exists() else ""}))
+        return 0
+    feedback.pages = pages
+    os._exit(feedback.pages_aside({}))
+
+
+def test_pages_made_aside_take_only_the_time_nothing_else_wants(tmp_path):
+    import multiprocessing as mp
+    out = tmp_path / "priority.json"
+    proc = mp.get_context("fork").Process(target=_report_priority, args=(str(out),))
+    proc.start()
+    proc.join(30)
+    seen = json.loads(out.read_text())
+    assert proc.exitcode == 0
+    assert seen["policy"] == os.SCHED_IDLE and seen["nice"] == 19
+    if seen["group"]:
+        assert seen["group"].split()[-1] == "19", seen["group"]

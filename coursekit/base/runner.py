@@ -122,18 +122,29 @@ def run_nbgrader(args: list[str], root: Path, env: dict, log: Path, timeout: flo
 def run_forked(target: str, payload, root: Path, env: dict, log: Path, timeout: float | None = None) -> int | None:
     """``target(payload)`` ("module:function") in a process forked from the warm
     fork server, in ``root`` with ``env``, its output in ``log``; as run_nbgrader."""
-    proc = _context().Process(target=_forked_main, args=(target, payload, str(root), env, str(log)), daemon=False)
-    proc.start()
+    proc = start_forked(target, payload, root, env, log)
     proc.join(timeout)
     if proc.is_alive():
-        for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), lambda: os.kill(proc.pid, signal.SIGKILL)):
-            try:
-                kill()
-            except OSError:
-                pass
-        proc.join()
+        stop_forked(proc)
         return None
     return proc.exitcode
+
+
+def start_forked(target: str, payload, root: Path, env: dict, log: Path):
+    """``run_forked`` without waiting: the started process (``stop_forked`` ends it early)."""
+    proc = _context().Process(target=_forked_main, args=(target, payload, str(root), env, str(log)), daemon=False)
+    proc.start()
+    return proc
+
+
+def stop_forked(proc) -> None:
+    """Kill a forked command and everything it started (its process group)."""
+    for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), lambda: os.kill(proc.pid, signal.SIGKILL)):
+        try:
+            kill()
+        except OSError:
+            pass
+    proc.join()
 
 
 _HELD = threading.local()   # the locks this thread holds: a holder may take its lock again

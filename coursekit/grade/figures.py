@@ -114,11 +114,17 @@ def draw(payload: dict) -> int:
 
 
 def step(run) -> None:
-    """The pipeline step (after the seal check): draw what is missing, fill every graded notebook."""
+    """The pipeline step (after the seal check): draw what is missing, fill every
+    graded notebook whose page was not made while the others were graded."""
+    fill_graded(run, [j for j in run.jobs if not j.paged])
+
+
+def fill_graded(run, jobs) -> None:
+    """Draw what the graded notebooks of ``jobs`` miss, and fill them."""
     from ..base import runner
     from ..base.nbgrader_run import env_with_bin
 
-    paths = [run.graded_path(j) for j in run.jobs if run.graded_path(j).exists()]
+    paths = [run.graded_path(j) for j in jobs if run.graded_path(j).exists()]
     if not paths:
         return
     import helpers

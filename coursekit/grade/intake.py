@@ -29,6 +29,7 @@ class Job:
     key: str | None = None       # what its grade depends on (coursekit.grade.reuse)
     reused: bool = False         # this run kept its earlier result
     sealed: bool = False         # its seals were checked as it was graded (coursekit.grade.engine)
+    paged: bool = False          # its feedback page was made while the others were graded (pipeline.Lane)
 
     def flag(self, kind: str, detail="") -> None:
         new = Flag(kind, str(detail))

@@ -14,7 +14,10 @@ an ordered list of small steps, each ``step(run) -> None``:
     autograde  nbgrader autograde on the copies, one student at a time per worker, workers over the
                cores, the longest first; each kernel forked in the sandbox from a warm process that
                imported torch once (coursekit.grade.zygote), with the guard booted and no network; a run
-               whose notebooks mostly fail for one reason of the machine stops there
+               whose notebooks mostly fail for one reason of the machine stops there. While the others
+               are graded, each finished notebook goes on at the lowest priority
+               to its seal check, figures and feedback page (``Lane``), which then use only the time the
+               kernels leave; the steps below do what the lane did not get to
     seal check a test cell keeps its points only if each hidden check left a valid seal
     feedback   nbgrader's feedback pages, one process per worker (hidden tests, tracebacks and seals
                removed; each exercise named; pending points shown)
@@ -375,15 +378,19 @@ def autograde_in_threads(run: Run, jobs: list[Job]):
 
 def step_autograde(run: Run) -> None:
     """Every notebook's autograde: on the run's engine (a Dask cluster, coursekit.grade.engine),
-    or in a thread pool of this process."""
+    or in a thread pool of this process; what follows each notebook's autograde goes on in the
+    lane as it finishes."""
     done = 0
     each = run.engine.autograde(run, longest_first(run)) if run.engine is not None else \
         autograde_in_threads(run, longest_first(run))
-    for job in each:
-        done += 1
-        elapsed = time.monotonic() - run.t0
-        run.say(f"  [{done}/{len(run.jobs)}] {job.student}/{job.chapter}  {job.seconds:.1f} s"
-                f"  (elapsed {elapsed:.0f} s, about {elapsed / done * (len(run.jobs) - done):.0f} s left)")
+    with Lane(run) as lane:
+        for job in each:
+            done += 1
+            elapsed = time.monotonic() - run.t0
+            run.say(f"  [{done}/{len(run.jobs)}] {job.student}/{job.chapter}  {job.seconds:.1f} s"
+                    f"  (elapsed {elapsed:.0f} s, about {elapsed / done * (len(run.jobs) - done):.0f} s left)")
+            if done < len(run.jobs):   # the last one: nothing is left to overlap with
+                lane.put(job)
     for job in [j for j in run.jobs if j.failure == "gradebook_busy"]:  # once more, alone
         autograde_one(run, job)
     failed = [j for j in run.jobs if j.failure]
@@ -393,6 +400,91 @@ def step_autograde(run: Run) -> None:
     for job in missing:  # a notebook nbgrader could not finish is scored as empty, and says why
         score_as_empty(run, job)
     remember_seconds(run)
+
+
+class Lane:
+    """What follows a notebook's autograde (seal check, figures, feedback page),
+    done for the notebooks already graded while the others still are.
+
+    On two cores the graded kernels leave a core idle for about a sixth of the
+    autograde step (each waits on its nbgrader, nbgrader on it); the feedback
+    pages fill that time. The lane takes what has finished, a few notebooks at
+    a time, and makes their pages in one process forked at the lowest
+    priority, so it never takes a core from a kernel. When the autograde step
+    ends, the pages the lane is still making are stopped (on a busy machine a
+    process at the lowest priority could take long) and, with whatever it did
+    not start, left to the steps after autograde: ``Job.paged`` says which
+    pages it made. A notebook whose autograde failed is never taken: it may
+    yet be scored as empty."""
+
+    BATCH = 4
+
+    def __init__(self, run: Run):
+        import queue
+        self.run, self.todo, self.closed = run, queue.SimpleQueue(), threading.Event()
+        self.proc = None
+        self.lock = threading.Lock()
+        self.thread = None
+        if run.class_files and run.workers > 1:   # else one notebook at a time (the service) or one core
+            self.thread = threading.Thread(target=self._work, name="feedback-lane", daemon=True)
+
+    def __enter__(self) -> "Lane":
+        if self.thread is not None:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.thread is None:
+            return
+        with self.lock:
+            self.closed.set()
+            if self.proc is not None and self.proc.is_alive():
+                runner.stop_forked(self.proc)
+        self.todo.put(None)
+        self.thread.join()
+
+    def put(self, job: Job) -> None:
+        if self.thread is not None and job.ok and not job.failure and not job.reused:
+            self.todo.put(job)
+
+    def _work(self) -> None:
+        import queue
+        while True:
+            job = self.todo.get()
+            if job is None or self.closed.is_set():
+                return
+            batch = [job]
+            while len(batch) < self.BATCH:
+                try:
+                    job = self.todo.get_nowait()
+                except queue.Empty:
+                    break
+                if job is None:
+                    return
+                batch.append(job)
+            try:
+                self._follow([j for j in batch if self.run.graded_path(j).exists()])
+            except Exception:  # noqa: BLE001 (the steps after autograde make what the lane could not)
+                pass
+
+    def _follow(self, batch: list[Job]) -> None:
+        run = self.run
+        from nbgrader.api import Gradebook
+        with Gradebook(protocol.gradebook_url(run.root), protocol.COURSE_ID) as gb:
+            for job in batch:
+                if not job.sealed:
+                    seal_check_one(run, job, gb)
+        figures.fill_graded(run, batch)
+        with self.lock:
+            if self.closed.is_set():
+                return
+            self.proc = runner.start_forked("coursekit.grade.feedback:pages_aside",
+                                            {"notebooks": [(j.chapter, j.student) for j in batch]}, run.root,
+                                            env_with_bin(), run.state / "logs" / "generate_feedback__lane.log")
+        self.proc.join()
+        if self.proc.exitcode == 0 and not self.closed.is_set():
+            for job in batch:
+                job.paged = True
 
 
 SECONDS = "seconds.json"
@@ -496,10 +588,14 @@ def expected_checks(run: Run, chapter: str):
 def step_feedback(run: Run) -> None:
     """The feedback pages of what this run graded (and of notebooks whose manual
     grades changed), one process per worker, each making many pages."""
-    todo = sorted((j for j in run.jobs + run.feedback_only if run.graded_path(j).exists()),
+    todo = sorted((j for j in run.jobs + run.feedback_only if run.graded_path(j).exists() and not j.paged),
                   key=lambda j: -source_size(run, j.chapter))   # the biggest pages first
     shares = [todo[i::run.workers] for i in range(run.workers)]
     shares = [s for s in shares if s]
+    if not shares:
+        for job in run.jobs:
+            run.key_file(job).unlink(missing_ok=True)
+        return
 
     def make(i_share):
         i, share = i_share
