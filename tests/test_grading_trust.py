@@ -205,15 +205,62 @@ def test_the_five_outputs_give_one_score_pending_graded_blank_late(tmp_path):
     assert summary.splitlines()[0].split()[:3] == ["学生", "章节", "得分"]
 
 
-def test_a_rerun_grades_only_what_changed_and_names_each_exercise_in_the_feedback(tmp_path, capsys):
-    """The first run grades both; a rerun with nothing changed runs nothing and
+def _lane_finishes(monkeypatch) -> list:
+    """The feedback lane (pipeline.Lane) is let finish what it took before
+    autograde ends, instead of leaving it to the feedback step: returns the
+    jobs it took."""
+    import time
+    taken, put, leave = [], pipeline.Lane.put, pipeline.Lane.__exit__
+
+    def put_and_note(self, job):
+        if self.thread is not None:
+            taken.append(job)
+            self.__dict__.setdefault("noted", []).append(job)
+        put(self, job)
+
+    def drain_then_leave(self, *exc):
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and not all(j.paged for j in self.__dict__.get("noted", [])
+                                                      if j.ok and not j.failure):
+            time.sleep(0.1)
+        return leave(self, *exc)
+
+    monkeypatch.setattr(pipeline.Lane, "put", put_and_note)
+    monkeypatch.setattr(pipeline.Lane, "__exit__", drain_then_leave)
+    return taken
+
+
+def _pages_the_feedback_step_makes_again(root: Path, jobs) -> dict[str, bytes]:
+    """The pages of ``jobs`` made again by the feedback step (their old pages removed)."""
+    for job in jobs:
+        (root / "feedback" / job.student / CH / f"{CH}.html").unlink()
+        job.paged = False
+    pipeline.step_feedback(pipeline.Run(root, list(jobs), workers=1, say=lambda *a: None))
+    return {j.student: (root / "feedback" / j.student / CH / f"{CH}.html").read_bytes() for j in jobs}
+
+
+def test_a_rerun_grades_only_what_changed_and_names_each_exercise_in_the_feedback(tmp_path, capsys, monkeypatch):
+    """The first run grades both (the first page made by the feedback lane while
+    the second notebook is graded); a rerun with nothing changed runs nothing and
     leaves every output as it was; after a late submission only that notebook
     is graded again, and it gets the scores a first grading gives it."""
+    import nbformat
+
+    from coursekit.grade import figures
     root = tmp_path / "course"
     _class(root)
-    first = pipeline.grade(root, report=True)
+    lane = _lane_finishes(monkeypatch)
+    first = pipeline.grade(root, jobs=2, report=True)
     assert [j.reused for j in first] == [False, False]
     pages = {s: (root / "feedback" / s / CH / f"{CH}.html") for s in ("right", "wrong")}
+    # with two workers the first notebook's page is made while the second is graded (pipeline.Lane):
+    # byte for byte the page the feedback step makes; every page has the course's figures
+    assert [j.paged for j in first].count(True) == 1 and lane == [j for j in first if j.paged]
+    made = {s: p.read_bytes() for s, p in pages.items()}
+    assert _pages_the_feedback_step_makes_again(root, lane) == {j.student: made[j.student] for j in lane}
+    for job in first:
+        graded = nbformat.read(root / "autograded" / job.student / CH / f"{CH}.ipynb", as_version=4)
+        assert figures.marks(graded) == [] and made[job.student].count(b'<img alt="') >= 2, job.student
     page = pages["right"].read_text(encoding="utf-8")
     # the table of contents names each exercise, not "Test cell" after "Test cell"
     assert '<a href="#test_softmax">练习 1：数值稳定的 softmax（从零实现） · 测试 (test_softmax)</a>' in page, page[:3000]
@@ -296,54 +343,3 @@ def test_known_hole_code_in_the_kernel_can_reach_the_seal_key_through_gc():
     r = subprocess.run([sys.executable, "-c", FORGE.format(code=str(ROOT))], capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == "FORGED", r.stdout + r.stderr
 
-
-def test_pages_the_lane_makes_while_others_are_graded_are_the_pages_the_feedback_step_makes(tmp_path, monkeypatch):
-    """With two workers the first notebooks' pages are made while the last are
-    still being graded (pipeline.Lane). Here the lane is let finish what it
-    took; each page it made is byte for byte the page the feedback step makes
-    of the same graded notebook."""
-    import time
-    root = tmp_path / "course"
-    rel, src = grading_course(root, CH)
-    answers = {"right": None, "wrong": {"softmax": "def softmax(x, dim=-1):\n    return x\n"},
-               "late": None}
-    for name, answer in answers.items():
-        submit(root, name, CH, make_submission(rel, src, answer))
-        (root / "submitted" / name / CH / "timestamp.txt").write_text("2026-12-01 10:00:00")
-    taken, leave = [], pipeline.Lane.__exit__
-
-    def put(self, job):
-        if self.thread is not None:
-            taken.append(job)
-        pipeline.Lane.put.__wrapped__(self, job)
-
-    def drain_then_leave(self, *exc):
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and not all(j.paged for j in taken if j.ok and not j.failure):
-            time.sleep(0.1)
-        return leave(self, *exc)
-
-    put.__wrapped__ = pipeline.Lane.put
-    monkeypatch.setattr(pipeline.Lane, "put", put)
-    monkeypatch.setattr(pipeline.Lane, "__exit__", drain_then_leave)
-    jobs = pipeline.grade(root, jobs=2, quiet=True, report=False)
-    paged = sorted(j.student for j in jobs if j.paged)
-    assert len(paged) == len(answers) - 1     # all but the last to finish
-    page = lambda s: (root / "feedback" / s / CH / f"{CH}.html").read_bytes()   # noqa: E731
-    lane_pages = {s: page(s) for s in answers}
-    assert "练习 1：数值稳定的 softmax" in lane_pages[paged[0]].decode()
-    import nbformat
-
-    from coursekit.grade import figures
-    for job in jobs:   # the course's figures are in every graded notebook, so on every page
-        graded = nbformat.read(root / "autograded" / job.student / CH / f"{CH}.ipynb", as_version=4)
-        assert figures.marks(graded) == [], job.student
-        assert lane_pages[job.student].count(b'<img alt="') >= 2, job.student
-    import shutil
-    shutil.rmtree(root / "feedback")
-    again = [j for j in jobs if j.paged]
-    for job in again:
-        job.paged = False
-    pipeline.step_feedback(pipeline.Run(root, again, workers=1, say=lambda *a: None))
-    for student in paged:
-        assert page(student) == lane_pages[student], student
