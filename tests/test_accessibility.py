@@ -619,7 +619,14 @@ def play_from_the_keyboard(page, widget) -> list[str]:
 
 def announced(page) -> list[str]:
     """Chapter 2's calculator says each new stage in a polite live region
-    (after the keyboard moved it to stage 2): what is wrong with it."""
+    (after the keyboard moved it to stage 2): what is wrong with it. The
+    kernel's reply may come late on a busy machine: the region gets 20 s to
+    say stage 2 before it is read."""
+    try:
+        page.wait_for_function("""() => { const e = document.querySelector('.lab-a11y-cell .course-live');
+            return e && e.innerText.includes('第 2 步，共 5 步'); }""", timeout=20_000)
+    except Exception:  # noqa: BLE001 (what it says instead is reported below)
+        pass
     live = page.evaluate("""() => { const e = document.querySelector('.lab-a11y-cell .course-live');
         return e && {role: e.getAttribute('role'), live: e.getAttribute('aria-live'), text: e.innerText}; }""")
     if not live:
