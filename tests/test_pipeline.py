@@ -658,8 +658,8 @@ def test_the_lane_pages_what_finished_and_leaves_what_it_was_doing_at_the_end_to
         monkeypatch, tmp_path):
     import multiprocessing as mp
     import time
-    run, (quick, slow, failed) = _lane_run(tmp_path, ("quick", "slow", "failed"))
-    checked, started = [], []
+    run, (quick, slow, failed, busy) = _lane_run(tmp_path, ("quick", "slow", "failed", "busy"))
+    checked, started, zeroed = [], [], []
 
     def start(target, payload, root, env, log):
         assert target == "coursekit.grade.feedback:pages_aside"
@@ -670,12 +670,24 @@ def test_the_lane_pages_what_finished_and_leaves_what_it_was_doing_at_the_end_to
         return proc
 
     monkeypatch.setattr(pipeline.runner, "start_forked", start)
-    monkeypatch.setattr(pipeline, "seal_check_one", lambda run, job, gb: checked.append(job.student))
+    def check(run, job, gb):
+        checked.append(job.student)
+        if job.student == "busy":
+            raise RuntimeError("database is locked")
+
+    monkeypatch.setattr(pipeline, "check_seals", check)
+    monkeypatch.setattr(pipeline, "_zero_auto_scores", lambda gb, job: zeroed.append(job.student))
     monkeypatch.setattr(pipeline.figures, "fill_graded", lambda run, jobs: None)
-    monkeypatch.setattr("nbgrader.api.Gradebook", lambda *a: contextlib.nullcontext())
+    monkeypatch.setattr("nbgrader.api.Gradebook",
+                        lambda *a: contextlib.nullcontext(SimpleNamespace(db=SimpleNamespace(rollback=lambda: None))))
     failed.ok, failed.failure = False, "kernel_died"
     with pipeline.Lane(run) as lane:
         lane.put(failed)           # may yet be scored as empty: never taken
+        lane.put(busy)             # its seal check cannot finish now: left to the seal check step
+        for _ in range(200):
+            if "busy" in checked:
+                break
+            time.sleep(0.05)
         lane.put(quick)
         for _ in range(200):
             if quick.paged:
@@ -690,8 +702,9 @@ def test_the_lane_pages_what_finished_and_leaves_what_it_was_doing_at_the_end_to
     assert time.monotonic() - t < 10, "the lane waited for pages it should have stopped"
     assert [who for who, _ in started] == [["quick"], ["slow"]]
     assert started[1][1].exitcode == -9       # stopped, not waited for
-    assert (quick.paged, slow.paged, failed.paged) == (True, False, False)
-    assert checked == ["quick", "slow"]
+    assert (quick.paged, slow.paged, failed.paged, busy.paged) == (True, False, False, False)
+    assert checked == ["busy", "quick", "slow"]
+    assert (quick.sealed, slow.sealed, busy.sealed) == (True, True, False) and zeroed == []
 
 
 def test_a_lane_is_only_opened_where_there_is_something_to_overlap(tmp_path):
