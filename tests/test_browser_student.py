@@ -166,9 +166,15 @@ def open_menu(page, top: str):
         label.click()
         try:
             menu.wait_for(timeout=5_000)
-            return menu
         except PlaywrightTimeout:
             page.keyboard.press("Escape")
+            continue
+        try:   # its items are laid out after the menu appears (on a busy machine, visibly later)
+            page.wait_for_function("""() => [...document.querySelectorAll('.lm-Menu.lm-MenuBar-menu .lm-Menu-item')]
+                .some(e => e.getBoundingClientRect().height > 0)""", timeout=5_000)
+        except PlaywrightTimeout:
+            pass   # a menu without items is reported by the caller
+        return menu
     raise AssertionError(f"the {top!r} menu does not open")
 
 
