@@ -43,12 +43,16 @@ class Variant:
     words    -- strings the feedback of those cells must contain (zh build)
     said     -- grade id of a cell that keeps its marks -> strings its feedback
                 must contain (zh build): "correct given a correct softmax"
+    breaks   -- the ids of the rules this wrong answer breaks, as the chapter
+                marks them in notebooks/ (the rule ledger, tests/test_rules.py);
+                its ``words`` are then what names the rule
     """
     name: str
     replace: dict[str, str]
     lose: tuple[str, ...] = ()
     words: tuple[str, ...] = ()
     said: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    breaks: tuple[str, ...] = ()
 
 
 @dataclass

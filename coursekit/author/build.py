@@ -3,7 +3,7 @@
 A chapter is one jupytext MyST file holding both languages. The build is a chain
 of small steps, each testable alone:
 
-    read_chapter -> validate -> select_language -> resolve_strings
+    read_chapter -> validate -> select_language -> strip_rule_marks -> resolve_strings
         -> localise_stubs -> complete_nbgrader_metadata -> to_notebook
 
 Rules a chapter must follow (violations raise BuildError naming the cell):
@@ -210,6 +210,16 @@ def resolve_strings(nb, lang: str):
     return nb
 
 
+def strip_rule_marks(nb):
+    """Remove the rule ledger's marks (``<!-- rule: id -->``, coursekit.author.ledger)
+    from the markdown: they are for the course's tests, never for students."""
+    from coursekit.author import ledger
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = ledger.strip(cell.source)
+    return nb
+
+
 def complete_nbgrader_metadata(nb):
     """Fill the fields nbgrader needs so chapter texts only state what matters."""
     for cell in nb.cells:
@@ -257,6 +267,7 @@ def build_chapter(chapter: str, lang: str = DEFAULT_LANG, root: Path = NOTEBOOKS
     nb, refs = read_chapter(path)
     validate(nb, refs, name=path.name)
     nb = select_language(nb, lang)
+    nb = strip_rule_marks(nb)
     nb = resolve_strings(nb, lang)
     nb = complete_nbgrader_metadata(nb)
     return to_notebook(nb, chapter, lang)
