@@ -9,6 +9,9 @@ build; the message a student would read is sorted into
 * unnamed -- the check failed but only with expected/got values or a raw error;
 * escaped -- the check passed: the wrong answer kept its points.
 
+With --set CATALOGUE the wrong answers are those of tests/catalogue/ (every
+variant the suite grades; ch12's quiz has no diagnoses and is left out).
+
 "diagnosed" counts, more strictly, the named messages with a diagnosis line
 ("诊断：") or a stated rule, leaving out those that only carry a general hint.
 
@@ -42,6 +45,8 @@ DIAGNOSED_MARKS = ("诊断：", "不能调用", "还没有实现", "要求从零
 
 
 def load_wild(chapter: str, which: str = "WILD"):
+    if which == "CATALOGUE":          # the known-bug catalogue the suite grades (tests/catalogue/)
+        return importlib.import_module(f"catalogue.{chapter}").BUGS
     path = ROOT / "bench" / "wild" / f"{chapter}.py"
     spec = importlib.util.spec_from_file_location(f"wild_{chapter}", path)
     module = importlib.util.module_from_spec(spec)
@@ -88,10 +93,12 @@ def main(argv=None) -> int:
     ap.add_argument("chapters", nargs="*")
     ap.add_argument("--out", default=None)
     ap.add_argument("--label", default="latest", help="the key the results are stored under in --out")
-    ap.add_argument("--set", default="WILD", choices=("WILD", "HELDOUT"),
-                    help="HELDOUT: the answers written after the checks were tuned on WILD")
+    ap.add_argument("--set", default="WILD", choices=("WILD", "HELDOUT", "CATALOGUE"),
+                    help="HELDOUT: the answers written after the checks were tuned on WILD; "
+                         "CATALOGUE: every wrong answer of tests/catalogue/ (the suite's own)")
     args = ap.parse_args(argv)
-    chapters = args.chapters or sorted(p.stem for p in (ROOT / "bench" / "wild").glob("ch[0-9][0-9]_*.py"))
+    folder = ROOT / ("tests/catalogue" if args.set == "CATALOGUE" else "bench/wild")
+    chapters = args.chapters or sorted(p.stem for p in folder.glob("ch[0-9][0-9]_*.py") if p.stem != "ch12_quiz")
     os.environ.setdefault("COURSE_CHAPTERS", ",".join(chapters))
     results = [run_chapter(ch, args.set) for ch in chapters]
     for r in results:
