@@ -58,11 +58,48 @@ def make_course(root: Path, students: int, pick=None) -> dict:
 
 
 def grade(root: Path, **kw) -> tuple[float, dict, list]:
-    from coursekit.grade import pipeline
+    from coursekit.grade import account, pipeline
     t = time.monotonic()
-    jobs = pipeline.grade(root, sandbox=True, quiet=True, report=True, **kw)
+    os.environ[account.ENV] = str(root.parent / f"account-{root.name}")
+    try:
+        jobs = pipeline.grade(root, sandbox=True, quiet=True, report=True, **kw)
+    finally:
+        os.environ.pop(account.ENV)
     wall = time.monotonic() - t
     return wall, json.loads((root / pipeline.STATE / "timings.json").read_text()), jobs
+
+
+def chapter_account(root: Path, jobs: list, phases: dict) -> dict:
+    """Per chapter, the mean over its notebooks of where one notebook's grading went: the
+    kernel's cells (lecture, answer, test), the kernel's start and stop, each of nbgrader's
+    preprocessors, nbgrader's app around them, the fork; and, shared out over the class's
+    notebooks, the steps after autograde (seal check, figures, feedback)."""
+    from coursekit.grade import account
+    folder = root.parent / f"account-{root.name}"
+    rows: dict[str, list[dict]] = {}
+    for j in jobs:
+        graded = root / "autograded" / j.student / j.chapter / f"{j.chapter}.ipynb"
+        if j.reused or not graded.exists():
+            continue
+        rows.setdefault(j.chapter, []).append(
+            account.notebook_account(graded, folder / f"{j.chapter}__{j.student}.json", j.seconds))
+    n = max(1, sum(len(v) for v in rows.values()))
+    after = {f"after_{k.replace(' ', '_')}_s": round(phases.get(k, 0.0) / n, 3)
+             for k in ("seal check", "figures", "feedback")}
+    return {ch: {**account.summed(v), **after} for ch, v in sorted(rows.items())}
+
+
+def print_account(table: dict) -> None:
+    cols = [("autograde_s", "autograde"), ("cells_lecture_s", "lecture"), ("cells_answer_s", "answer"),
+            ("cells_test_s", "test"), ("kernel_start_and_stop_s", "kernel±"), ("nbgrader_app_s", "app"),
+            ("fork_and_wait_s", "fork")]
+    print(f"{'chapter':<22}" + "".join(f"{h:>10}" for _, h in cols) + "  preprocessors (s)")
+    for ch, row in table.items():
+        pre = ", ".join(f"{k[4:-2]} {v:.2f}" for k, v in sorted(row.items(), key=lambda kv: -kv[1])
+                        if k.startswith("pre_") and v >= 0.01)
+        kernel = ", ".join(f"{k[7:-2]} {v:.2f}" for k, v in row.items() if k.startswith("kernel_") and
+                           k != "kernel_start_and_stop_s")
+        print(f"{ch:<22}" + "".join(f"{row.get(k, 0.0):>10.2f}" for k, _ in cols) + f"  {pre}  [{kernel}]")
 
 
 # ------------------------------------------------------------------ what two runs must agree on
@@ -150,7 +187,9 @@ def main() -> None:
         wall, phases, jobs = grade(first)
         result.update(full_s=round(wall, 1), seconds_per_student=round(wall / n, 1), full_phases_s=phases,
                       notebooks=len(jobs),
-                      autograde_s_by_notebook={f"{j.chapter}/{j.student}": round(j.seconds, 1) for j in jobs})
+                      autograde_s_by_notebook={f"{j.chapter}/{j.student}": round(j.seconds, 1) for j in jobs},
+                      account_by_chapter=chapter_account(first, jobs, phases))
+        print_account(result["account_by_chapter"])
         print(f"full run: {len(jobs)} notebooks in {wall:.1f} s ({wall / n:.1f} s per student)", flush=True)
         if args.rerun:
             ch, who = "ch03_multi_head", f"student{n // 2:03d}"

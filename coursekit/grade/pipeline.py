@@ -52,7 +52,7 @@ from ..author.build import ROOT
 from ..base import runner
 from ..base.nbgrader_run import env_with_bin
 from ..report.flags import Flag
-from . import figures, kernels, reuse, seals
+from . import account, figures, kernels, reuse, seals
 from . import intake as intake_mod
 from . import preflight as pre
 from .engine import Grader, from_environment
@@ -343,7 +343,12 @@ def autograde_one(run: Run, job: Job) -> Job:
     args = ["autograde", job.chapter, f"--student={job.student}", "--force", "--log-level=WARN",
             f"--CourseDirectory.submitted_directory={run.scratch}",
             "--KernelManager.transport=ipc", f"--KernelManager.ip={runtime / 'kernel'}"]
-    rc = runner.run_nbgrader(args, run.root, run.kernel_env(job, runtime), log, run.timeout)
+    env = run.kernel_env(job, runtime)
+    if os.environ.get(account.ENV):   # the per-notebook account (bench/grade_course.py): each step timed
+        env[account.ENV] = os.environ[account.ENV]
+        rc = runner.run_forked("coursekit.grade.account:timed_nbgrader", args, run.root, env, log, run.timeout)
+    else:
+        rc = runner.run_nbgrader(args, run.root, env, log, run.timeout)
     job.seconds = time.monotonic() - start
     job.ok, job.failure = True, None
     if rc is None:
