@@ -66,6 +66,14 @@ def toc_labels(nb, lang: str) -> dict[str, str]:
     return labels
 
 
+def inline_code(text: str) -> str:
+    """``text`` as HTML, escaped, with each `code span` of its markdown shown as code,
+    as the page's own headings show it (an exercise title names its function so)."""
+    import html
+    parts = re.split(r"`([^`]+)`", text)
+    return "".join(f"<code>{html.escape(p)}</code>" if i % 2 else html.escape(p) for i, p in enumerate(parts))
+
+
 class CourseFrame(NbGraderPreprocessor):
     """Put the page's frame into ``resources["course"]`` and each graded or
     answer cell's into ``cell.metadata.course_frame`` (run after nbgrader's
@@ -100,8 +108,10 @@ def frame(nb, resources, st):
             cell.metadata["tags"] = [*cell.metadata.get("tags", []), "graded"]   # the page marks the graded cells
         cell.metadata["course_frame"] = {
             "anchor": gid, "label": labels[gid], "toc": f"{labels[gid]} ({gid})",
+            "label_html": inline_code(labels[gid]), "toc_html": inline_code(f"{labels[gid]} ({gid})"),
             "status": cs.status if cs else "", "score": cs.label(lang) if cs else "", "comment": comment,
-            "comment_toc": word("comment_on", lang, exercise=labels[gid]) if comment else ""}
+            "comment_toc": word("comment_on", lang, exercise=labels[gid]) if comment else "",
+            "comment_toc_html": inline_code(word("comment_on", lang, exercise=labels[gid])) if comment else ""}
     return nb, resources
 
 
