@@ -144,6 +144,7 @@ def test_student_configuration_hides_instructor_tools(tmp_path):
     cfg = ws.configure(tmp_path, "zh")
     disabled = json.loads((cfg / "labconfig" / "page_config.json").read_text())["disabledExtensions"]
     assert all(disabled[p] for p in ws.INSTRUCTOR_PLUGINS + ws.EXCHANGE_PLUGINS)
+    assert disabled["@jupyterlab/apputils-extension:announcements"], "the first start would ask about Jupyter news"
     servers = json.loads((cfg / "jupyter_server_config.json").read_text())["ServerApp"]["jpserver_extensions"]
     assert servers == {"nbgrader.server_extensions.formgrader": False,
                        "nbgrader.server_extensions.course_list": False,

@@ -38,6 +38,8 @@ SKIP = {".ipynb_checkpoints", "__pycache__"}
 DEFAULT_EXCHANGES = ("/usr/local/share/nbgrader/exchange", "/srv/nbgrader/exchange")
 INSTRUCTOR_PLUGINS = ("@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
                       "@jupyter/nbgrader:course-list")
+# JupyterLab's news and update checks: a first start asks nothing ("receive official Jupyter news?")
+QUIET_PLUGINS = ("@jupyterlab/apputils-extension:announcements",)
 # the course's own Validate (helpers/lab) takes the place of nbgrader's button
 COURSE_PLUGINS_OFF = ("@jupyter/nbgrader:validate-assignment",)
 COURSE_SERVER = "helpers.lab"
@@ -220,7 +222,7 @@ def configure(workspace: Path, lang: str, exchange: str | None = None, course: P
     ``JUPYTER_CONFIG_DIR`` of the student's JupyterLab). ``course`` is the
     course folder (a clone or a pack): its helpers/lab gives the course's Validate."""
     cfg = Path(workspace) / CONFIG
-    disabled = {name: True for name in INSTRUCTOR_PLUGINS}
+    disabled = {name: True for name in INSTRUCTOR_PLUGINS + QUIET_PLUGINS}
     disabled.update({name: not exchange for name in EXCHANGE_PLUGINS})
     servers = {name: False for name in INSTRUCTOR_SERVER}
     servers.update({name: bool(exchange) for name in EXCHANGE_SERVER})
