@@ -385,8 +385,15 @@ def _parameter_counts(check, cls) -> None:
         count = sum(p.numel() for p in m.parameters())
         expected = 4 * d * d + 4 * d if bias else 4 * d * d
         if count != expected:
+            extra = [name for name, _ in m.named_parameters() if not name.startswith(("qkv.", "proj."))]
+            bug = Bug("mha_extra_parameters",
+                      f"除了 qkv 和 proj，模块还有别的参数（{', '.join(extra[:4])}）：题目要求不要再加别的参数，总数是 "
+                      "4d² + 4d。掩码不是要学习的参数：在 forward 里现做，或者用 register_buffer（不要用 nn.Parameter）。",
+                      f"the module has parameters besides qkv and proj ({', '.join(extra[:4])}): the exercise allows "
+                      "no others, 4d² + 4d in all. A mask is not something to learn: build it in forward, or keep it "
+                      "with register_buffer (not nn.Parameter).") if extra else None
             raise check.fail(t(f"{label}：参数个数", f"{label}: number of parameters"),
-                             f"{expected:,} = 4d²{' + 4d' if bias else ''}", f"{count:,}",
+                             f"{expected:,} = 4d²{' + 4d' if bias else ''}", f"{count:,}", bug,
                              hint=t("参数只应来自 qkv 和 proj 两个线性层（掩码用 register_buffer，不要用 nn.Parameter）。",
                                     "the parameters come only from the two linear layers qkv and proj (keep a mask "
                                     "in register_buffer, not nn.Parameter)."))
