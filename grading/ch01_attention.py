@@ -9,8 +9,8 @@ import torch
 
 from helpers.i18n import t
 
-from .cases import F32, LOOSE, Case, Check, Earlier, on_its_own, passes
-from .core import ATTENTION_FAMILY, SOFTMAX_FAMILY, Bug, GradingFailure, expect_autograd, passed, seeded
+from .cases import F32, LOOSE, Case, Check, Earlier, on_its_own, passes, same
+from .core import ATTENTION_FAMILY, SOFTMAX_FAMILY, Bug, GradingFailure, expect_autograd, passed, seeded, show
 
 FORBIDDEN = SOFTMAX_FAMILY | ATTENTION_FAMILY
 
@@ -63,6 +63,10 @@ def _sm_no_norm(x, dim=-1):
     return torch.exp(x - x.amax(dim=dim, keepdim=True))
 
 
+def _sm_exp_only(x, dim=-1):
+    return torch.exp(x)
+
+
 def _sm_no_keepdim(x, dim=-1):
     e = torch.exp(x - x.amax(dim=dim, keepdim=True))
     return e / e.sum(dim=dim)
@@ -93,6 +97,11 @@ SOFTMAX_BUGS = [
     Bug("softmax_no_normalisation",
         "只算了 exp，没有除以总和：结果加起来不等于 1。",
         "you computed exp but did not divide by the sum: the result does not add up to 1.", _sm_no_norm),
+    Bug("softmax_exp_only",
+        "只返回了 exp(x)：既没有减去每行的最大值，也没有除以总和，结果加起来不等于 1。"
+        "softmax 是 exp(x − m) / sum(exp(x − m))，m 是沿 dim 的最大值。",
+        "you returned exp(x) alone: no row maximum subtracted and no division by the sum, so the result does not "
+        "add up to 1. softmax is exp(x − m) / sum(exp(x − m)), with m the maximum along dim.", _sm_exp_only),
     Bug("softmax_sum_without_keepdim",
         "求和时没有 keepdim=True：除法按错误的维度广播了。",
         "the sum is taken without keepdim=True, so the division broadcasts along the wrong dimension.",
@@ -120,6 +129,7 @@ def _softmax_cases():
 
 
 KEEPDIM_HINT = [(lambda exc, line: "must match the size" in str(exc) and "@" not in line, SOFTMAX_BUGS[-1])]
+assert SOFTMAX_BUGS[-1].key == "softmax_sum_without_keepdim"
 
 
 def check_softmax(softmax) -> None:
@@ -163,6 +173,15 @@ VARIANCE_BUGS = {
     "tensor": Bug("variance_returns_tensor", "返回的是一个张量，题目要的是 Python 的 float：用 .item() 或 float(...) 取出这个数。",
                   "you returned a tensor; the exercise asks for a Python float: take the number out with .item() "
                   "or float(...)."),
+    "draw": Bug("variance_other_draw",
+                "q 和 k 不是按题目说的方式抽出来的：应当先 q = torch.randn(n_samples, d_k, generator=generator)，"
+                "再 k = torch.randn(n_samples, d_k, generator=generator)。别的抽法（一次抽 (n_samples, 2·d_k) 再切开、"
+                "换 dtype、抽的个数不是 n_samples……）分布虽然一样，同一个种子给出的却是另一组数，结果无法和别人对照。",
+                "q and k are not drawn the way the exercise says: first q = torch.randn(n_samples, d_k, "
+                "generator=generator), then k = torch.randn(n_samples, d_k, generator=generator). Another draw "
+                "(one (n_samples, 2·d_k) tensor cut in two, another dtype, a number of samples other than n_samples, "
+                "...) has the same distribution, but the same seed then gives other numbers, so the result cannot be "
+                "compared with anyone else's."),
     "generator": Bug("variance_ignores_generator", "没有把 generator 传给 torch.randn：同一个种子两次结果不同，实验无法复现。",
                      "the generator is not passed to torch.randn: the same seed gives two different results, "
                      "so the experiment cannot be repeated."),
@@ -179,6 +198,17 @@ def _variance_bug(v: float, target: float, d_k: int) -> Bug | None:
             b["by_dk"] if abs(v - 1 / d_k) < 0.2 / d_k else None)
 
 
+def ref_score_variance(d_k: int, n_samples: int, scaled: bool, seed: int) -> float:
+    """The variance of the draw the exercise states (q, then k, from the seeded generator), in float64."""
+    gen = seeded(seed)
+    q = torch.randn(n_samples, d_k, generator=gen)
+    k = torch.randn(n_samples, d_k, generator=gen)
+    s = (q.double() * k.double()).sum(-1)
+    if scaled:
+        s = s / math.sqrt(d_k)
+    return float(s.var())
+
+
 def check_score_variance(score_variance) -> None:
     what = "score_variance"
     check = Check(what, score_variance)
@@ -193,6 +223,7 @@ def check_score_variance(score_variance) -> None:
         return float(out), label
 
     # 20 000 samples: the estimate's relative spread is about 1 %, so ±7 % is a wide margin
+    got = []
     for d_k in (16, 64, 200):
         for scaled, target in ((False, d_k), (True, 1.0)):
             v, label = run(d_k, scaled, d_k + scaled)
@@ -200,6 +231,7 @@ def check_score_variance(score_variance) -> None:
             if not (0.93 * target < v < 1.07 * target):
                 about = t(f"约 {target:g}", f"about {target:g}") + (" (= d_k)" if not scaled else "")
                 raise check.fail(label, about, f"{v:.4g}", _variance_bug(v, target, d_k))
+            got.append((d_k, scaled, v, label))
     a, label = run(32, False, 7, n_samples=2_000)
     b, _ = run(32, False, 7, n_samples=2_000)
     if a != b:
@@ -210,7 +242,14 @@ def check_score_variance(score_variance) -> None:
         raise GradingFailure(t(f"{what}：不同的种子给出了完全相同的结果，随机数没有来自传入的 generator。",
                                f"{what}: different seeds gave exactly the same result; the random numbers do not "
                                "come from the generator you were given."))
-    passed(what, check.n + 2)
+    # the draw the exercise states gives one exact number per seed: another draw lands ~1 % away, while
+    # rounding and n vs n - 1 in the variance move it by less than 1e-4
+    for d_k, scaled, v, label in got:
+        exact = ref_score_variance(d_k, 20_000, scaled, d_k + scaled)
+        if abs(v - exact) > 1e-3 * exact:
+            raise check.fail(t(f"{label}：用这个种子按题目的抽法得到的方差", f"{label}: the variance the stated draw "
+                               "gives with this seed"), f"{exact:.6g}", f"{v:.6g}", VARIANCE_BUGS["draw"])
+    passed(what, check.n + 3)
 
 
 # ---------------------------------------------------------------- attention
@@ -269,10 +308,35 @@ ATTENTION_BUGS = [
 ]
 
 
+B_BMM = Bug("attention_bmm_three_dims",
+            "torch.bmm 只接受恰好三维、批量大小相同的输入：q、k、v 前面的批量维可以任意多（也可以没有），而且可以互相广播。"
+            "用 @（torch.matmul），它处理任意多个批量维并会广播。",
+            "torch.bmm takes exactly 3-D inputs with the same batch size, but q, k, v may have any number of leading "
+            "batch dimensions (or none), which broadcast against each other. Use @ (torch.matmul): it takes any "
+            "number of batch dimensions and broadcasts them.")
+B_MASK_INDEX = Bug("attention_mask_index_does_not_broadcast",
+                   "布尔掩码当下标用（scores[~mask] = ...）时不会广播：它的形状必须和分数完全相同。mask 只是能广播到 "
+                   "(..., n_q, n_k)，用 masked_fill 或 torch.where（它们会广播）。",
+                   "a boolean mask used as an index (scores[~mask] = ...) does not broadcast: it must have exactly "
+                   "the scores' shape. The mask only broadcasts to (..., n_q, n_k), so use masked_fill or "
+                   "torch.where (they broadcast).")
+B_BATCH = Bug("attention_fixed_batch_dims",
+              "只在恰好一个批量维、q、k、v 批量维相同时才算得对（例如用了 bmm、transpose(1, 2)、固定字母的 einsum、"
+              "或先 reshape(-1, n, d)）：题目要求前面的批量维可以任意多、可以广播。用 @ 和 k.transpose(-2, -1)。",
+              "it only works with exactly one batch dimension shared by q, k and v (bmm, transpose(1, 2), an einsum "
+              "with fixed letters, or a reshape(-1, n, d) first): the exercise asks for any number of leading batch "
+              "dimensions, broadcast. Use @ and k.transpose(-2, -1).")
+B_SWAPPED = Bug("attention_returns_swapped",
+                "返回的顺序反了：题目要的是 (out, weights)，你返回的是 (weights, out)。",
+                "the results come back in the wrong order: the exercise asks for (out, weights); you return "
+                "(weights, out).")
+
 T_HINT = [(lambda exc, line: ".T" in line.replace(" ", "") or ".t()" in line,
            Bug("attention_k_T", "批量输入时 k.T 会把所有维度倒序（而不只是最后两维）；要用 k.transpose(-2, -1)。",
                "with batch dimensions k.T reverses *all* dimensions, not just the last two; use "
-               "k.transpose(-2, -1)."))]
+               "k.transpose(-2, -1).")),
+          (lambda exc, line: "batch1" in str(exc) or "batch2" in str(exc) or "bmm" in line, B_BMM),
+          (lambda exc, line: isinstance(exc, IndexError) and "shape of the mask" in str(exc), B_MASK_INDEX)]
 
 
 def _attention_cases():
@@ -299,6 +363,9 @@ def _attention_cases():
          (r(3, 8, scale=30.0), r(5, 8, scale=30.0), r(5, 4)), None, LOOSE),
         (t("float64 输入", "float64 inputs"), (r(2, 5, 32, dtype=f64), r(2, 7, 32, dtype=f64), r(2, 7, 3, dtype=f64)),
          None, F32),
+        (t("批量维互相广播：q (2, 3, 4, 8)，k (3, 6, 8)，v (1, 3, 6, 5)",
+           "batch dims that broadcast: q (2, 3, 4, 8), k (3, 6, 8), v (1, 3, 6, 5)"),
+         (r(2, 3, 4, 8), r(3, 6, 8), r(1, 3, 6, 5)), None, F32),
     ]
     return [Case(label, qkv, {} if mask is None else {"mask": mask}, tol) for label, qkv, mask, tol in rows]
 
@@ -316,13 +383,61 @@ def check_attention(scaled_dot_product_attention) -> None:
         passed(what, _attention_checks(what, scaled_dot_product_attention))
 
 
+def _works_on_one_batch_dim(check, q, k, v, mask) -> bool:
+    """Whether the answer is right once q, k, v (and the mask) are expanded to one shared batch
+    shape and flattened to exactly one batch dimension: then the batch dims alone were its trouble."""
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2],
+                                   *(() if mask is None else (mask.shape[:-2],)))
+
+    def flat(a):
+        return a.expand(*batch, *a.shape[-2:]).reshape(-1, *a.shape[-2:]) if batch else a.unsqueeze(0)
+    args = [flat(a) for a in (q, k, v)]
+    kwargs = {}
+    if mask is not None:
+        full = torch.broadcast_shapes(mask.shape, (*batch, q.shape[-2], k.shape[-2]))
+        kwargs["mask"] = flat(mask.expand(full))
+    try:
+        out, w = check.call(*args, label="", **kwargs)
+        ref_out, ref_w = ref_attention(*args, kwargs.get("mask"))
+        return same(w, ref_w) and same(out, ref_out)
+    except Exception:  # noqa: BLE001 - it does not work that way either
+        return False
+
+
+def _call(check, c):
+    """The student's (out, weights) for one case; a failure on a case with other batch dims than one
+    shared one is named when the same inputs flattened to one batch dimension work."""
+    q, k, v = c.args
+    mask = c.kwargs.get("mask")
+    one_batch = q.dim() == 3 and q.shape[:-2] == k.shape[:-2] == v.shape[:-2] and (mask is None or mask.dim() == 3)
+    try:
+        result = check.call(*c.args, label=c.label, **c.kwargs)
+    except GradingFailure as err:
+        said = str(err)
+        if one_batch or any(b.key in said for _, b in T_HINT) or not _works_on_one_batch_dim(check, q, k, v, mask):
+            raise
+        # the batch dimensions are the trouble: that names it better than a general hint about the crash
+        kept = [line for line in said.splitlines() if not line.lstrip().startswith(("诊断：", "Diagnosis:"))]
+        raise GradingFailure("\n".join(kept) + "\n" + t("  诊断：", "  Diagnosis: ") + B_BATCH.describe()) from None
+    out, weights = _pair(check, result, c.label)
+    exp_out, exp_w = ref_attention(q, k, v, mask)
+    if (isinstance(out, torch.Tensor) and isinstance(weights, torch.Tensor) and exp_out.shape != exp_w.shape
+            and out.shape == exp_w.shape and weights.shape == exp_out.shape):
+        raise check.fail(t(f"{c.label}：返回值的顺序", f"{c.label}: order of the results"), "(out, weights)",
+                         "(weights, out)", B_SWAPPED)
+    if not one_batch and isinstance(weights, torch.Tensor) and not same(weights, exp_w, c.tol) \
+            and _works_on_one_batch_dim(check, q, k, v, mask):
+        raise check.fail(t(f"{c.label}：注意力权重", f"{c.label}: attention weights"), show(exp_w), show(weights),
+                         B_BATCH)
+    return out, weights, exp_out, exp_w
+
+
 def _attention_checks(what, scaled_dot_product_attention) -> int:
     check = Check(what, scaled_dot_product_attention, forbid=FORBIDDEN, hints=T_HINT)
     for c in _attention_cases():
         q, k, v = c.args
         mask = c.kwargs.get("mask")
-        out, weights = _pair(check, check.call(*c.args, label=c.label, **c.kwargs), c.label)
-        exp_out, exp_w = ref_attention(q, k, v, mask)
+        out, weights, exp_out, exp_w = _call(check, c)
         check.tensor(t(f"{c.label}：weights", f"{c.label}: weights"), weights, exp_w.shape,
                      hint=t("weights 的形状是 (..., n_q, n_k)。", "weights have shape (..., n_q, n_k)."))
         check.expect(t(f"{c.label}：注意力权重", f"{c.label}: attention weights"), weights, exp_w, tol=c.tol,

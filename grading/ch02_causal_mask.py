@@ -66,6 +66,11 @@ MASK_BUGS = {
                  "negated with ~ or used as an index or a masked_fill condition. Add dtype=torch.bool, or compare "
                  "with == 1."),
     "all": Bug("mask_all_true", "掩码全是 True：什么都没遮住。", "the mask is all True: nothing is hidden."),
+    "dims": Bug("mask_extra_dims",
+                "掩码多了前面的维度（例如 nanoGPT 那样 view(1, 1, n, n)）：题目要的是形状 (n, n)，"
+                "批量维和头的维度交给广播，由调用者去处理。",
+                "the mask has extra leading dimensions (a view(1, 1, n, n), as in nanoGPT): the exercise asks for "
+                "shape (n, n); broadcasting takes care of the batch and head axes at the caller."),
     "device": Bug("mask_ignores_device", "没有把 device 参数用上：掩码应该建在调用者要求的设备上（torch.ones(..., device=device)）。",
                   "the device argument is ignored: the mask must be created on the device the caller asks for "
                   "(torch.ones(..., device=device))."),
@@ -122,8 +127,11 @@ def _mask_checks(causal_mask) -> int:
     check = Check(what, causal_mask, reference=ref_mask, dtype_follows=None)
     for n in (1, 2, 5, 9):
         label = f"{what}({n})"
-        out = check.tensor(label, check.call(n, label=label), (n, n),
-                           hint=t("掩码的形状是 (n, n)。", "the mask has shape (n, n)."))
+        got = check.call(n, label=label)
+        extra = isinstance(got, torch.Tensor) and got.dim() > 2 and tuple(got.shape[-2:]) == (n, n) \
+            and got.numel() == n * n
+        out = check.tensor(label, got, (n, n), hint=t("掩码的形状是 (n, n)。", "the mask has shape (n, n)."),
+                           bug=MASK_BUGS["dims"] if extra else None)
         if out.dtype != torch.bool:
             bug = MASK_BUGS["float"] if same(out, ref_mask(n), EXACT) else None
             raise check.fail(t(f"{label} 的 dtype", f"dtype of {label}"), "torch.bool", str(out.dtype), bug,
@@ -157,6 +165,11 @@ APPLY_IN_PLACE = Bug("apply_mask_in_place",
                      "apply_mask changed the scores it was given (masked_fill_ or scores[...] = ...): the exercise asks "
                      "for a new tensor, leaving the caller's scores as they were. Use masked_fill (no underscore) or "
                      "torch.where.")
+APPLY_DTYPE = Bug("apply_mask_changes_dtype",
+                  "apply_mask 改变了分数的 dtype（例如先 .float()，或 torch.where 里用了一个 float32 的张量）："
+                  "题目要求 dtype 不变，float64 的分数进来就要 float64 出去。",
+                  "apply_mask changes the dtype of the scores (a .float() first, or a float32 tensor inside "
+                  "torch.where): the exercise keeps the dtype, so float64 scores come back as float64.")
 INDEX_NO_BROADCAST = Bug("apply_index_does_not_broadcast",
                          "布尔掩码当下标用（scores[~mask] = ...）时不会广播：它的形状必须和 scores 完全相同。mask 只是能广播到 "
                          "scores 的形状，用 masked_fill 或 torch.where（它们会广播），或者先 mask.expand_as(scores)。",
@@ -185,9 +198,7 @@ def _masked_like_reference(check, label, out, scores, mask) -> None:
                      hint=t("mask 为 False 的位置设成 −∞，其余位置保持不变。",
                             "set the positions where mask is False to −∞ and leave the others unchanged."))
     if out.dtype != scores.dtype:
-        raise check.fail(t(f"{label}：dtype", f"{label}: dtype"), str(scores.dtype), str(out.dtype),
-                         hint=t("返回的分数保持 scores 的 dtype（float64 进，float64 出）：不要先 .float()。",
-                                "the result keeps the dtype of scores (float64 in, float64 out): no .float() first."))
+        raise check.fail(t(f"{label}：dtype", f"{label}: dtype"), str(scores.dtype), str(out.dtype), APPLY_DTYPE)
     check.n += 1
 
 
@@ -284,12 +295,47 @@ ATTENTION_BUGS = [
         "the projection is the wrong way round: Q = X·W_Q (x @ w_q), not x @ w_q.T.", _att_bug(transpose_w=True)),
 ]
 
+B_SWAPPED = Bug("attention_returns_swapped",
+                "返回的顺序反了：题目要的是 (out, weights)，你返回的是 (weights, out)。",
+                "the results come back in the wrong order: the exercise asks for (out, weights); you return "
+                "(weights, out).")
+B_BATCH = Bug("attention_fixed_batch_dims",
+              "只在恰好一个批量维 (B, n, d) 时才算得对（例如 x.shape[1] 或 x.size(1) 当成了 n，或用了 transpose(1, 2)、"
+              "bmm）：题目要求前面的批量维可以任意多，也可以没有。n 是 x.shape[-2]，转置用 transpose(-2, -1)。",
+              "it only works with exactly one batch dimension (B, n, d) (x.shape[1] or x.size(1) taken as n, or "
+              "transpose(1, 2), bmm): the exercise allows any number of leading batch dimensions, or none. n is "
+              "x.shape[-2]; transpose with transpose(-2, -1).")
+OUT_BUGS = [
+    Bug("attention_out_from_x", "out = weights @ x：乘的是输入 x，不是值 v = x @ w_v。",
+        "out = weights @ x: you multiplied the input x, not the values v = x @ w_v.",
+        lambda x, w_q, w_k, w_v: (ref_attention(x, w_q, w_k, w_v)[1] @ x.to(torch.float64), None)),
+]
+
 LEAK = Bug("attention_sees_future", "第 i 个输出依赖了 i 之后的 token：因果性被破坏。",
            "output i depends on tokens after i: causality is broken.")
 
 
+def _works_on_one_batch_dim(check, args) -> bool:
+    """Whether the answer is right once x is reshaped to exactly one batch dimension (B, n, d)."""
+    x, *ws = args
+    x3 = x.reshape(-1, *x.shape[-2:])
+    try:
+        out, w = check.call(x3, *ws, label="")
+        ref_out, ref_w = ref_attention(x3, *ws)
+        return same(w, ref_w) and same(out, ref_out)
+    except Exception:  # noqa: BLE001 - it does not work that way either
+        return False
+
+
 def _pair(check, args, label):
-    result = check.call(*args, label=label)
+    try:
+        result = check.call(*args, label=label)
+    except GradingFailure as err:
+        said = str(err)
+        if args[0].dim() == 3 or FLOAT_HINTS[0][1].key in said or not _works_on_one_batch_dim(check, args):
+            raise
+        kept = [line for line in said.splitlines() if not line.lstrip().startswith(("诊断：", "Diagnosis:"))]
+        raise GradingFailure("\n".join(kept) + "\n" + t("  诊断：", "  Diagnosis: ") + B_BATCH.describe()) from None
     if not (isinstance(result, tuple) and len(result) == 2 and all(isinstance(r, torch.Tensor) for r in result)):
         raise check.fail(label, t("(out, weights) 两个张量组成的元组", "a tuple (out, weights) of two tensors"),
                          type(result).__name__)
@@ -361,11 +407,18 @@ def _attention_checks(what, causal_self_attention) -> int:
     for c in _attention_cases():
         out, w = _pair(check, c.args, c.label)
         exp_out, exp_w = ref_attention(*c.args)
+        if exp_out.shape != exp_w.shape and tuple(out.shape) == tuple(exp_w.shape) \
+                and tuple(w.shape) == tuple(exp_out.shape):
+            raise check.fail(t(f"{c.label}：返回值的顺序", f"{c.label}: order of the results"), "(out, weights)",
+                             "(weights, out)", B_SWAPPED)
+        if c.args[0].dim() != 3 and not same(w, exp_w, c.tol) and _works_on_one_batch_dim(check, c.args):
+            raise check.fail(t(f"{c.label}：注意力权重", f"{c.label}: attention weights"), show(exp_w), show(w), B_BATCH)
         check.tensor(t(f"{c.label}：weights", f"{c.label}: weights"), w, exp_w.shape,
                      hint=t("weights 的形状是 (..., n, n)。", "weights have shape (..., n, n)."))
         check.expect(t(f"{c.label}：注意力权重", f"{c.label}: attention weights"), w, exp_w, tol=c.tol,
                      bugs=ATTENTION_BUGS, bug_args=c.args, part=lambda o: o[1], count=False)
         check.expect(t(f"{c.label}：输出 out", f"{c.label}: output out"), out, exp_out, tol=c.tol, dtype=c.args[0].dtype,
+                     bugs=OUT_BUGS, bug_args=c.args, part=lambda o: o[0],
                      hint=t("权重已经对了：out = weights @ v，v = x @ w_v。",
                             "the weights are right: out = weights @ v with v = x @ w_v."))
         _first_row_exact(check, c.label, w)
@@ -389,6 +442,31 @@ _CHOICE_WHY = {
 }
 
 
+ZERO_COUNT_BUGS = {
+    78: Bug("zeros_counted_allowed", "数的是可以看的位置（j ≤ i，含对角线）：n(n+1)/2 = 78。精确为 0 的是被遮住的 j > i，"
+            "第 i 行有 n − 1 − i 个，合计 n(n−1)/2。",
+            "you counted the allowed positions (j ≤ i, diagonal included): n(n+1)/2 = 78. The exact zeros are the "
+            "masked j > i, n − 1 − i in row i, n(n−1)/2 in all."),
+    132: Bug("zeros_both_triangles", "数了两个三角形（n² − n = 132）：因果掩码只遮住右上三角 j > i，合计 n(n−1)/2。",
+             "you counted both triangles (n² − n = 132): the causal mask hides only the upper-right j > i, "
+             "n(n−1)/2 in all."),
+    144: Bug("zeros_whole_matrix", "数的是整个矩阵的元素个数 n² = 144：只有被遮住的 j > i 才是 0，合计 n(n−1)/2。",
+             "you counted every entry, n² = 144: only the masked j > i are 0, n(n−1)/2 in all."),
+}
+ZERO_OFF_BUG = Bug("zeros_without_mask", "关掉掩码后没有 −∞ 了，而 e^x > 0 对每个有限的 x 都成立：一个精确的 0 也没有。",
+                   "with the mask off there is no −∞ left, and e^x > 0 for every finite x: not a single exact 0.")
+
+
+def _count_bug(want, got):
+    try:
+        got = float(got)
+    except Exception:  # noqa: BLE001
+        return None
+    if want == 0:
+        return ZERO_OFF_BUG
+    return ZERO_COUNT_BUGS.get(int(got)) if got == int(got) else None
+
+
 def check_mask_off(answers) -> None:
     """``answers`` is a function returning (mask_off_choice, n_zeros_mask_on,
     n_zeros_mask_off), so a missing name fails here with a message, not in the cell."""
@@ -403,7 +481,9 @@ def check_mask_off(answers) -> None:
                                f"{what}: mask_off_choice must be one of 'A', 'B', 'C', 'D', got {choice!r}."))
     if c != MASK_OFF_KEY:
         zh, en = _CHOICE_WHY[c]
-        raise GradingFailure(t(f"{what}：选项 {c} 不对。{zh}", f"{what}: option {c} is wrong. {en}"))
+        bug = Bug(f"mask_off_choice_{c}", zh, en)
+        raise GradingFailure(t(f"{what}：选项 {c} 不对。", f"{what}: option {c} is wrong.") + "\n"
+                             + t("  诊断：", "  Diagnosis: ") + bug.describe())
     for name, got, want in (("n_zeros_mask_on", zeros_on, 66), ("n_zeros_mask_off", zeros_off, 0)):
         try:
             ok = float(got) == want
@@ -414,5 +494,5 @@ def check_mask_off(answers) -> None:
                       "count the positions with j > i: row i has n − 1 − i of them, n(n−1)/2 in all; 10 for 5 tokens.")
                     if want else t("没有掩码就没有 −∞，e^x > 0 对每个有限的 x 都成立。",
                                    "without the mask there is no −∞, and e^x > 0 for every finite x."))
-            raise failure(f"{what}: {name}", str(want), repr(got), hint=hint)
+            raise failure(f"{what}: {name}", str(want), repr(got), bug=_count_bug(want, got), hint=hint)
     passed(what, 3)

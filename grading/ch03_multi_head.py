@@ -57,10 +57,12 @@ def ref_mha(x, w_qkv, b_qkv, w_o, b_o, h, *, split=None, merge=None, scale="d_k"
     q, k, v = split(q, h), split(k, h), split(v, h)                   # (B, h, N, d_k)
     denom = {"d_k": math.sqrt(d_k), "d": math.sqrt(d), "none": 1.0}[scale]
     s = torch.einsum("bhqc,bhkc->bhqk", q, k) / denom
-    if causal:
-        allowed = torch.ones(N, N, dtype=torch.bool).tril()
+    allowed = torch.ones(N, N, dtype=torch.bool).tril()
+    if causal is True:
         s = s.masked_fill(~allowed, float("-inf"))
     w = _softmax64(s, softmax_dim)
+    if causal == "after":
+        w = w.masked_fill(~allowed, 0.0)
     heads = torch.einsum("bhqk,bhkc->bhqc", w, v)
     out = (merge or ref_merge)(heads)                                  # (B, N, d)
     if proj:
@@ -147,10 +149,50 @@ B_NO_MASK = Bug("mha_causal_mask_missing",
                 "没有加因果掩码：位置 i 看到了后面的 token（j > i）。在 softmax 之前把上三角设成 -inf。",
                 "the causal mask is missing: position i sees later tokens (j > i). Set the upper triangle "
                 "to -inf before softmax.", _mha_bug(causal=False))
+B_MASK_AFTER = Bug("mha_mask_after_softmax",
+                   "在 softmax 之后才把未来的权重置 0：每行加起来不再是 1。掩码要在 softmax 之前（把分数设为 −∞）。",
+                   "the future's weights are set to 0 after softmax: rows no longer add up to 1. Mask the scores "
+                   "with −∞ before softmax.", _mha_bug(causal="after"))
 B_SOFTMAX_DIM = Bug("mha_softmax_wrong_dim",
                     "softmax 沿错误的维度（dim=-2）：每个 query 的一行权重（沿 key，dim=-1）要加起来等于 1。",
                     "softmax runs over the wrong dimension (dim=-2): each query's row of weights (over the keys, "
                     "dim=-1) must add up to 1.", _mha_bug(softmax_dim=-2))
+B_SPLIT_NO_T_SHAPE = Bug("split_transpose_missing",
+                         "结果的形状是 (B, N, h, d_k)：只做了第一步 view，还差 transpose(1, 2) 把头的维度换到 N 前面，"
+                         "题目要的是 (B, h, N, d_k)。",
+                         "the result has shape (B, N, h, d_k): the view is done, but transpose(1, 2) is missing to move "
+                         "the head axis in front of N; the exercise asks for (B, h, N, d_k).")
+B_MERGE_NOT_FUSED = Bug("merge_last_axes_not_fused",
+                        "结果的形状是 (B, N, h, d_k)：transpose 回来了，但最后两维还没有并成一维 h·d_k，"
+                        "题目要的是 (B, N, h·d_k)。",
+                        "the result has shape (B, N, h, d_k): it is transposed back, but the last two axes are not "
+                        "fused into one of size h·d_k; the exercise asks for (B, N, h·d_k).")
+B_NO_VALUES = Bug("mha_valueerror_without_values",
+                  "ValueError 的信息里没有写出 d 和 h 的值：题目要求信息里写出它们（例如 f\"d={d} 不能被 h={h} 整除\"），"
+                  "这样调用的人一眼就知道是哪两个数不配。",
+                  "the ValueError's message does not give the values of d and h: the exercise asks for them (e.g. "
+                  "f\"d={d} is not divisible by h={h}\"), so that the caller sees at once which two numbers do not fit.")
+B_BIAS = Bug("mha_bias_argument_ignored",
+             "没有把参数 bias 传给 nn.Linear：bias=False 时 self.qkv 和 self.proj 都不应有偏置，"
+             "要写 nn.Linear(d, 3 * d, bias=bias) 和 nn.Linear(d, d, bias=bias)。",
+             "the bias argument is not passed on to nn.Linear: with bias=False neither self.qkv nor self.proj has "
+             "a bias; write nn.Linear(d, 3 * d, bias=bias) and nn.Linear(d, d, bias=bias).")
+B_THREE_LINEARS = Bug("mha_three_separate_projections",
+                      "q、k、v 用了三个单独的 nn.Linear(d, d)：题目要求一次投影 self.qkv = nn.Linear(d, 3 * d)，"
+                      "输出依次是 q、k、v（GPT-2 / nanoGPT 的 c_attn，也是 nn.MultiheadAttention 的 in_proj_weight）。",
+                      "q, k and v come from three separate nn.Linear(d, d): the exercise asks for one projection, "
+                      "self.qkv = nn.Linear(d, 3 * d), with q, k, v in that order along its output (GPT-2's / "
+                      "nanoGPT's c_attn, and nn.MultiheadAttention's in_proj_weight).")
+B_TUPLE = Bug("mha_forward_returns_tuple",
+              "forward 返回了一个元组（像第 2 章那样的 (out, weights)）：这个模块只返回 (B, N, d) 的输出张量。",
+              "forward returns a tuple (like chapter 2's (out, weights)): this module returns only the output "
+              "tensor of shape (B, N, d).")
+B_FIXED_MASK = Bug("mha_mask_of_fixed_size",
+                   "掩码是按一个固定长度事先建好的（例如 register_buffer 一个 tril(ones(64, 64)) 再切片）：输入比它长时就出错。"
+                   "题目要求 forward 对任何长度 N 都成立：在 forward 里按 N 现做掩码，或者 N 超过已有的大小时重建它。",
+                   "the mask is built once at a fixed length (a register_buffer of tril(ones(64, 64)), sliced): an input "
+                   "longer than that fails. The exercise asks forward to work for any length N: build the mask for N in "
+                   "forward, or rebuild it when N outgrows the stored one.")
 B_ASSERT = Bug("mha_assert_instead_of_valueerror",
                "d 不能被 h 整除时用了 assert：assert 抛出的是 AssertionError，而且在 python -O 下会被整个跳过。"
                "请写 if d % h != 0: raise ValueError(...)。",
@@ -169,7 +211,7 @@ def _module_bugs():
             Bug(B_MERGE_NO_T.key, B_MERGE_NO_T.zh, B_MERGE_NO_T.en, _mha_bug(merge=_merge_no_T)),
             Bug(B_MERGE_INTERLEAVED.key, B_MERGE_INTERLEAVED.zh, B_MERGE_INTERLEAVED.en,
                 _mha_bug(merge=_merge_interleaved)),
-            B_SCALE_D, B_NO_SCALE, B_NO_PROJ, B_NO_MASK, B_SOFTMAX_DIM]
+            B_SCALE_D, B_NO_SCALE, B_NO_PROJ, B_NO_MASK, B_MASK_AFTER, B_SOFTMAX_DIM]
     for order in itertools.permutations(range(3)):
         if order != (0, 1, 2):
             bugs.append(Bug(B_ORDER.key, B_ORDER.zh, B_ORDER.en, _mha_bug(order=order)))
@@ -197,10 +239,6 @@ VIEW_HINT = [(lambda exc, line: _view_error(exc, line) and "transpose" in line, 
 
 # ---------------------------------------------------------------- split_heads / merge_heads
 
-def _shape_hint(got, wrong, hint_wrong, hint):
-    return hint_wrong if isinstance(got, torch.Tensor) and tuple(got.shape) == wrong else hint
-
-
 def check_split_heads(split_heads) -> None:
     passed("split_heads", _split_checks(split_heads))
 
@@ -223,11 +261,9 @@ def _split_checks(split_heads) -> int:
         x = torch.randn(B, N, d, generator=gen, dtype=dtype)
         label = f"(x, h={h}): {label}"
         out = check.call(x, h, label=label)
-        check.tensor(label, out, (B, h, N, d // h), hint=_shape_hint(
-            out, (B, N, h, d // h) if h > 1 else None,
-            t("形状是 (B, N, h, d_k)：还差一步 transpose(1, 2)，把头的维度换到 N 前面。",
-              "the shape is (B, N, h, d_k): transpose(1, 2) is missing, to move the head axis before N."),
-            t("结果应为 (B, h, N, d_k)。", "the result must be (B, h, N, d_k).")))
+        no_t = h > 1 and isinstance(out, torch.Tensor) and tuple(out.shape) == (B, N, h, d // h)
+        check.tensor(label, out, (B, h, N, d // h), bug=B_SPLIT_NO_T_SHAPE if no_t else None,
+                     hint=t("结果应为 (B, h, N, d_k)。", "the result must be (B, h, N, d_k)."))
         check.expect(t(f"{label}：各头的内容", f"{label}: contents of the heads"), out, ref_split(x, h),
                      bugs=[B_SPLIT_VIEW, B_SPLIT_INTERLEAVED], bug_args=(x, h), hint=head1, dtype=x.dtype)
     # gradients flow through it
@@ -260,11 +296,9 @@ def _merge_checks(merge_heads) -> int:
             x = torch.randn(B, h, N, d_k, generator=gen, dtype=dtype)
         label = f"(x): {label}"
         out = check.call(x.transpose(1, 2).clone().transpose(1, 2) if strided else x, label=label)
-        check.tensor(label, out, (B, N, h * d_k), hint=_shape_hint(
-            out, (B, N, h, d_k) if h > 1 else None,
-            t("形状是 (B, N, h, d_k)：还差最后一步，把最后两维合并成 h·d_k。",
-              "the shape is (B, N, h, d_k): the last two axes still need to be merged into h·d_k."),
-            t("结果应为 (B, N, h·d_k)。", "the result must be (B, N, h·d_k).")))
+        unfused = h > 1 and isinstance(out, torch.Tensor) and tuple(out.shape) == (B, N, h, d_k)
+        check.tensor(label, out, (B, N, h * d_k), bug=B_MERGE_NOT_FUSED if unfused else None,
+                     hint=t("结果应为 (B, N, h·d_k)。", "the result must be (B, N, h·d_k)."))
         check.expect(t(f"{label}：拼接结果", f"{label}: merged values"), out, ref_merge(x),
                      bugs=[B_MERGE_NO_T, B_MERGE_INTERLEAVED], bug_args=(x,), dtype=x.dtype,
                      hint=t("merge_heads 是 split_heads 的逆：头 i 的结果回到通道 i·d_k:(i+1)·d_k。",
@@ -305,16 +339,19 @@ def _build(cls, d, h, bias, what):
     for name, shape in (("qkv", (3 * d, d)), ("proj", (d, d))):
         layer = getattr(m, name, None)
         if not isinstance(layer, nn.Linear):
-            raise GradingFailure(t(f"{what}：需要属性 self.{name} = nn.Linear(...)，没有找到。",
-                                   f"{what}: the attribute self.{name} = nn.Linear(...) is missing."))
+            square = [c for c in m.modules() if isinstance(c, nn.Linear) and tuple(c.weight.shape) == (d, d)]
+            raise failure(t(f"{what}：属性 self.{name}", f"{what}: the attribute self.{name}"),
+                          "nn.Linear(d, 3 * d)" if name == "qkv" else "nn.Linear(d, d)", t("没有找到", "missing"),
+                          bug=B_THREE_LINEARS if name == "qkv" and len(square) >= 3 else None)
         if tuple(layer.weight.shape) != shape:
             expect = "nn.Linear(d, 3 * d)" if name == "qkv" else "nn.Linear(d, d)"
             raise failure(t(f"{what}：self.{name}.weight 的形状", f"{what}: shape of self.{name}.weight"),
                           f"{shape}  ({expect})", str(tuple(layer.weight.shape)))
         if (layer.bias is not None) != bias:
-            raise GradingFailure(t(f"{what}：self.{name} 的 bias 应跟随参数 bias={bias}（nn.Linear(..., bias=bias)）。",
-                                   f"{what}: self.{name} must have a bias exactly when bias={bias} "
-                                   "(nn.Linear(..., bias=bias))."))
+            raise failure(t(f"{what}：self.{name} 的 bias", f"{what}: the bias of self.{name}"),
+                          t("有偏置" if bias else "没有偏置（bias=False）", "a bias" if bias else "no bias (bias=False)"),
+                          t("有偏置" if layer.bias is not None else "没有偏置", "a bias" if layer.bias is not None
+                            else "no bias"), B_BIAS)
     return m
 
 
@@ -348,8 +385,15 @@ def _parameter_counts(check, cls) -> None:
         count = sum(p.numel() for p in m.parameters())
         expected = 4 * d * d + 4 * d if bias else 4 * d * d
         if count != expected:
+            extra = [name for name, _ in m.named_parameters() if not name.startswith(("qkv.", "proj."))]
+            bug = Bug("mha_extra_parameters",
+                      f"除了 qkv 和 proj，模块还有别的参数（{', '.join(extra[:4])}）：题目要求不要再加别的参数，总数是 "
+                      "4d² + 4d。掩码不是要学习的参数：在 forward 里现做，或者用 register_buffer（不要用 nn.Parameter）。",
+                      f"the module has parameters besides qkv and proj ({', '.join(extra[:4])}): the exercise allows "
+                      "no others, 4d² + 4d in all. A mask is not something to learn: build it in forward, or keep it "
+                      "with register_buffer (not nn.Parameter).") if extra else None
             raise check.fail(t(f"{label}：参数个数", f"{label}: number of parameters"),
-                             f"{expected:,} = 4d²{' + 4d' if bias else ''}", f"{count:,}",
+                             f"{expected:,} = 4d²{' + 4d' if bias else ''}", f"{count:,}", bug,
                              hint=t("参数只应来自 qkv 和 proj 两个线性层（掩码用 register_buffer，不要用 nn.Parameter）。",
                                     "the parameters come only from the two linear layers qkv and proj (keep a mask "
                                     "in register_buffer, not nn.Parameter)."))
@@ -364,7 +408,14 @@ def _not_divisible(check, cls) -> None:
     if "10" not in str(exc) or "3" not in str(exc):
         raise check.fail(t(f"{label}：ValueError 的提示信息", f"{label}: the ValueError's message"),
                          t("写出 d 和 h 的值，例如 'd=10 不能被 h=3 整除'",
-                           "the values of d and h, e.g. 'd=10 is not divisible by h=3'"), repr(str(exc)))
+                           "the values of d and h, e.g. 'd=10 is not divisible by h=3'"), repr(str(exc)), B_NO_VALUES)
+
+
+def _not_a_tuple(check, label, got):
+    if isinstance(got, tuple):
+        raise check.fail(label, t("一个 (B, N, d) 的张量", "one tensor of shape (B, N, d)"),
+                         t(f"{len(got)} 个元素的元组", f"a tuple of {len(got)}"), B_TUPLE)
+    return got
 
 
 def _values(check, cls, gen) -> None:
@@ -377,8 +428,8 @@ def _values(check, cls, gen) -> None:
         _randomise(m, gen)
         m = m.double()
         x = torch.randn(B, N, d, generator=gen, dtype=torch.float64)
-        out = check.tensor(label, check.call(x, label=label, fn=m), (B, N, d),
-                           hint=t("forward 返回 (B, N, d)。", "forward returns (B, N, d)."))
+        got = _not_a_tuple(check, label, check.call(x, label=label, fn=m))
+        out = check.tensor(label, got, (B, N, d), hint=t("forward 返回 (B, N, d)。", "forward returns (B, N, d)."))
         args = (x,) + _weights(m) + (h,)
         check.expect(t(f"{label}：与独立参考实现比较", f"{label}: compared with an independent reference"), out,
                      ref_mha(*args), bugs=MODULE_BUGS, bug_args=args, dtype=x.dtype,
@@ -394,7 +445,7 @@ def _float32_and_gradients(check, cls, gen) -> None:
     m = _build(cls, 16, 4, True, f"{check.what}{label}")
     _randomise(m, gen)
     x = torch.randn(2, 6, 16, generator=gen)
-    out = check.tensor(label, check.call(x, label=label, fn=m), (2, 6, 16))
+    out = check.tensor(label, _not_a_tuple(check, label, check.call(x, label=label, fn=m)), (2, 6, 16))
     check.expect(label, out, ref_mha(x, *_weights(m), 4), dtype=torch.float32)
     out.sum().backward()
     if m.qkv.weight.grad is None or m.proj.weight.grad is None:
@@ -425,6 +476,30 @@ def _causality(check, cls, gen) -> None:
             check.n += 1
 
 
+LONG_N = 1030      # longer than the fixed sizes people store a mask at (64, 256, 512, 1024)
+
+
+def _any_length(check, cls, gen) -> None:
+    """forward works for any N: an input longer than any mask stored at a fixed size."""
+    d, h = 8, 2
+    label = t(f"(d={d}, h={h})，很长的输入 (B=1, N={LONG_N}, d={d})", f"(d={d}, h={h}), a long input (B=1, N={LONG_N}, d={d})")
+    m = _build(cls, d, h, True, f"{check.what}{label}")
+    _randomise(m, gen)
+    m = m.double()
+    x = torch.randn(1, LONG_N, d, generator=gen, dtype=torch.float64)
+    with torch.no_grad():
+        try:
+            got = check.call(x, label=label, fn=m)
+        except GradingFailure as err:
+            kept = [line for line in str(err).splitlines() if not line.lstrip().startswith(("诊断：", "Diagnosis:"))]
+            raise GradingFailure("\n".join(kept) + "\n" + t("  诊断：", "  Diagnosis: ")
+                                 + B_FIXED_MASK.describe()) from None
+        out = check.tensor(label, _not_a_tuple(check, label, got), (1, LONG_N, d), bug=B_FIXED_MASK)
+        check.expect(label, out, ref_mha(x, *_weights(m), h), dtype=x.dtype,
+                     hint=t("短的输入都对，长的不对：掩码是不是按固定长度建的？", "short inputs are right and a long one "
+                            "is not: is the mask built at a fixed length?"))
+
+
 def check_causal_self_attention(cls) -> None:
     what = "CausalSelfAttention"
     with on_its_own(cls, EARLIER):
@@ -435,4 +510,5 @@ def check_causal_self_attention(cls) -> None:
         _values(check, cls, gen)
         _float32_and_gradients(check, cls, gen)
         _causality(check, cls, gen)
+        _any_length(check, cls, gen)
         passed(what, check.n)

@@ -34,73 +34,131 @@ KEPT = {"test_attention": ("用正确的 softmax 代替你的之后，这一题�
 BUGS = [
     # softmax
     Variant("sm_no_max", sm("    e = torch.exp(x)\n    return e / e.sum(dim=dim, keepdim=True)\n"),
-            said=KEPT, lose=("test_softmax",), words=("没有先减去每行的最大值", "nan")),
+            said=KEPT, lose=("test_softmax",), words=("没有先减去每行的最大值", "nan"),
+            breaks=("sm-stable",)),
     Variant("sm_global_max", sm("    e = torch.exp(x - x.max())\n    return e / e.sum(dim=dim, keepdim=True)\n"),
-            said=KEPT, lose=("test_softmax",), words=("整个张量的最大值",)),
+            said=KEPT, lose=("test_softmax",), words=("整个张量的最大值",),
+            breaks=("sm-stable",)),
     Variant("sm_wrong_dim", sm("    e = torch.exp(x - x.amax(dim=0, keepdim=True))\n"
                                "    return e / e.sum(dim=0, keepdim=True)\n"),
-            said=KEPT, lose=("test_softmax",), words=("错误的维度",)),
+            said=KEPT, lose=("test_softmax",), words=("错误的维度",),
+            breaks=("sm-dim",)),
     Variant("sm_no_keepdim", sm("    e = torch.exp(x - x.amax(dim=dim, keepdim=True))\n    return e / e.sum(dim=dim)\n"),
             said=KEPT, lose=("test_softmax",), words=("keepdim=True",)),
     Variant("sm_uses_torch", sm("    return torch.softmax(x, dim=dim)\n"),
-            said=KEPT, lose=("test_softmax",), words=("从零实现", "torch.softmax")),
+            said=KEPT, lose=("test_softmax",), words=("从零实现", "torch.softmax"),
+            breaks=("sm-from-scratch",)),
     Variant("sm_uses_functional_alias",
             {"softmax": "from torch.nn.functional import softmax as _sm\n" + SM_HEAD + "    return _sm(x, dim)\n"},
-            said=KEPT, lose=("test_softmax",), words=("从零实现", "torch.nn.functional.softmax")),
+            said=KEPT, lose=("test_softmax",), words=("从零实现", "torch.nn.functional.softmax"),
+            breaks=("sm-from-scratch",)),
     Variant("sm_minus_mean", sm("    e = torch.exp(x - x.mean(dim=dim, keepdim=True))   # centred, not the maximum\n"
                                 "    return e / e.sum(dim=dim, keepdim=True)\n"),
-            said=KEPT, lose=("test_softmax",), words=("除一个之外全是 -inf 的行", "均值，不是最大值")),
+            said=KEPT, lose=("test_softmax",), words=("除一个之外全是 -inf 的行", "均值，不是最大值"),
+            breaks=("sm-inf-row",)),
     # score_variance
     Variant("var_returns_tensor", var("    q = torch.randn(n_samples, d_k, generator=generator)\n"
                                       "    k = torch.randn(n_samples, d_k, generator=generator)\n"
                                       "    s = (q * k).sum(-1)\n"
                                       "    return (s / math.sqrt(d_k) if scaled else s).var()\n"),
-            lose=("test_score_variance",), words=("Python 的 float", ".item()")),
+            lose=("test_score_variance",), words=("Python 的 float", ".item()"),
+            breaks=("var-float",)),
     Variant("var_ignores_scaled", var("    q = torch.randn(n_samples, d_k, generator=generator)\n"
                                       "    k = torch.randn(n_samples, d_k, generator=generator)\n"
                                       "    return (q * k).sum(-1).var().item()\n"),
-            lose=("test_score_variance",), words=("scaled=True", "没有除以 √d_k")),
+            lose=("test_score_variance",), words=("scaled=True", "没有除以 √d_k"),
+            breaks=("var-scaled",)),
     Variant("var_by_dk", var("    q = torch.randn(n_samples, d_k, generator=generator)\n"
                              "    k = torch.randn(n_samples, d_k, generator=generator)\n"
                              "    s = (q * k).sum(-1)\n"
                              "    return (s / d_k if scaled else s).var().item()\n"),
-            lose=("test_score_variance",), words=("除的是 d_k",)),
+            lose=("test_score_variance",), words=("除的是 d_k",),
+            breaks=("var-scaled",)),
     Variant("var_std", var("    q = torch.randn(n_samples, d_k, generator=generator)\n"
                            "    k = torch.randn(n_samples, d_k, generator=generator)\n"
                            "    s = (q * k).sum(-1)\n"
                            "    return (s / math.sqrt(d_k) if scaled else s).std().item()\n"),
-            lose=("test_score_variance",), words=("标准差",)),
+            lose=("test_score_variance",), words=("标准差",),
+            breaks=("var-variance",)),
     Variant("var_no_generator", var("    q = torch.randn(n_samples, d_k)\n    k = torch.randn(n_samples, d_k)\n"
                                     "    s = (q * k).sum(-1)\n"
                                     "    return (s / math.sqrt(d_k) if scaled else s).var().item()\n"),
-            lose=("test_score_variance",), words=("generator", "无法复现")),
+            lose=("test_score_variance",), words=("generator", "无法复现"),
+            breaks=("var-generator",)),
     # attention
     Variant("att_no_scaling", att(ATT_OK.replace(" / math.sqrt(q.shape[-1])", "")),
-            lose=("test_attention",), words=("没有除以 √d_k",)),
+            lose=("test_attention",), words=("没有除以 √d_k",),
+            breaks=("att-scale",)),
     Variant("att_scale_dk", att(ATT_OK.replace("math.sqrt(q.shape[-1])", "q.shape[-1]")),
-            lose=("test_attention",), words=("除的是 d_k",)),
+            lose=("test_attention",), words=("除的是 d_k",),
+            breaks=("att-scale",)),
     Variant("att_scale_dv", att(ATT_OK.replace("math.sqrt(q.shape[-1])", "math.sqrt(v.shape[-1])")),
-            lose=("test_attention",), words=("√d_v",)),
+            lose=("test_attention",), words=("√d_v",),
+            breaks=("att-scale",)),
     Variant("att_softmax_dim", att(ATT_OK.replace("softmax(s, dim=-1)", "softmax(s, dim=-2)")),
-            lose=("test_attention",), words=("softmax 沿错误的维度",)),
+            lose=("test_attention",), words=("softmax 沿错误的维度",),
+            breaks=("att-rows",)),
     Variant("att_mask_inverted", att(ATT_OK.replace("masked_fill(~mask", "masked_fill(mask")),
-            lose=("test_attention",), words=("掩码的含义反了",)),
+            lose=("test_attention",), words=("掩码的含义反了",),
+            breaks=("att-mask-true",)),
     Variant("att_mask_after_softmax", att("""    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     w = softmax(s, dim=-1)
     if mask is not None:
         w = w.masked_fill(~mask, 0.0)
     return w @ v, w
-"""), lose=("test_attention",), words=("softmax 之后",)),
+"""), lose=("test_attention",), words=("softmax 之后",),
+            breaks=("att-mask-before",)),
     Variant("att_mask_zero", att(ATT_OK.replace('float("-inf")', "0.0")),
-            lose=("test_attention",), words=("设成了 0 而不是 -inf",)),
+            lose=("test_attention",), words=("设成了 0 而不是 -inf",),
+            breaks=("att-mask-before",)),
     Variant("att_k_T", att(ATT_OK.replace("k.transpose(-2, -1)", "k.T")),
-            lose=("test_attention",), words=("k.transpose(-2, -1)",)),
+            lose=("test_attention",), words=("k.transpose(-2, -1)",),
+            breaks=("att-transpose",)),
     Variant("att_uses_sdpa", att("""    import torch.nn.functional as F
     w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), -1)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), w
-"""), lose=("test_attention",), words=("从零实现",)),
+"""), lose=("test_attention",), words=("从零实现",),
+            breaks=("att-no-sdpa",)),
     Variant("att_uses_torch_softmax", att(ATT_OK.replace("softmax(s, dim=-1)", "torch.softmax(s, dim=-1)")),
-            lose=("test_attention",), words=("从零实现", "torch.softmax")),
+            lose=("test_attention",), words=("从零实现", "torch.softmax"),
+            breaks=("att-own-softmax",)),
+    # each breaks one rule the exercises state, and is named by what the code does
+    Variant("sm_exp_only", sm("    return torch.exp(x)\n"), said=KEPT, lose=("test_softmax",),
+            words=("只返回了 exp(x)",), breaks=("sm-normalise",)),
+    Variant("var_elementwise", var("    q = torch.randn(n_samples, d_k, generator=generator)\n"
+                                   "    k = torch.randn(n_samples, d_k, generator=generator)\n"
+                                   "    s = q * k                      # one product per component\n"
+                                   "    return (s / math.sqrt(d_k) if scaled else s).var().item()\n"),
+            lose=("test_score_variance",), words=("逐元素乘积",), breaks=("var-dot",)),
+    Variant("var_one_wide_draw", var("    qk = torch.randn(n_samples, 2 * d_k, generator=generator)   # both at once\n"
+                                     "    q, k = qk[:, :d_k], qk[:, d_k:]\n"
+                                     "    s = (q * k).sum(-1)\n"
+                                     "    return (s / math.sqrt(d_k) if scaled else s).var().item()\n"),
+            lose=("test_score_variance",), words=("不是按题目说的方式抽出来的",), breaks=("var-draw",)),
+    Variant("var_fixed_sample_count", var("    q = torch.randn(50_000, d_k, generator=generator)   # more samples, better\n"
+                                          "    k = torch.randn(50_000, d_k, generator=generator)\n"
+                                          "    s = (q * k).sum(-1)\n"
+                                          "    return (s / math.sqrt(d_k) if scaled else s).var().item()\n"),
+            lose=("test_score_variance",), words=("不是按题目说的方式抽出来的",), breaks=("var-draw",)),
+    Variant("att_bmm", att(ATT_OK.replace("q @ k.transpose(-2, -1)", "torch.bmm(q, k.transpose(-2, -1))")
+                           .replace("return w @ v, w", "return torch.bmm(w, v), w")),
+            lose=("test_attention",), words=("torch.bmm 只接受恰好三维",), breaks=("att-batch",)),
+    Variant("att_flatten_batch", att("""    lead = q.shape[:-2]
+    q3, k3, v3 = (a.reshape(-1, *a.shape[-2:]) for a in (q, k, v))     # one batch axis
+    s = q3 @ k3.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask.expand(*lead, *mask.shape[-2:]).reshape(s.shape), float("-inf"))
+    w = softmax(s, dim=-1)
+    return (w @ v3).reshape(*lead, -1, v.shape[-1]), w.reshape(*lead, *w.shape[-2:])
+"""), lose=("test_attention",), words=("可以任意多、可以广播",), breaks=("att-broadcast",)),
+    Variant("att_mask_index", att("""    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s[~mask] = float("-inf")
+    w = softmax(s, dim=-1)
+    return w @ v, w
+"""), lose=("test_attention",), words=("不会广播", "masked_fill"), breaks=("att-mask-broadcast",)),
+    Variant("att_returns_swapped", att(ATT_OK.replace("return w @ v, w", "return w, w @ v")),
+            lose=("test_attention",), words=("返回的顺序反了",), breaks=("att-returns",)),
     # chains: each exercise graded on its own
     Variant("sm_not_done_att_right", sm("    raise NotImplementedError()\n"), lose=("test_softmax",),
             words=("还没有实现",), said=KEPT),
@@ -197,51 +255,22 @@ CORRECT = [
     w = softmax(s.to(q.dtype), dim=-1)
     return torch.einsum("...ij,...jd->...id", w, v), w
 """)}),
+    # the stated draw is checked by the exact number it gives: the same stream of numbers in one call keeps it
+    Variant("ok_one_call_two_rows", {**var("    import statistics\n"
+                                           "    q, k = torch.randn(2, n_samples, d_k, generator=generator)   # q, then k\n"
+                                           "    dots = (q * k).sum(dim=1)\n"
+                                           "    if scaled:\n        dots = dots * d_k ** -0.5\n"
+                                           "    return statistics.pvariance(dots.tolist())\n"),
+                                     **att("""    *lead, n_q, d_k = q.shape
+    s = torch.matmul(q, k.transpose(-1, -2)) / d_k ** 0.5       # matmul broadcasts the batch dims
+    if mask is not None:
+        s = torch.where(mask, s, s.new_tensor(float("-inf")))
+    w = softmax(s, dim=-1)
+    return torch.matmul(w, v), w
+""")}),
 ]
 
 WORDS_ARE_NOT_CALLS = ("ok_comments_name_forbidden_calls",)
-
-# (the rule as the exercise states it, the check that enforces it, the wrong answer that breaks it)
-RULES = [
-    ("softmax: normalise along the argument dim, other dimensions untouched",
-     "check_softmax: cases with dim=1, dim=0 and dim=-1 against the float64 reference", "sm_wrong_dim"),
-    ("softmax from scratch: torch.softmax, F.softmax, x.softmax are not allowed",
-     "check_softmax runs inside core.forbidden: the call itself raises", "sm_uses_torch"),
-    ("softmax: a row like [1000, 1001, 1002] gives no nan or inf",
-     "check_softmax: the 'large entries' and 'rows of very different magnitude' cases", "sm_no_max"),
-    ("softmax: a row that is -inf everywhere but one entry works (1 at that entry)",
-     "check_softmax: the 'a row of -inf except one entry' case", "sm_minus_mean"),
-    ("score_variance: draw q and k with torch.randn(..., generator=generator)",
-     "check_score_variance: the same seed twice gives the same result, another seed another", "var_no_generator"),
-    ("score_variance: with scaled=True divide the dot products by sqrt(d_k)",
-     "check_score_variance: scaled=True lands within 7 % of 1", "var_ignores_scaled"),
-    ("score_variance: return the variance (about d_k)",
-     "check_score_variance: unscaled lands within 7 % of d_k", "var_std"),
-    ("score_variance: return a Python float",
-     "check_score_variance: the result must be a number, not a tensor", "var_returns_tensor"),
-    ("attention: weights = softmax(q k^T / sqrt(d_k))",
-     "check_attention: weights against the float64 reference", "att_no_scaling"),
-    ("attention: d_k is the last dimension of q and k (not of v)",
-     "check_attention: a case with d_k != d_v", "att_scale_dv"),
-    ("attention: divide by sqrt(d_k), not by d_k",
-     "check_attention: weights against the float64 reference", "att_scale_dk"),
-    ("attention: each query's row of weights adds up to 1 (softmax over the keys)",
-     "check_attention: weights against the float64 reference", "att_softmax_dim"),
-    ("attention: any number of leading batch dimensions, broadcast",
-     "check_attention: batch dims (2, 3) and a broadcast (2, 1, 3, 5) mask", "att_k_T"),
-    ("attention: a boolean mask, True means may attend",
-     "check_attention: causal and random masks", "att_mask_inverted"),
-    ("attention: masked positions get -inf before softmax",
-     "check_attention: masked weights are exact zeros and rows add up to 1", "att_mask_after_softmax"),
-    ("attention: masked scores are -inf, not 0",
-     "check_attention: masked weights are exact zeros", "att_mask_zero"),
-    ("attention from scratch: F.scaled_dot_product_attention is not allowed",
-     "check_attention runs inside core.forbidden: the call itself raises", "att_uses_sdpa"),
-    ("attention: use your softmax, not torch's own",
-     "check_attention runs inside core.forbidden (a correct softmax stands in for a wrong one)",
-     "att_uses_torch_softmax"),
-]
-
 
 # ------------------------------------------------------------------ browser test
 

@@ -31,55 +31,84 @@ ATT_OK = """    q, k, v = x @ w_q, x @ w_k, x @ w_v
 BUGS = [
     Variant("diagonal_masked", mask("    return torch.ones(n, n, dtype=torch.bool, device=device).tril(diagonal=-1)\n"),
             lose=("test_causal_mask",), words=("对角线也被遮住了",),
-            said={"test_attention": ("用正确的 causal_mask 代替你的之后，这一题是对的", "练习 1 还需要修改")}),
+            said={"test_attention": ("用正确的 causal_mask 代替你的之后，这一题是对的", "练习 1 还需要修改")},
+            breaks=("mask-j-le-i",)),
     Variant("anti_causal", mask("    return torch.ones(n, n, dtype=torch.bool, device=device).triu()\n"),
             lose=("test_causal_mask",), words=("上三角", "看未来"),
-            said={"test_attention": ("用正确的 causal_mask 代替你的之后，这一题是对的",)}),
+            said={"test_attention": ("用正确的 causal_mask 代替你的之后，这一题是对的",)},
+            breaks=("mask-j-le-i",)),
     Variant("mask_inverted", apply("    return scores.masked_fill(mask, float('-inf'))\n"),
-            lose=("test_apply_mask",), words=("掩码的含义反了",)),
+            lose=("test_apply_mask",), words=("掩码的含义反了",),
+            breaks=("apply-unchanged",)),
     Variant("zero_fill", apply("    return scores.masked_fill(~mask, 0.0)\n"),
-            lose=("test_apply_mask",), words=("设成了 0 而不是 −∞",)),
+            lose=("test_apply_mask",), words=("设成了 0 而不是 −∞",),
+            breaks=("apply-neg-inf",)),
     Variant("apply_in_place", apply("    scores.masked_fill_(~mask, float('-inf'))\n    return scores\n"),
             lose=("test_apply_mask",), words=("改写了传入的 scores", "新张量"),
-            said={"test_attention": ("用正确的 apply_mask 代替你的之后，这一题是对的", "练习 2 还需要修改")}),
+            said={"test_attention": ("用正确的 apply_mask 代替你的之后，这一题是对的", "练习 2 还需要修改")},
+            breaks=("apply-new",)),
     Variant("apply_index_no_broadcast", apply("    out = scores.clone()\n    out[~mask] = float('-inf')\n    return out\n"),
             lose=("test_apply_mask",), words=("不会广播", "expand_as"),
-            said={"test_attention": ("用正确的 apply_mask 代替你的之后，这一题是对的", "练习 2 还需要修改")}),
+            said={"test_attention": ("用正确的 apply_mask 代替你的之后，这一题是对的", "练习 2 还需要修改")},
+            breaks=("apply-broadcast",)),
     Variant("apply_float32", apply("    scores = scores.float()                 # make sure -inf fits\n"
                                    "    return scores.masked_fill(~mask, float('-inf'))\n"),
-            lose=("test_apply_mask",), words=("dtype", "torch.float64")),
+            lose=("test_apply_mask",), words=("dtype", "torch.float64"),
+            breaks=("apply-dtype",)),
     Variant("mask_ignores_device", mask("    return torch.ones(n, n, dtype=torch.bool).tril()\n"),
-            lose=("test_causal_mask",), words=("device",)),
+            lose=("test_causal_mask",), words=("device",),
+            breaks=("mask-device",)),
     Variant("masked_fill_result_dropped", apply("    scores.masked_fill(~mask, float('-inf'))\n    return scores\n"),
-            lose=("test_apply_mask",), words=("masked_fill 不是原地操作",)),
+            lose=("test_apply_mask",), words=("masked_fill 不是原地操作",),
+            breaks=("apply-neg-inf",)),
     Variant("mask_after_softmax", att("""    q, k, v = x @ w_q, x @ w_k, x @ w_v
     s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     w = torch.softmax(s, dim=-1)
     w = w.masked_fill(~causal_mask(x.shape[-2]), 0.0)
     return w @ v, w
-"""), lose=("test_attention",), words=("softmax 之后",)),
+"""), lose=("test_attention",), words=("softmax 之后",),
+            breaks=("csa-mask",)),
     Variant("mask_ignored", att("""    q, k, v = x @ w_q, x @ w_k, x @ w_v
     w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
     return w @ v, w
-"""), lose=("test_attention",), words=("没有用因果掩码", "未来")),
+"""), lose=("test_attention",), words=("没有用因果掩码", "未来"),
+            breaks=("csa-mask",)),
     Variant("no_scaling", att(ATT_OK.replace(" / math.sqrt(q.shape[-1])", "")),
-            lose=("test_attention",), words=("没有除以 √d_k",)),
+            lose=("test_attention",), words=("没有除以 √d_k",),
+            breaks=("csa-scale",)),
     Variant("float_mask_as_index", {**mask("    return torch.tril(torch.ones(n, n, device=device))\n"),
                                     **apply("    out = scores.clone()\n    out[~mask.expand_as(out)] = float('-inf')\n"
                                             "    return out\n")},
             lose=("test_causal_mask",), words=("掩码是浮点数",),
-            said={"test_attention": ("用正确的 causal_mask 代替你的之后，这一题是对的", "练习 1 还需要修改")}),
+            said={"test_attention": ("用正确的 causal_mask 代替你的之后，这一题是对的", "练习 1 还需要修改")},
+            breaks=("mask-bool",)),
     Variant("global_mean_leak", att("""    q, k, v = x @ w_q, x @ w_k, x @ w_v
     s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     s = s - s.mean(dim=(-2, -1), keepdim=True)          # 'centre' the scores: uses every position
     w = torch.softmax(apply_mask(s, causal_mask(x.shape[-2])), dim=-1)
     return w @ v, w
-"""), lose=("test_attention",), words=("因果性", "逐位")),
+"""), lose=("test_attention",), words=("因果性", "逐位"),
+            breaks=("csa-causal-bits",)),
     Variant("uses_sdpa", att("""    import torch.nn.functional as F
     q, k, v = x @ w_q, x @ w_k, x @ w_v
     w = torch.softmax(apply_mask(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), causal_mask(x.shape[-2])), -1)
     return F.scaled_dot_product_attention(q, k, v, is_causal=True), w
-"""), lose=("test_attention",), words=("scaled_dot_product_attention",)),
+"""), lose=("test_attention",), words=("scaled_dot_product_attention",),
+            breaks=("csa-no-sdpa",)),
+    # each breaks one rule the exercises state, and is named by what the code does
+    Variant("mask_nanogpt_view", mask("    return torch.tril(torch.ones(n, n, dtype=torch.bool, device=device)).view(1, 1, n, n)\n"),
+            lose=("test_causal_mask",), words=("多了前面的维度",), breaks=("mask-shape",),
+            said={"test_attention": ("用正确的 causal_mask 代替你的之后，这一题是对的", "练习 1 还需要修改")}),
+    Variant("returns_weights_first", att(ATT_OK.replace("return w @ v, w", "return w, w @ v")),
+            lose=("test_attention",), words=("返回的顺序反了",), breaks=("csa-returns",)),
+    Variant("n_from_shape_1", att(ATT_OK.replace("x.shape[-2]", "x.size(1)")),
+            lose=("test_attention",), words=("恰好一个批量维",), breaks=("csa-batch",)),
+    Variant("projection_transposed", att(ATT_OK.replace("x @ w_q, x @ w_k, x @ w_v", "x @ w_q.T, x @ w_k.T, x @ w_v.T")),
+            lose=("test_attention",), words=("投影写反了",), breaks=("csa-proj",)),
+    Variant("scaled_by_sqrt_d", att(ATT_OK.replace("math.sqrt(q.shape[-1])", "math.sqrt(x.shape[-1])")),
+            lose=("test_attention",), words=("√d_k",), breaks=("csa-scale",)),
+    Variant("out_from_x", att(ATT_OK.replace("return w @ v, w", "return w @ x, w")),
+            lose=("test_attention",), words=("乘的是输入 x",), breaks=("csa-out",)),
     Variant("wrong_choice", {"mask_off": "mask_off_choice = 'A'\nn_zeros_mask_on = 66\nn_zeros_mask_off = 0\n"},
             lose=("test_mask_off",), words=("选项 A 不对",)),
     Variant("zeros_with_diagonal", {"mask_off": "mask_off_choice = 'B'\nn_zeros_mask_on = 78\nn_zeros_mask_off = 0\n"},
@@ -88,7 +117,8 @@ BUGS = [
     q, k, v = x @ w_q, x @ w_k, x @ w_v
     w = torch.softmax(apply_mask(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), causal_mask(x.shape[-2])), -1)
     return attend(q, k, v, is_causal=True), w
-"""), lose=("test_attention",), words=("从零实现", "scaled_dot_product_attention")),
+"""), lose=("test_attention",), words=("从零实现", "scaled_dot_product_attention"),
+            breaks=("csa-no-sdpa",)),
 ]
 
 CORRECT = [
@@ -146,45 +176,6 @@ CORRECT = [
 ]
 
 WORDS_ARE_NOT_CALLS = ("ok_comments_name_forbidden_calls",)
-
-# (the rule as the exercise states it, the check that enforces it, the wrong answer that breaks it)
-RULES = [
-    ("causal_mask returns a boolean tensor", "check_causal_mask: the dtype must be torch.bool", "float_mask_as_index"),
-    ("causal_mask: True exactly when j <= i, the diagonal included",
-     "check_causal_mask: bit-for-bit against the reference for n = 1, 2, 5, 9", "diagonal_masked"),
-    ("causal_mask: the lower triangle (each position sees the past), not the upper",
-     "check_causal_mask: bit-for-bit against the reference", "anti_causal"),
-    ("causal_mask: created on the device given by device",
-     "check_causal_mask: the device reaches a torch call, or the mask lands on 'meta'", "mask_ignores_device"),
-    ("apply_mask: -inf (or a huge negative number) where mask is False",
-     "check_apply_mask: softmax of the result is exactly 0 at the masked positions", "zero_fill"),
-    ("apply_mask: exactly the scores where mask is True (True means may attend)",
-     "check_apply_mask: the allowed entries equal the scores", "mask_inverted"),
-    ("apply_mask returns the masked scores (masked_fill returns a new tensor)",
-     "check_apply_mask: the returned tensor is compared, not the argument", "masked_fill_result_dropped"),
-    ("apply_mask returns a new tensor and leaves the caller's scores alone",
-     "check_apply_mask: the scores passed in are compared with a copy afterwards", "apply_in_place"),
-    ("apply_mask: the mask only broadcasts to (..., n_q, n_k)",
-     "check_apply_mask: a (4, 4) mask on (2, 3, 4, 4) scores", "apply_index_no_broadcast"),
-    ("apply_mask keeps the dtype of the scores", "check_apply_mask: float64 scores give float64", "apply_float32"),
-    ("causal_self_attention: scores q k^T / sqrt(d_k)",
-     "check_causal_self_attention: weights against the float64 reference", "no_scaling"),
-    ("causal_self_attention: hide the future before softmax",
-     "check_causal_self_attention: weights against the reference, the first row exactly [1, 0, ...]",
-     "mask_after_softmax"),
-    ("causal_self_attention: use the causal mask",
-     "check_causal_self_attention: weights against the reference", "mask_ignored"),
-    ("causal_self_attention: changing any token after position i leaves output i unchanged, to the bit",
-     "check_causal_self_attention: outputs compared bit for bit after changing later tokens", "global_mean_leak"),
-    ("causal_self_attention may not call F.scaled_dot_product_attention",
-     "check_causal_self_attention runs inside core.forbidden: the call itself raises", "uses_sdpa"),
-    ("causal_self_attention: not under another name either",
-     "core.forbidden sits in torch's dispatch, not on names", "uses_sdpa_alias"),
-    ("mask off: the weight matrix becomes full (option B)", "check_mask_off: the choice", "wrong_choice"),
-    ("mask off: exact zeros for 12 tokens are n(n-1)/2 = 66 with the mask, 0 without",
-     "check_mask_off: the two counts", "zeros_with_diagonal"),
-]
-
 
 # ------------------------------------------------------------------ browser test
 

@@ -44,43 +44,92 @@ def attn(code: str) -> dict:
 BUGS = [
     Variant("split_view_no_transpose", split("    return x.view(B, h, N, d // h)\n"),
             lose=("test_split_heads",), words=("没有先变成 (B, N, h, d_k) 再 transpose",),
-            said={"test_causal_self_attention": ("用正确的 split_heads 代替你的之后，这一题是对的", "练习 1 还需要修改")}),
+            said={"test_causal_self_attention": ("用正确的 split_heads 代替你的之后，这一题是对的", "练习 1 还需要修改")},
+            breaks=("split-channels",)),
     Variant("split_interleaved", split("    return x.view(B, N, d // h, h).permute(0, 3, 1, 2)\n"),
-            lose=("test_split_heads",), words=("交错",)),
+            lose=("test_split_heads",), words=("交错",),
+            breaks=("split-channels",)),
     Variant("merge_no_transpose", merge("    return x.reshape(B, N, h * d_k)\n"),
             lose=("test_merge_heads",), words=("没有先 transpose(1, 2)",),
-            said={"test_causal_self_attention": ("用正确的 merge_heads 代替你的之后，这一题是对的", "练习 2 还需要修改")}),
+            said={"test_causal_self_attention": ("用正确的 merge_heads 代替你的之后，这一题是对的", "练习 2 还需要修改")},
+            breaks=("merge-inverse",)),
     Variant("merge_view_non_contiguous", merge("    return x.transpose(1, 2).view(B, N, h * d_k)\n"),
-            lose=("test_merge_heads",), words=("contiguous",)),
+            lose=("test_merge_heads",), words=("contiguous",),
+            breaks=("merge-noncontiguous",)),
     Variant("inline_view_no_transpose", attn(ATT_OK.replace(
         "split_heads(q, self.h), split_heads(k, self.h), split_heads(v, self.h)",
         "(a.view(B, self.h, N, self.d_k) for a in (q, k, v))")),
-            lose=("test_causal_self_attention",), words=("transpose(1, 2)",)),
+            lose=("test_causal_self_attention",), words=("transpose(1, 2)",),
+            breaks=("mha-split",)),
     Variant("scale_sqrt_d", attn(ATT_OK.replace("math.sqrt(self.d_k)", "math.sqrt(d)")),
-            lose=("test_causal_self_attention",), words=("√d_k = √(d/h)",)),
+            lose=("test_causal_self_attention",), words=("√d_k = √(d/h)",),
+            breaks=("mha-scale",)),
     Variant("no_output_projection", attn(ATT_OK.replace("self.proj(merge_heads(w @ v))", "merge_heads(w @ v)")),
-            lose=("test_causal_self_attention",), words=("输出投影",)),
+            lose=("test_causal_self_attention",), words=("输出投影",),
+            breaks=("mha-proj",)),
     Variant("qkv_wrong_order", attn(ATT_OK.replace("q, k, v = self.qkv(x).chunk", "k, q, v = self.qkv(x).chunk")),
-            lose=("test_causal_self_attention",), words=("顺序不对",)),
+            lose=("test_causal_self_attention",), words=("顺序不对",),
+            breaks=("mha-qkv-order",)),
     Variant("no_causal_mask", attn(ATT_OK.replace(
         '        s = s.masked_fill(~torch.ones(N, N, dtype=torch.bool).tril(), float("-inf"))\n', "")),
-            lose=("test_causal_self_attention",), words=("因果掩码",)),
+            lose=("test_causal_self_attention",), words=("因果掩码",),
+            breaks=("mha-causal",)),
     Variant("assert_not_valueerror", attn(ATT_OK.replace(
         '        if d % h != 0:\n            raise ValueError(f"d={d} must be divisible by h={h}")\n',
         '        assert d % h == 0, "d must be divisible by h"\n')),
-            lose=("test_causal_self_attention",), words=("assert", "ValueError")),
+            lose=("test_causal_self_attention",), words=("assert", "ValueError"),
+            breaks=("mha-valueerror",)),
     Variant("valueerror_without_values", attn(ATT_OK.replace(
         'raise ValueError(f"d={d} must be divisible by h={h}")', 'raise ValueError("d must be divisible by h")')),
-            lose=("test_causal_self_attention",), words=("ValueError", "d 和 h 的值")),
+            lose=("test_causal_self_attention",), words=("ValueError", "d 和 h 的值"),
+            breaks=("mha-error-values",)),
     Variant("mask_as_parameter", attn(ATT_OK.replace(
         "        self.proj = nn.Linear(d, d, bias=bias)\n",
         "        self.proj = nn.Linear(d, d, bias=bias)\n"
         "        self.mask = nn.Parameter(torch.tril(torch.ones(64, 64)), requires_grad=False)\n").replace(
         "~torch.ones(N, N, dtype=torch.bool).tril()", "self.mask[:N, :N] == 0")),
-            lose=("test_causal_self_attention",), words=("参数个数", "register_buffer")),
+            lose=("test_causal_self_attention",), words=("参数个数", "register_buffer"),
+            breaks=("mha-param-count",)),
     Variant("bias_ignored", attn(ATT_OK.replace("nn.Linear(d, 3 * d, bias=bias)", "nn.Linear(d, 3 * d)")
                                  .replace("nn.Linear(d, d, bias=bias)", "nn.Linear(d, d)")),
-            lose=("test_causal_self_attention",), words=("bias=False",)),
+            lose=("test_causal_self_attention",), words=("bias=False",),
+            breaks=("mha-bias",)),
+    Variant("mask_fixed_buffer", attn(INIT.replace(
+        "        self.proj = nn.Linear(d, d, bias=bias)\n",
+        "        self.proj = nn.Linear(d, d, bias=bias)\n"
+        "        self.register_buffer('mask', torch.tril(torch.ones(64, 64)))\n") + '''        q, k, v = torch.split(self.qkv(x), d, dim=2)
+        q, k, v = (split_heads(a, self.h) for a in (q, k, v))
+        s = (q @ k.transpose(-2, -1)) / self.d_k ** 0.5
+        s = s.masked_fill(self.mask[:N, :N] == 0, -1e9)
+        return self.proj(merge_heads(torch.softmax(s, -1) @ v))
+'''),
+            lose=("test_causal_self_attention",), words=("固定长度",), breaks=("mha-any-n",)),
+    Variant("split_transpose_missing", split("    return x.view(B, N, h, d // h)\n"),
+            lose=("test_split_heads",), words=("还差 transpose(1, 2)",), breaks=("split-shape",)),
+    Variant("merge_interleaved", merge("    return x.permute(0, 2, 3, 1).reshape(B, N, h * d_k)\n"),
+            lose=("test_merge_heads",), words=("交错",), breaks=("merge-inverse",)),
+    Variant("merge_not_fused", merge("    return x.transpose(1, 2)\n"),
+            lose=("test_merge_heads",), words=("最后两维还没有并成一维",), breaks=("merge-shape",)),
+    Variant("three_projections", attn(ATT_OK.replace(
+        "        self.qkv = nn.Linear(d, 3 * d, bias=bias)\n",
+        "        self.q = nn.Linear(d, d, bias=bias)\n        self.k = nn.Linear(d, d, bias=bias)\n"
+        "        self.v = nn.Linear(d, d, bias=bias)\n").replace(
+        "q, k, v = self.qkv(x).chunk(3, dim=-1)", "q, k, v = self.q(x), self.k(x), self.v(x)")),
+            lose=("test_causal_self_attention",), words=("三个单独的 nn.Linear(d, d)",), breaks=("mha-qkv-fused",)),
+    Variant("softmax_over_queries", attn(ATT_OK.replace("torch.softmax(s, dim=-1)", "torch.softmax(s, dim=-2)")),
+            lose=("test_causal_self_attention",), words=("softmax 沿错误的维度",), breaks=("mha-softmax-dim",)),
+    Variant("mask_after_softmax", attn(ATT_OK.replace(
+        '''        s = s.masked_fill(~torch.ones(N, N, dtype=torch.bool).tril(), float("-inf"))
+        w = torch.softmax(s, dim=-1)
+''', '''        w = torch.softmax(s, dim=-1)
+        w = w.masked_fill(~torch.ones(N, N, dtype=torch.bool).tril(), 0.0)
+''')), lose=("test_causal_self_attention",), words=("softmax 之后",), breaks=("mha-causal",)),
+    Variant("inline_merge_no_transpose", attn(ATT_OK.replace("self.proj(merge_heads(w @ v))",
+                                                             "self.proj((w @ v).reshape(B, N, d))")),
+            lose=("test_causal_self_attention",), words=("没有先 transpose(1, 2)",), breaks=("mha-merge",)),
+    Variant("forward_returns_weights_too", attn(ATT_OK.replace("return self.proj(merge_heads(w @ v))",
+                                                               "return self.proj(merge_heads(w @ v)), w")),
+            lose=("test_causal_self_attention",), words=("返回了一个元组",), breaks=("mha-forward-shape",)),
 ]
 
 CORRECT = [
@@ -94,10 +143,12 @@ CORRECT = [
         y = torch.einsum("bhqk,bkhc->bqhc", w, v).reshape(B, N, d)
         return self.proj(y)
 ''')),
-    Variant("ok_split_and_buffer", attn(INIT.replace(
+    Variant("ok_split_and_buffer_that_grows", attn(INIT.replace(
         "        self.proj = nn.Linear(d, d, bias=bias)\n",
         "        self.proj = nn.Linear(d, d, bias=bias)\n"
-        "        self.register_buffer('mask', torch.tril(torch.ones(64, 64)))\n") + '''        q, k, v = torch.split(self.qkv(x), d, dim=2)
+        "        self.register_buffer('mask', torch.tril(torch.ones(64, 64)), persistent=False)\n") + '''        if N > self.mask.shape[0]:                       # a longer input: a bigger mask
+            self.mask = torch.tril(torch.ones(N, N, device=x.device))
+        q, k, v = torch.split(self.qkv(x), d, dim=2)
         q, k, v = (split_heads(a, self.h) for a in (q, k, v))
         s = (q @ k.transpose(-2, -1)) / self.d_k ** 0.5
         s = s.masked_fill(self.mask[:N, :N] == 0, -1e9)
@@ -159,38 +210,6 @@ CORRECT = [
         return self.proj(merge_heads(torch.stack(heads)))
 ''')}),
 ]
-
-# (the rule as the exercise states it, the check that enforces it, the wrong answer that breaks it)
-RULES = [
-    ("split_heads: (B, N, d) -> (B, h, N, d_k) by view to (B, N, h, d_k), then transpose(1, 2)",
-     "check_split_heads: the heads against an explicit slicing reference", "split_view_no_transpose"),
-    ("split_heads: head i holds the contiguous channels i*d_k : (i+1)*d_k",
-     "check_split_heads: the heads against an explicit slicing reference", "split_interleaved"),
-    ("merge_heads: the inverse of split_heads, head i back in channels i*d_k : (i+1)*d_k",
-     "check_merge_heads: against concatenating the heads along channels", "merge_no_transpose"),
-    ("merge_heads: works on a transposed (not contiguous) input",
-     "check_merge_heads: a transposed view, like the heads after split", "merge_view_non_contiguous"),
-    ("CausalSelfAttention: ValueError when d is not divisible by h",
-     "check_causal_self_attention: CausalSelfAttention(10, 3) must raise ValueError", "assert_not_valueerror"),
-    ("CausalSelfAttention: the ValueError's message gives the values of d and h",
-     "check_causal_self_attention: '10' and '3' in the message", "valueerror_without_values"),
-    ("CausalSelfAttention: q, k, v in this order along qkv's output",
-     "check_causal_self_attention: weights copied into a head-by-head reference and nn.MultiheadAttention",
-     "qkv_wrong_order"),
-    ("CausalSelfAttention: the output goes through self.proj (W_O)",
-     "check_causal_self_attention: against the reference", "no_output_projection"),
-    ("CausalSelfAttention: no other parameters, 4d^2 + 4d in all",
-     "check_causal_self_attention: sum(p.numel()) for three shapes", "mask_as_parameter"),
-    ("CausalSelfAttention: bias=False gives linear layers without bias (4d^2)",
-     "check_causal_self_attention: self.qkv and self.proj have a bias exactly when bias=True", "bias_ignored"),
-    ("CausalSelfAttention: scores divided by each head's sqrt(d_k), not sqrt(d)",
-     "check_causal_self_attention: against the reference", "scale_sqrt_d"),
-    ("CausalSelfAttention: the causal mask, position i sees only j <= i",
-     "check_causal_self_attention: later tokens changed, earlier outputs unchanged", "no_causal_mask"),
-    ("CausalSelfAttention: split into heads as in exercise 1 (view, then transpose)",
-     "check_causal_self_attention: against the head-by-head reference", "inline_view_no_transpose"),
-]
-
 
 # ------------------------------------------------------------------ browser test
 
