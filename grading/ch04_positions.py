@@ -2,14 +2,15 @@
 apply_rope, is_permutation_equivariant."""
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
 
 from helpers.i18n import t
 
-from .cases import RELATIVE, Check, Earlier, Tol, on_its_own, passes
-from .core import Bug, call, passed, seeded
+from .cases import F32, RELATIVE, Check, Earlier, Tol, _namespace, compare, on_its_own, passes, value_failure
+from .core import Bug, call, passed, seeded, stand_in
 
 F64 = torch.float64
 
@@ -113,6 +114,14 @@ B_OWN_FREQ = Bug("sinusoidal_frequency_per_dimension",
                  "every dimension got its own frequency base^(-j/d) (j the dimension index): the sin and cos of one "
                  "pair (2i and 2i+1) must share the frequency base^(-2i/d).")
 
+B_FIXED_BASE = Bug("base_ignored",
+                   "忽略了参数 base，写死了 10000：题目的公式是 base^(2i/d)，调用者传入的 base（例如 100 或 500000）要用上。",
+                   "the base argument is ignored (10000 hard-coded): the formula is base^(2i/d), with the base the "
+                   "caller passes (100 or 500000, say).")
+B_SIN_T = Bug("sinusoidal_transposed",
+              "返回的表是转置的 (d, n)：第 p 行应是位置 p 的编码，形状 (n, d)。",
+              "the table you returned is transposed, (d, n): row p encodes position p, so the shape is (n, d).")
+
 SIN_BUGS = [
     Bug(B_SIN_SWAP.key, B_SIN_SWAP.zh, B_SIN_SWAP.en, _sin_table(_f_ok, swap=True)),
     Bug(B_CONCAT.key, B_CONCAT.zh, B_CONCAT.en, _sin_table(_f_ok, layout="concat")),
@@ -121,6 +130,7 @@ SIN_BUGS = [
     Bug(B_POS_FROM_1.key, B_POS_FROM_1.zh, B_POS_FROM_1.en, _sin_table(_f_ok, pos_shift=1.0)),
     Bug(B_SIGN.key, B_SIGN.zh, B_SIGN.en, _sin_table(_f_sign)),
     Bug(B_NO_OVER_D.key, B_NO_OVER_D.zh, B_NO_OVER_D.en, _sin_table(_f_no_over_d)),
+    Bug(B_FIXED_BASE.key, B_FIXED_BASE.zh, B_FIXED_BASE.en, _sin_table(lambda d, base: _f_ok(d, 10000.0))),
 ]
 
 B_ODD = Bug("sinusoidal_no_odd_check",
@@ -141,8 +151,9 @@ def _sin_checks(sinusoidal_encoding) -> int:
                 "PE[p, 2i+1] = cos(the same angle).")
     for n, d, base in ((6, 4, 10000.0), (1, 2, 10000.0), (5, 6, 100.0), (48, 16, 10000.0), (20, 10, 50.0)):
         label = f"({n}, {d}, base={base:g})"
-        out = check.tensor(label, check.call(n, d, base=base, label=label), (n, d),
-                           hint=t("形状是 (n, d)。", "the shape is (n, d)."))
+        out = check.call(n, d, base=base, label=label)
+        out = check.tensor(label, out, (n, d), hint=t("形状是 (n, d)。", "the shape is (n, d)."),
+                           bug=B_SIN_T if getattr(out, "shape", None) == (d, n) else None)
         check.expect(label, out, ref_sinusoidal(n, d, base), bugs=SIN_BUGS, bug_args=(n, d, base), hint=formula)
     out = check.call(7, 8, label="(7, 8)")
     check.expect("(7, 8)", out, ref_sinusoidal(7, 8), hint=t("base 的默认值是 10000.0。", "the default base is 10000.0."))
@@ -162,6 +173,7 @@ FREQ_BUGS = [
     Bug(B_I_OVER_D.key, B_I_OVER_D.zh, B_I_OVER_D.en, lambda d, base=10000.0: _f_i_over_d(d, float(base))),
     Bug(B_SIGN.key, B_SIGN.zh, B_SIGN.en, lambda d, base=10000.0: _f_sign(d, float(base))),
     Bug(B_NO_OVER_D.key, B_NO_OVER_D.zh, B_NO_OVER_D.en, lambda d, base=10000.0: _f_no_over_d(d, float(base))),
+    Bug(B_FIXED_BASE.key, B_FIXED_BASE.zh, B_FIXED_BASE.en, lambda d, base=10000.0: _f_ok(d, 10000.0)),
 ]
 
 
@@ -186,12 +198,13 @@ def _freq_checks(rope_frequencies) -> int:
 
 # ---------------------------------------------------------------- apply_rope
 
-def _rope_impl(freq_fn=_f_ok, layout="adjacent", sign=1.0, swap=False, pos_shift=0.0, table="pair"):
+def _rope_impl(freq_fn=_f_ok, layout="adjacent", sign=1.0, swap=False, pos_shift=0.0, table="pair", counted=False):
     def impl(x, positions, base=10000.0):
         x = x.detach().to(F64)
         d = x.shape[-1]
         theta = freq_fn(d, float(base))
-        ang = (torch.as_tensor(positions).to(F64)[:, None] + pos_shift) * theta[None, :] * sign   # (n, d/2)
+        pos = torch.arange(x.shape[-2]) if counted else torch.as_tensor(positions)
+        ang = (pos.to(F64)[:, None] + pos_shift) * theta[None, :] * sign   # (n, d/2)
         c, s = torch.cos(ang), torch.sin(ang)
         if swap:
             c, s = s, c
@@ -235,7 +248,51 @@ ROPE_BUGS = [
         "你用了 GPT-NeoX/LLaMA 的 rotate-half 布局，而且旋转方向也反了；本章把相邻的两维 (2i, 2i+1) 配成一对，旋转 +mθ。",
         "you used the GPT-NeoX/LLaMA rotate-half layout, and rotated in the wrong direction too; this chapter "
         "pairs adjacent dimensions (2i, 2i+1) and rotates by +mθ.", _rope_impl(layout="half", sign=-1.0)),
+    Bug("rope_ignores_positions",
+        "没有用传入的 positions，而是把 token 按 0、1、2… 编号（arange(n)）：第 m 个 token 的位置是 positions[m]，"
+        "可以不连续（例如 [3, 17, 40]，生成时接着前文的位置）。",
+        "the positions you were given are not used; the tokens are numbered 0, 1, 2, … (arange(n)) instead: token m "
+        "sits at positions[m], which need not be consecutive ([3, 17, 40], say, when generation continues a text).",
+        _rope_impl(counted=True)),
+    Bug(B_FIXED_BASE.key, B_FIXED_BASE.zh, B_FIXED_BASE.en, _rope_impl(freq_fn=lambda d, base: _f_ok(d, 10000.0))),
 ]
+
+B_ROPE_2D = Bug("rope_assumes_2d_input",
+                "代码假定 x 只有两维 (n, d)（例如 n, d = x.shape）：x 的形状是 (..., n, d)，前面可以有任意多个批量维。"
+                "用 x.shape[-1] 取 d，用 x[..., 0::2] 取每对的第一维。",
+                "your code assumes x has two dimensions (n, d) (n, d = x.shape, say): x has shape (..., n, d) with any "
+                "number of leading batch dimensions. Take d from x.shape[-1] and the pairs with x[..., 0::2].")
+B_ROPE_INDEX = Bug("rope_positions_used_as_indices",
+                   "把 positions 当成了下标去查一张预先算好的表：positions 可以是浮点数（例如 0.5、2.25），不能当下标。"
+                   "直接用 positions[m]·θ_i 算角度。",
+                   "you used positions as indices into a precomputed table: positions may be floats (0.5, 2.25), "
+                   "which cannot index anything. Compute the angle positions[m]·θ_i directly.")
+B_ROPE_TABLE = Bug("rope_fixed_size_table",
+                   "cos/sin 表是按固定长度预先建好的，位置超出表长就出错：位置可以任意大，用传入的 positions 直接算角度。",
+                   "the cos/sin table was built once for a fixed length and fails past it: positions can be as large as "
+                   "they come; compute the angles from the positions you are given.")
+ROPE_HINTS = [
+    (lambda exc, line: isinstance(exc, ValueError) and "unpack" in str(exc) and "shape" in line, B_ROPE_2D),
+    (lambda exc, line: isinstance(exc, IndexError) and "indices must be" in str(exc), B_ROPE_INDEX),
+    (lambda exc, line: isinstance(exc, IndexError) and "out of bounds" in str(exc), B_ROPE_TABLE),
+]
+B_ROPE_NOT_FLAT = Bug("rope_pairs_not_flattened",
+                      "输出多了一维 (..., n, d/2, 2)：把每对重新交错回 d 维，用 torch.stack([a, b], dim=-1).flatten(-2)。",
+                      "the output has an extra dimension, (..., n, d/2, 2): interleave the pairs back into d "
+                      "dimensions with torch.stack([a, b], dim=-1).flatten(-2).")
+B_ROPE_DTYPE = Bug("rope_dtype_not_kept",
+                   "输出没有保持 x 的 dtype：角度用 float64 算完后，cos 和 sin 要先 .to(x.dtype) 再和 x 相乘"
+                   "（float64 的 cos 乘 float32 的 x 得到的是 float64）。",
+                   "the output does not keep x's dtype: after computing the angles in float64, convert cos and sin "
+                   "with .to(x.dtype) before multiplying by x (float64 cos times float32 x gives float64).")
+B_ROPE_F32 = Bug("rope_angles_in_float32",
+                 "位置很大时角度不准：角度 positions[m]·θ_i 是用 float32 算的（例如 positions.float() 或 .to(x.dtype) "
+                 "再乘 θ），float32 只有约 7 位有效数字，位置 6 万时角度就差约 0.004 弧度。"
+                 "题目要求角度用 float64 计算（positions.double() * θ.double()），cos、sin 算完再转回 x.dtype。",
+                 "the angles are off at large positions: positions[m]·θ_i was computed in float32 (positions.float() "
+                 "or .to(x.dtype) times θ, say); float32 keeps about 7 significant digits, so at position 60,000 the "
+                 "angle is off by about 0.004 radians. The exercise asks for the angles in float64 "
+                 "(positions.double() * θ.double()), with cos and sin converted back to x.dtype afterwards.")
 
 INPLACE = Bug("rope_modifies_input", "apply_rope 改写了传入的 x（原地操作）：应该返回一个新张量，x 保持不变。",
               "apply_rope changed the x it was given (an in-place operation): return a new tensor and leave x alone.")
@@ -247,7 +304,13 @@ def _rope(check, x, positions, label, base=None):
                **({} if base is None else {"base": base}))
     if not torch.equal(x_in, x):
         raise check.fail(label, t("x 不变", "x unchanged"), t("x 被修改了", "x was modified"), INPLACE)
-    return check.tensor(label, out, x.shape, hint=t("输出和 x 形状相同。", "the output has x's shape."))
+    unflat = tuple(x.shape[:-1]) + (x.shape[-1] // 2, 2)
+    out = check.tensor(label, out, x.shape, hint=t("输出和 x 形状相同。", "the output has x's shape."),
+                       bug=B_ROPE_NOT_FLAT if getattr(out, "shape", None) == unflat else None)
+    if out.dtype != x.dtype:
+        raise check.fail(t(f"{label}：输出的 dtype", f"{label}: dtype of the output"), str(x.dtype), str(out.dtype),
+                         B_ROPE_DTYPE)
+    return out
 
 
 def _rope_cases():
@@ -288,6 +351,46 @@ def _rope_properties(check, gen) -> None:
                             "each pair must be a true rotation (one angle mθ_i acting on 2i and 2i+1)."))
 
 
+@contextlib.contextmanager
+def _exact_frequencies(apply_rope):
+    """While the block runs, the ``rope_frequencies`` that the student's apply_rope finds is exact float64:
+    the large-position case then judges apply_rope's own angles, not the precision of exercise 2's answer
+    (which may be float32 and is right at its own tolerance)."""
+    space = _namespace(apply_rope)
+    theirs = space.get("rope_frequencies")
+    if theirs is None:
+        yield
+        return
+    obj, retire = stand_in(frequencies_stand_in)
+    space["rope_frequencies"] = obj
+    try:
+        yield
+    finally:
+        retire()
+        if space.get("rope_frequencies") is obj:
+            space["rope_frequencies"] = theirs
+
+
+def _rope_far(check, gen) -> None:
+    """Positions up to 500,000 (long contexts): angles computed in float32 are off by up to 0.03 radians,
+    in float64 they are exact to far below float32's rounding of the output."""
+    x = torch.randn(2, 6, 32, generator=gen)
+    pos = torch.tensor([5, 3_000, 16_411, 65_537, 131_071, 500_003])
+    label = t("很大的位置 [5, 3000, 16411, 65537, 131071, 500003]（float32 输入）",
+              "large positions [5, 3000, 16411, 65537, 131071, 500003] (float32 input)")
+    with _exact_frequencies(check.fn):
+        out = _rope(check, x, pos, label)
+    expected = ref_rope(x, pos)
+    v = compare(out, expected, F32)
+    if v.problem is None:
+        check.n += 1
+        return
+    # every smaller case passed: a difference this small at large positions is the angles' precision
+    bug = B_ROPE_F32 if v.largest <= 0.1 * v.scale else None
+    raise value_failure(f"{check.what}: {label}", out, expected, F32, v, bug,
+                        hint=t("角度 positions[m]·θ_i 用 float64 计算。", "compute the angles positions[m]·θ_i in float64."))
+
+
 def check_rope(apply_rope) -> None:
     with on_its_own(apply_rope, EARLIER_ROPE):
         passed("apply_rope", _rope_checks(apply_rope))
@@ -295,14 +398,15 @@ def check_rope(apply_rope) -> None:
 
 def _rope_checks(apply_rope) -> int:
     what = "apply_rope"
-    check = Check(what, apply_rope)
+    check = Check(what, apply_rope, hints=ROPE_HINTS)
     gen, rows = _rope_cases()
     for label, x, pos, base in rows:
         out = _rope(check, x, pos, label, base)
         b = 10000.0 if base is None else base
         check.expect(t(f"{label}：旋转后的值", f"{label}: rotated values"), out, ref_rope(x, pos, b), bugs=ROPE_BUGS,
-                     bug_args=(x, pos, b), dtype=x.dtype)
+                     bug_args=(x, pos, b))
     _rope_properties(check, gen)
+    _rope_far(check, gen)
     return check.n
 
 
@@ -365,6 +469,8 @@ def _pe_bug(kind):
             return bool(torch.equal(a, b))
         if kind == "default_tol":
             return bool(torch.allclose(a, b))
+        if kind == "strict":
+            return bool(((a.to(F64) - b.to(F64)).abs() < atol).all())
         return bool(((a.to(F64) - b.to(F64)).abs() <= atol).all())
     return impl
 
@@ -390,6 +496,10 @@ PERM_BUGS = [
         "没有使用参数 atol（比如直接用了 torch.allclose 的默认容差）：判断应是 |f(x[perm]) − f(x)[perm]| ≤ atol。",
         "the atol argument is ignored (for example torch.allclose with its default tolerances): the test is "
         "|f(x[perm]) − f(x)[perm]| ≤ atol.", _pe_bug("default_tol")),
+    Bug("perm_strictly_less_than_atol",
+        "用了 < atol：题目说差“不超过 atol”时返回 True，差恰好等于 atol 也算，应写 <= atol。",
+        "you tested < atol: the exercise returns True when every difference is at most atol, so a difference of "
+        "exactly atol counts too; write <= atol.", _pe_bug("strict")),
 ]
 
 
@@ -398,6 +508,12 @@ PERM_ELEMENTWISE = Bug("perm_elementwise_tensor",
                        "（再 bool(...) 或 .item()）。",
                        "you returned the whole element-wise comparison as a tensor: the exercise asks for one True or "
                        "False. Reduce it with .all() (then bool(...) or .item()).")
+
+PERM_NOT_PYTHON_BOOL = Bug("perm_returns_tensor_not_bool",
+                           "返回的是装着一个真值的张量或 numpy 值，而不是 Python 的 True / False：用 bool(...) 或 "
+                           ".item() 把它变成 Python 的 bool。",
+                           "you returned a tensor (or numpy value) holding one truth value, not Python's True / False: "
+                           "turn it into a Python bool with bool(...) or .item().")
 
 DIM0_HINT = [(lambda exc, line: isinstance(exc, IndexError) and "[..." not in line.replace(" ", ""), PERM_BUGS[2])]
 
@@ -412,6 +528,8 @@ def _permutation_cases():
     rev = torch.arange(4, -1, -1)
     pe = ref_sinusoidal(5, 8).to(torch.float32)
     ramp = torch.arange(5, dtype=torch.float32)[:, None]
+    whole = torch.arange(20, dtype=torch.float32).reshape(5, 4)     # whole numbers: every difference is exact
+    first_two = torch.tensor([1, 0, 2, 3, 4])
     return [  # (label, f, x, perm, atol, the right answer)
         (t("无位置注意力，循环移位", "position-free attention, a cyclic shift"), _attend, x5, cyc, 1e-5, True),
         (t("无位置注意力，批量维 (2, 5, 8)", "position-free attention, batch dims (2, 5, 8)"), _attend, xb, cyc, 1e-5, True),
@@ -426,6 +544,8 @@ def _permutation_cases():
          lambda x: _attend(x) + 1e-7 * ramp, x5, cyc, 1e-5, True),
         (t("差 1e-4，atol=1e-3", "differences of 1e-4, atol=1e-3"), lambda x: x + 1e-4 * ramp, x5, rev, 1e-3, True),
         (t("差 1e-4，atol=1e-6", "differences of 1e-4, atol=1e-6"), lambda x: x + 1e-4 * ramp, x5, rev, 1e-6, False),
+        (t("差恰好等于 atol（0.5，atol=0.5）", "differences of exactly atol (0.5, atol=0.5)"),
+         lambda x: x + 0.5 * ramp, whole, first_two, 0.5, True),
         (t("反转顺序（它自己就是一种按位置的操作）", "reversing the order (itself a positional operation)"),
          lambda x: x.flip(-2), x5, cyc, 1e-5, False),
     ]
@@ -453,11 +573,12 @@ def _permutation_checks(is_permutation_equivariant) -> int:
     answers, first_wrong = [], None
     for label, f, x, perm, atol, right in cases:
         out = check.call(f, x, perm, atol=atol, label=label)
-        if (isinstance(out, torch.Tensor) and out.numel() == 1) or type(out).__name__ == "bool_":
-            out = bool(out)
         if not isinstance(out, bool):
-            raise check.fail(label, "True / False", type(out).__name__,
-                             PERM_ELEMENTWISE if isinstance(out, torch.Tensor) else None)
+            one = (isinstance(out, torch.Tensor) and out.numel() == 1) or type(out).__name__ == "bool_"
+            raise check.fail(label, t("Python 的 True / False", "Python's True / False"),
+                             f"{type(out).__name__}: {out!r:.60}",
+                             PERM_NOT_PYTHON_BOOL if one else PERM_ELEMENTWISE if isinstance(out, torch.Tensor)
+                             else None)
         answers.append(out)
         if out != right and first_wrong is None:
             first_wrong = (label, right, out)

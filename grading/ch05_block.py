@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 from torch import nn
@@ -119,6 +120,22 @@ FFN_BUGS = {
                     "only proj(GELU(fc(x))).", lambda x, W1, b1, W2, b2: x.to(F64) + ref_ffn(x, W1, b1, W2, b2)),
     "hidden_2d": Bug("ffn_hidden_2d", "默认隐藏层宽度是 2d：应为 4d（d → 4d → d）。",
                      "the default hidden width is 2d: it should be 4d (d → 4d → d)."),
+    "names": Bug("ffn_attribute_names",
+                 "两个线性层的属性名不对：题目要求 self.fc = nn.Linear(d, hidden) 和 self.proj = nn.Linear(hidden, d)"
+                 "（Block、测试和后面的章节都按这两个名字找它们；改成 c_fc、linear1 之类就找不到了）。",
+                 "the two linear layers are not named as asked: self.fc = nn.Linear(d, hidden) and "
+                 "self.proj = nn.Linear(hidden, d) (Block, the tests and later chapters look them up by these names; "
+                 "c_fc or linear1 cannot be found)."),
+    "no_bias": Bug("ffn_linear_without_bias",
+                   "线性层没有 bias（用了 bias=False）：题目要求 fc 和 proj 都带 bias，GPT-2 的线性层都有（nn.Linear 的默认 bias=True）。",
+                   "a linear layer has no bias (bias=False): the exercise asks for a bias on both fc and proj, as in "
+                   "every linear layer of GPT-2 (nn.Linear's default, bias=True)."),
+    "assumes_3d": Bug("ffn_assumes_3d_input",
+                      "forward 假定 x 是三维的 (B, N, d)（例如 B, N, _ = x.shape）：x 的形状是 (..., d)，前面可以有任意多维。"
+                      "nn.Linear 本来就作用在最后一维上，直接 self.proj(self.act(self.fc(x))) 即可。",
+                      "forward assumes a 3-D x, (B, N, d) (B, N, _ = x.shape, say): x has shape (..., d), with any number "
+                      "of leading dimensions. nn.Linear already acts on the last dimension: self.proj(self.act(self.fc(x))) "
+                      "works for all of them."),
     "hidden_ignored": Bug("ffn_hidden_ignored", "忽略了参数 hidden：传入 hidden 时隐藏层宽度应该等于它，没传（None）时才是 4d。",
                           "the hidden argument is ignored: when it is given, the hidden width is hidden; only when it "
                           "is None is it 4d."),
@@ -131,17 +148,19 @@ def _new(cls, *args, seed=0, what=""):
         return call(cls, *args, what=what)
 
 
-def _linear(mod, name, fin, fout, full, bug=None):
+def _linear(mod, name, fin, fout, full, bug=None, missing=None):
     lin = getattr(mod, name, None)
     if not isinstance(lin, nn.Linear):
-        raise GradingFailure(t(f"{full}：找不到属性 {name}（应为 nn.Linear({fin}, {fout})）。",
-                               f"{full}: there is no attribute {name} (it should be nn.Linear({fin}, {fout}))."))
+        others = [n for n, m in mod.named_children() if isinstance(m, nn.Linear)] if isinstance(mod, nn.Module) else []
+        raise failure(t(f"{full}：属性 {name}", f"{full}: attribute {name}"), f"nn.Linear({fin}, {fout})",
+                      t("没有这个属性", "no such attribute") + (f" ({', '.join(others)})" if others else ""),
+                      missing or FFN_BUGS["names"])
     if (lin.in_features, lin.out_features) != (fin, fout):
         raise failure(t(f"{full}：{name} 的形状", f"{full}: shape of {name}"), f"nn.Linear({fin}, {fout})",
                       f"nn.Linear({lin.in_features}, {lin.out_features})", bug)
     if lin.bias is None:
-        raise GradingFailure(t(f"{full}：{name} 没有 bias：GPT-2 的线性层都带 bias（bias=True）。",
-                               f"{full}: {name} has no bias: GPT-2's linear layers all have one (bias=True)."))
+        raise failure(t(f"{full}：{name} 的 bias", f"{full}: bias of {name}"), "bias=True", "bias=False",
+                      FFN_BUGS["no_bias"])
     return lin
 
 
@@ -167,8 +186,10 @@ def _ffn_structure(ffn, d, hidden, expect_h, full):
 
 def _ffn_forward(ffn, fc, proj, full, label, x):
     mod = ffn.double() if x.dtype == F64 else ffn
+    hints = [(lambda exc, line: isinstance(exc, ValueError) and "unpack" in str(exc) and "shape" in line,
+              FFN_BUGS["assumes_3d"])]
     with torch.no_grad():
-        out = call(mod, x.clone(), what=f"{full}: {label}")
+        out = call(mod, x.clone(), what=f"{full}: {label}", hints=hints)
     verdict, act = _gelu_verdict(out, x, _w(fc), _w(proj))
     if verdict.problem is not None:
         expected = ref_ffn(x, *_w(fc), *_w(proj), act)
@@ -257,6 +278,10 @@ LN_BUGS = {
                 "you normalised over the wrong dimension (dim=0, statistics across the batch, like BatchNorm): "
                 "LayerNorm takes the mean and variance over each token's own d features (the last dim, dim=-1).",
                 _ln(dims=(0,))),
+    "dim1": Bug("layernorm_dim1",
+                "统计量是沿 dim=1 求的：只有二维输入时 dim=1 才是最后一维。x 的形状是 (..., d)，要用 dim=-1。",
+                "the statistics are taken over dim=1, which is the last dimension only for a 2-D input. x has shape "
+                "(..., d): use dim=-1.", _ln(dims=(1,))),
     "all": Bug("layernorm_whole_tensor",
                "均值和方差是对整个张量算的：LayerNorm 对每个 token 自己的 d 个特征（最后一维，dim=-1，keepdim=True）求统计量。",
                "the mean and variance are taken over the whole tensor: LayerNorm takes them over each token's own "
@@ -288,8 +313,22 @@ def _whole_tensor(x, weight, bias, eps=1e-5):
 
 
 LN_BUGS["all"] = Bug(LN_BUGS["all"].key, LN_BUGS["all"].zh, LN_BUGS["all"].en, _whole_tensor)
-LN_ORDER = ["unbiased", "eps_outside", "no_weight_bias", "no_weight", "no_bias", "dim0", "all", "rms", "no_eps",
-            "one_pass"]
+LN_ORDER = ["unbiased", "eps_outside", "no_weight_bias", "no_weight", "no_bias", "dim0", "dim1", "all", "rms",
+            "no_eps", "one_pass"]
+
+LN_NO_KEEPDIM = Bug("layernorm_no_keepdim",
+                    "均值或方差没有 keepdim=True：沿最后一维求完后形状变成 (...,)，不能再和 (..., d) 的 x 逐行相减。"
+                    "写 x.mean(-1, keepdim=True)。",
+                    "the mean or variance lacks keepdim=True: reduced over the last dimension it has shape (...,), "
+                    "which no longer lines up row by row with the (..., d) x. Write x.mean(-1, keepdim=True).")
+LN_IN_PLACE = Bug("layernorm_modifies_input",
+                  "layer_norm 原地修改了传入的 x（例如 x -= mean 或 x.sub_(…)）：调用者的张量被改掉了。"
+                  "写 xc = x - mean，返回新的张量。",
+                  "layer_norm changed the x it was given in place (x -= mean or x.sub_(…), say): the caller's tensor "
+                  "is altered. Write xc = x - mean and return a new tensor.")
+# "basic tensor operations only": the library's other normalisations compute layer_norm too
+LN_FORBIDDEN = LAYER_NORM_FAMILY | {"group_norm", "native_group_norm", "batch_norm", "native_batch_norm",
+                                    "instance_norm", "_batch_norm_impl_index"}
 
 
 # rows whose mean dwarfs their spread amplify float32 rounding about a hundredfold (measured: 9e-5 for a
@@ -329,18 +368,19 @@ def check_layer_norm(layer_norm) -> None:
 def _ln_checks(layer_norm) -> int:
     what = "layer_norm"
     gen = seeded(501)
-    hints = [(lambda exc, line: "unbiased" in str(exc) or "correction" in str(exc), LN_BUGS["unbiased"])]
-    check = Check(what, layer_norm, reference=ref_layer_norm, forbid=LAYER_NORM_FAMILY, hints=hints)
+    hints = [(lambda exc, line: "unbiased" in str(exc) or "correction" in str(exc), LN_BUGS["unbiased"]),
+             (lambda exc, line: "must match the size" in str(exc) and "@" not in line, LN_NO_KEEPDIM)]
+    check = Check(what, layer_norm, reference=ref_layer_norm, forbid=LN_FORBIDDEN, hints=hints)
     check.cases(_ln_cases(gen))
     x = torch.randn(3, 8, generator=gen)                          # the input is left as it was
     x_before = x.clone()
-    with forbidden(LAYER_NORM_FAMILY, what):
+    with forbidden(LN_FORBIDDEN, what):
         call(layer_norm, x, torch.ones(8), torch.zeros(8), what=what)
     if not torch.equal(x, x_before):
-        raise GradingFailure(t(f"{what}：你的函数原地修改了输入 x（例如用了 x -= …）。请返回新的张量。",
-                               f"{what}: your function changed the input x in place (x -= … ?). Return a new tensor."))
+        raise failure(t(f"{what}：调用之后的 x", f"{what}: x after the call"), t("和调用前一样", "as it was before"),
+                      t("被修改了", "modified"), LN_IN_PLACE)
     x = torch.randn(2, 8, generator=gen).requires_grad_()       # and gradients flow through it
-    with forbidden(LAYER_NORM_FAMILY, what):
+    with forbidden(LN_FORBIDDEN, what):
         out = call(layer_norm, x, torch.ones(8), torch.zeros(8),
                    what=t(f"{what}（需要梯度的输入）", f"{what} (input with requires_grad)"))
     expect_autograd(out, what)
@@ -483,6 +523,19 @@ BLOCK_BUGS = [
 ]
 
 
+B_BLOCK_NAMES = Bug("block_attribute_names",
+                    "Block 的子模块名字不对：题目要求 self.ln1、self.attn、self.ln2、self.ffn 这四个属性"
+                    "（测试、第 7 章的 GPT 和加载权重都按这些名字找它们；ln_1、mlp 之类的名字找不到）。",
+                    "the Block's submodules are not named as asked: the four attributes are self.ln1, self.attn, "
+                    "self.ln2, self.ffn (the tests, chapter 7's GPT and weight loading look them up by these names; "
+                    "ln_1 or mlp cannot be found).")
+B_BLOCK_FFN = Bug("block_ffn_not_feedforward",
+                  "self.ffn 不是你在练习 1 写的 FeedForward(d)（比如自己又搭了一个 nn.Sequential）：题目要求 "
+                  "self.ffn = FeedForward(d)，它带 fc 和 proj 两个属性。",
+                  "self.ffn is not the FeedForward(d) you wrote in exercise 1 (an nn.Sequential built again, say): the "
+                  "exercise asks for self.ffn = FeedForward(d), with its fc and proj attributes.")
+
+
 def _randomise_norms(block, gen):
     with torch.no_grad():
         for name in ("ln1", "ln2"):
@@ -496,9 +549,10 @@ def _block_structure(block, d, full):
 
     for name in ("ln1", "attn", "ln2", "ffn"):
         if not isinstance(getattr(block, name, None), nn.Module):
-            raise GradingFailure(t(f"{full}：找不到子模块 self.{name}。Block 需要 ln1、attn、ln2、ffn 四个属性。",
-                                   f"{full}: there is no submodule self.{name}. Block needs the four attributes "
-                                   "ln1, attn, ln2, ffn."))
+            have = ", ".join(n for n, _ in block.named_children())
+            raise failure(t(f"{full}：子模块 self.{name}", f"{full}: submodule self.{name}"), t("存在", "present"),
+                          t(f"没有（Block 的子模块是：{have or '无'}）", f"missing (the Block's submodules: {have or 'none'})"),
+                          B_BLOCK_NAMES)
     if not isinstance(block.attn, CausalAttention):
         raise GradingFailure(t(f"{full}：self.attn 应该是给定的 CausalAttention(d, h)。",
                                f"{full}: self.attn should be the given CausalAttention(d, h)."))
@@ -513,8 +567,8 @@ def _block_structure(block, d, full):
                                    f"{full}: self.{name} should be nn.LayerNorm(d), with weight and bias of shape ({d},)."))
         if abs(getattr(ln, "eps", 1e-5) - 1e-5) > 1e-12:
             raise GradingFailure(t(f"{full}：self.{name} 的 eps 应为默认的 1e-5。", f"{full}: self.{name} should keep the default eps = 1e-5."))
-    _linear(block.ffn, "fc", d, 4 * d, f"{full}.ffn", FFN_BUGS["hidden_2d"])
-    _linear(block.ffn, "proj", 4 * d, d, f"{full}.ffn")
+    _linear(block.ffn, "fc", d, 4 * d, f"{full}.ffn", FFN_BUGS["hidden_2d"], missing=B_BLOCK_FFN)
+    _linear(block.ffn, "proj", 4 * d, d, f"{full}.ffn", missing=B_BLOCK_FFN)
 
 
 def _block_gelu(block, P, full, gen):
@@ -672,6 +726,20 @@ def _formula_not_model(block_params, what) -> None:
                       B_BUILDS_MODEL)
 
 
+B_PARAMS_FLOAT = Bug("params_float_result",
+                     "返回的是 float（例如用了 /、math.pow 或 1e6 这样的浮点数）：参数个数是整数，题目要求 Python 的 int。"
+                     "全程用整数运算（*、+、**、//）。",
+                     "you returned a float (from /, math.pow or a constant like 1e6, say): a parameter count is a whole "
+                     "number and the exercise asks for a Python int. Keep to integer arithmetic (*, +, **, //).")
+B_PARAMS_NUMPY = Bug("params_numpy_integer",
+                     "返回的是 numpy 的整数（例如 np.int64），不是 Python 的 int：用 Python 整数运算，或者最后 int(...)。",
+                     "you returned a numpy integer (np.int64, say), not a Python int: count with Python integers, or "
+                     "return int(...).")
+B_PARAMS_TENSOR = Bug("params_tensor_result",
+                      "返回的是张量，而不是 Python 的 int：参数个数用 Python 整数算就行（或者最后 int(...)）。",
+                      "you returned a tensor, not a Python int: count with Python integers (or return int(...)).")
+
+
 def check_block_params(block_params) -> None:
     what = "block_params"
     _formula_not_model(block_params, what)
@@ -680,16 +748,14 @@ def check_block_params(block_params) -> None:
         got = call(block_params, d, what=f"{what}({d})")
         expected = _numel_reference(d) if d <= 64 else 12 * d * d + 13 * d
         n += 1
-        ok = isinstance(got, (int, float)) and not isinstance(got, bool) and got == expected
-        if isinstance(got, torch.Tensor) and got.numel() == 1:
-            ok = int(got.item()) == expected
-        if not ok:
-            bug = None
-            if isinstance(got, (int, float)):
-                bug = next((b for f, b in PARAM_BUGS if f(d) == got), None)
-                if bug is None and abs(got - expected) / expected < 0.01 and got != int(got):
-                    bug = Bug("params_float", "结果不是整数：参数个数要精确，用整数运算（不要用 / 或 ** 0.5）。",
-                              "the result is not a whole number: a parameter count is exact; use integer arithmetic.")
+        if not isinstance(got, int) or isinstance(got, bool):      # a Python int, as the exercise says
+            raise failure(t(f"{what}({d})：返回值的类型", f"{what}({d}): type of the result"), "int",
+                          f"{type(got).__name__}: {got!r:.60}",
+                          B_PARAMS_TENSOR if isinstance(got, torch.Tensor) else B_PARAMS_FLOAT
+                          if isinstance(got, float) else B_PARAMS_NUMPY if isinstance(got, numbers.Integral) else None,
+                          hint=t("题目要求返回 Python 的 int。", "the exercise asks for a Python int."))
+        if got != expected:
+            bug = next((b for f, b in PARAM_BUGS if f(d) == got), None)
             seed = t("（种子里的“≈ 7.1M”）", " (the seed's \"≈ 7.1M\")") if d == 768 else ""
             raise failure(f"{what}({d})", f"{expected:,}{seed}", f"{got:,}" if isinstance(got, int) else show(got), bug,
                           hint=t("数一数：注意力 4d² + 4d，FFN 8d² + 5d，两个 LayerNorm 4d。",

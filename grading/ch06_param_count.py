@@ -18,7 +18,7 @@ from torch import nn
 
 from helpers.i18n import t
 
-from .core import Bug, GradingFailure, call, failure, passed, seeded
+from .core import Bug, call, failure, passed, seeded
 
 # ---------------------------------------------------------------- references
 
@@ -115,19 +115,40 @@ def _helper_refuses():
         model_cards._refusal = before
 
 
-def _count(fn, *args, what, **kwargs) -> int:
+COUNT_IN_UNITS = {
+    1e6: Bug("count_in_millions", "返回的是以百万为单位的数（像模型卡上的“124M”那样除以了 1e6）：题目要的是参数个数本身，一个整数。",
+             "you returned the count in millions (divided by 1e6, like a model card's \"124M\"): the exercise asks for "
+             "the number of parameters itself, an integer."),
+    1e9: Bug("count_in_billions", "返回的是以十亿为单位的数（除以了 1e9）：题目要的是参数个数本身，一个整数。",
+             "you returned the count in billions (divided by 1e9): the exercise asks for the number of parameters "
+             "itself, an integer."),
+}
+COUNT_FLOAT = Bug("count_is_a_float",
+                  "返回的是 float（例如用了 /、math.pow、1e3 这样的浮点运算）：参数个数是整数，题目要求返回整数。"
+                  "全程用整数运算（*、+、**、//），或者最后 int(...)。",
+                  "you returned a float (from /, math.pow or a constant like 1e3, say): a number of parameters is an "
+                  "integer and the exercise asks for one. Keep to integer arithmetic (*, +, **, //), or return int(...).")
+COUNT_TENSOR = Bug("count_is_a_tensor",
+                   "返回的是张量，而不是整数：用 Python 整数计算（或者最后 int(....item())）。",
+                   "you returned a tensor, not an integer: count with Python integers (or return int(....item())).")
+
+
+def _count(fn, *args, what, expected_count=None, **kwargs) -> int:
+    """The student's count, which must be an integer (int or a numpy integer), as the exercises say."""
     with _helper_refuses():
         out = call(fn, *args, what=what, **kwargs)
-    if isinstance(out, torch.Tensor) and out.numel() == 1:
-        out = out.item()
-    if isinstance(out, bool) or not isinstance(out, numbers.Real):
-        raise GradingFailure(t(f"{what}：应返回一个整数（参数个数），实际得到 {type(out).__name__}：{out!r:.80}。",
-                               f"{what}: expected an integer (a number of parameters), got "
-                               f"{type(out).__name__}: {out!r:.80}."))
-    if out != out or out in (float("inf"), float("-inf")) or int(out) != out:
-        raise GradingFailure(t(f"{what}：参数个数必须是整数，实际得到 {out!r}。",
-                               f"{what}: a number of parameters is a whole number, got {out!r}."))
-    return int(out)
+    if isinstance(out, numbers.Integral) and not isinstance(out, bool):
+        return int(out)
+    bug = None
+    if isinstance(out, torch.Tensor):
+        bug = COUNT_TENSOR
+    elif isinstance(out, numbers.Real) and not isinstance(out, bool):
+        bug = COUNT_FLOAT
+        if expected_count and out == out and abs(out) != float("inf"):
+            bug = next((b for unit, b in COUNT_IN_UNITS.items()
+                        if abs(out * unit - expected_count) <= 1e-6 * unit), COUNT_FLOAT)
+    raise failure(t(f"{what}：返回值", f"{what}: the result"), t("一个整数（参数个数）", "an integer (a number of parameters)"),
+                  f"{type(out).__name__}: {out!r:.80}", bug)
 
 
 def _args_text(args, kwargs) -> str:
@@ -158,7 +179,7 @@ def _compare(fn, name, args, kwargs, expected, bugs, label, hint=None) -> None:
     what = f"{name}({_args_text(args, kwargs)})"
     if label:
         what = f"{what}  [{label}]"
-    got = _count(fn, *args, what=what, **kwargs)
+    got = _count(fn, *args, what=what, expected_count=expected, **kwargs)
     if got != expected:
         bug = _diagnose(got, expected, bugs, args, kwargs)
         diff = got - expected
@@ -203,11 +224,16 @@ def check_approx(approx_non_embedding_params) -> None:
 # ---------------------------------------------------------------- gpt2_params
 
 def _g(n_layer, d, vocab_size, n_ctx, tied=True, *, wpe=True, head_twice=False, head_when_untied=True,
-       head_bias=False, biases=True, lns=True, ln_f=True, ln_bias=True, ffn=8, mat=lambda d: d * d):
+       head_bias=False, biases=True, lns=True, ln_f=True, ln_bias=True, ffn=8, mat=lambda d: d * d, wte=True,
+       attn_proj=True, lns_per_block=2, ln_f_with_blocks=False):
     ln = (2 * d if ln_bias else d) if lns else 0
     b = 9 * d if biases else 0
-    block = 2 * ln + 4 * mat(d) + ffn * mat(d) + b
-    total = vocab_size * d + (n_ctx * d if wpe else 0) + n_layer * block + (ln if ln_f else 0)
+    block = lns_per_block * ln + 4 * mat(d) + ffn * mat(d) + b
+    if not attn_proj:
+        block -= mat(d) + (d if biases else 0)
+    if ln_f_with_blocks and n_layer == 0:
+        ln_f = False
+    total = (vocab_size * d if wte else 0) + (n_ctx * d if wpe else 0) + n_layer * block + (ln if ln_f else 0)
     if (not tied and head_when_untied) or (tied and head_twice):
         total += vocab_size * d + (vocab_size if head_bias else 0)
     return total
@@ -218,6 +244,10 @@ GPT2_BUGS = [
         "you returned the rule of thumb 12·L·d² + vocab·d: the exact count also needs the position embeddings "
         "n_ctx·d, 13d of biases and LayerNorms per block, and the final ln_f.",
         lambda L, d, V, n, tied=True: 12 * L * d * d + V * d * (1 if tied else 2)),
+    Bug("gpt2_ln_f_with_the_last_block", "ln_f 只在有块的时候才算（比如放在块的循环里）：n_layer = 0 时模型仍然有 ln_f，"
+        "只剩嵌入和 ln_f。",
+        "ln_f is counted only when there are blocks (inside the loop over blocks, say): with n_layer = 0 the model "
+        "still has ln_f; only the embeddings and ln_f are left.", lambda *a, **k: _g(*a, **k, ln_f_with_blocks=True)),
     Bug("gpt2_no_position_embeddings", "漏了位置嵌入 wpe：GPT-2 的位置是学出来的，一张 n_ctx × d 的表。",
         "you left out the position embeddings wpe: GPT-2 learns its positions, an n_ctx × d table.",
         lambda *a, **k: _g(*a, **k, wpe=False)),
@@ -237,6 +267,17 @@ GPT2_BUGS = [
     Bug("gpt2_no_layernorms", "漏了 LayerNorm：每块两个（ln_1、ln_2），最后还有 ln_f，每个有 weight 和 bias 各 d 个。",
         "you left out the LayerNorms: two per block (ln_1, ln_2) plus the final ln_f, each with a weight and a "
         "bias of d entries.", lambda *a, **k: _g(*a, **k, lns=False, ln_f=False)),
+    Bug("gpt2_no_token_embedding", "漏了词嵌入 wte（词表 × d）：它是模型里最大的一张表；tied=True 时 lm_head 和它共享，"
+        "算的是 wte 本身，只是 lm_head 不再另算。",
+        "you left out the token embedding wte (vocab × d): it is the largest table of the model; with tied=True "
+        "lm_head shares it, so wte itself is counted and only lm_head is not.",
+        lambda *a, **k: _g(*a, **k, wte=False)),
+    Bug("gpt2_no_attention_projection", "注意力只算了 c_attn（d → 3d）：还有输出投影 c_proj = Linear(d, d)，d² + d 个参数。",
+        "you counted only c_attn (d → 3d) for attention: there is also the output projection c_proj = "
+        "Linear(d, d), d² + d parameters.", lambda *a, **k: _g(*a, **k, attn_proj=False)),
+    Bug("gpt2_one_layernorm_per_block", "每块只算了一个 LayerNorm：每块有两个，ln_1 在注意力前、ln_2 在 MLP 前，各 2d 个参数。",
+        "you counted one LayerNorm per block: each block has two, ln_1 before attention and ln_2 before the MLP, "
+        "2d parameters each.", lambda *a, **k: _g(*a, **k, lns_per_block=1)),
     Bug("gpt2_no_final_layernorm", "漏了最后的 ln_f（2d）：最后一个块之后、lm_head 之前还有一个 LayerNorm。",
         "you left out the final ln_f (2d): there is one more LayerNorm after the last block, before lm_head.",
         lambda *a, **k: _g(*a, **k, ln_f=False)),
@@ -282,17 +323,18 @@ def check_gpt2_params(gpt2_params) -> None:
 # ---------------------------------------------------------------- llama_params
 
 def _l(n_layer, d, vocab_size, d_ff, tied=False, *, biases=False, ffn_mats=3, ffn_8d2=False, norm_bias=False,
-       norms=True, final_norm=True, tied_ignored=False, always_tied=False, pos=False):
+       norms=True, final_norm=True, tied_ignored=False, always_tied=False, pos=False, emb=True, qkv_bias=False,
+       norms_per_block=2, head_bias=False):
     nrm = (2 * d if norm_bias else d) if norms else 0
     ffn = 8 * d * d if ffn_8d2 else ffn_mats * d * d_ff
-    b = (4 * d + 2 * d_ff + d) if biases else 0
-    block = 2 * nrm + 4 * d * d + ffn + b
-    head = vocab_size * d
+    b = (4 * d + 2 * d_ff + d) if biases else 3 * d if qkv_bias else 0
+    block = norms_per_block * nrm + 4 * d * d + ffn + b
+    head = vocab_size * d + (vocab_size if head_bias else 0)
     if always_tied:
         head = 0
     elif tied and not tied_ignored:
         head = 0
-    return vocab_size * d + n_layer * block + (nrm if final_norm else 0) + head
+    return (vocab_size * d if emb else 0) + n_layer * block + (nrm if final_norm else 0) + head
 
 
 LLAMA_BUGS = [
@@ -311,6 +353,23 @@ LLAMA_BUGS = [
     Bug("llama_no_norms", "漏了 RMSNorm：每块两个，最后还有一个，每个 d 个参数。",
         "you left out the RMSNorms: two per block plus a final one, d parameters each.",
         lambda *a, **k: _l(*a, **k, norms=False)),
+    Bug("llama_rule_of_thumb", "返回的是速算 12·L·d² 加词表矩阵：精确计数要按表逐项算，FFN 是 3·d·d_ff（不一定等于 8d²），"
+        "还有每块两个、最后一个 RMSNorm。",
+        "you returned the rule of thumb 12·L·d² plus the vocabulary matrices: the exact count goes row by row "
+        "through the table; the FFN is 3·d·d_ff (not always 8d²), and there are two RMSNorms per block and a "
+        "final one.", lambda L, d, V, d_ff, tied=False: 12 * L * d * d + V * d * (1 if tied else 2)),
+    Bug("llama_no_embedding", "漏了词嵌入（词表 × d）：不共享时词嵌入和输出层是两个矩阵，共享时也还有一个。",
+        "you left out the token embedding (vocab × d): untied, the embedding and the output layer are two "
+        "matrices; tied, there is still one.", lambda *a, **k: _l(*a, **k, emb=False)),
+    Bug("llama_qkv_biases", "给 q、k、v 投影加了偏置（每块 3d，Qwen 的做法）：LLaMA 的 4 个投影都是 bias=False。",
+        "you gave the q, k, v projections biases (3d per block, as Qwen does): LLaMA's four projections all "
+        "have bias=False.", lambda *a, **k: _l(*a, **k, qkv_bias=True)),
+    Bug("llama_one_norm_per_block", "每块只算了一个 RMSNorm：注意力前一个、FFN 前一个，每块两个，各 d 个参数。",
+        "you counted one RMSNorm per block: there is one before attention and one before the FFN, two per block, "
+        "d parameters each.", lambda *a, **k: _l(*a, **k, norms_per_block=1)),
+    Bug("llama_output_bias", "输出层多算了偏置（词表个）：LLaMA 的输出层是 Linear(d, vocab_size, bias=False)。",
+        "you gave the output layer a bias (vocab entries): LLaMA's output layer is Linear(d, vocab_size, "
+        "bias=False).", lambda *a, **k: _l(*a, **k, head_bias=True)),
     Bug("llama_no_final_norm", "漏了最后的 RMSNorm（d 个参数）：最后一个块之后、输出层之前还有一个。",
         "you left out the final RMSNorm (d parameters): there is one more after the last block, before the output.",
         lambda *a, **k: _l(*a, **k, final_norm=False)),
@@ -334,7 +393,7 @@ def check_llama_params(llama_params) -> None:
     # the default must be untied
     args = (32, 4096, 32000, 11008)
     expected = ref_llama(*args)
-    got = _count(llama_params, *args, what=f"{name}({_args_text(args, {})})  [LLaMA-2 7B]")
+    got = _count(llama_params, *args, what=f"{name}({_args_text(args, {})})  [LLaMA-2 7B]", expected_count=expected)
     if got != expected:
         with_false = _count(llama_params, *args, tied=False, what=f"{name}({_args_text(args, {'tied': False})})")
         bug = DEFAULT_TIED if with_false == expected else _diagnose(got, expected, LLAMA_BUGS, args, {})

@@ -56,28 +56,34 @@ BUGS = [
     Variant("sin_cos_swapped", sin(SIN_OK.replace("torch.sin(p * omega)", "torch.COS(p * omega)")
                                    .replace("torch.cos(p * omega)", "torch.sin(p * omega)")
                                    .replace("torch.COS", "torch.cos")),
-            lose=("test_sinusoidal",), words=("sin 和 cos 放反了",)),
+            lose=("test_sinusoidal",), words=("sin 和 cos 放反了",), breaks=("sin-even-is-sin",)),
     Variant("sin_i_over_d", sin(SIN_OK.replace("torch.arange(0, d, 2) / d", "torch.arange(d // 2) / d")),
-            lose=("test_sinusoidal",), words=("i/d 而不是 2i/d",)),
+            lose=("test_sinusoidal",), words=("i/d 而不是 2i/d",), breaks=("sin-formula",)),
     Variant("sin_positions_from_1", sin(SIN_OK.replace("torch.arange(n, dtype", "torch.arange(1, n + 1, dtype")),
-            lose=("test_sinusoidal",), words=("位置从 1 开始",)),
+            lose=("test_sinusoidal",), words=("位置从 1 开始",), breaks=("sin-from-zero",)),
     Variant("sin_concatenated", sin("""    if d % 2:
         raise ValueError("d must be even")
     p = torch.arange(n, dtype=torch.float32)[:, None]
     omega = base ** (-torch.arange(0, d, 2) / d)
     return torch.cat([torch.sin(p * omega), torch.cos(p * omega)], dim=-1)
-"""), lose=("test_sinusoidal",), words=("先放全部 sin 再放全部 cos", "交错")),
+"""), lose=("test_sinusoidal",), words=("先放全部 sin 再放全部 cos", "交错"), breaks=("sin-interleaved",)),
     Variant("sin_no_odd_check", sin(SIN_OK.replace('        raise ValueError("d must be even")', "        pass")
                                     .replace("pe = torch.zeros(n, d)", "pe = torch.zeros(n, d + d % 2)")
                                     .replace("    return pe\n", "    return pe[:, :d]\n")),
-            lose=("test_sinusoidal",), words=("ValueError",)),
+            lose=("test_sinusoidal",), words=("ValueError",), breaks=("sin-odd-raises",)),
+    Variant("sin_transposed", sin(SIN_OK.replace("    return pe\n", "    return pe.T\n")),
+            lose=("test_sinusoidal",), words=("转置", "(n, d)"), breaks=("sin-shape",)),
+    Variant("sin_base_hard_coded", sin(SIN_OK.replace("omega = base **", "omega = 10000 **")),
+            lose=("test_sinusoidal",), words=("忽略了参数 base",), breaks=("sin-formula",)),
     # rope_frequencies
     Variant("freq_wrong_sign", freq("    return base ** (torch.arange(0, d, 2) / d)\n"),
-            lose=("test_rope_frequencies",), words=("指数的符号反了",), said=KEPT),
+            lose=("test_rope_frequencies",), words=("指数的符号反了",), breaks=("freq-formula",), said=KEPT),
     Variant("freq_all_d", freq("    return base ** (-2 * torch.arange(d) / d)\n"),
-            lose=("test_rope_frequencies",), words=("d 个频率，而不是 d/2",), said=KEPT),
+            lose=("test_rope_frequencies",), words=("d 个频率，而不是 d/2",), breaks=("freq-shape",), said=KEPT),
     Variant("freq_i_over_d", freq("    return base ** (-torch.arange(d // 2) / d)\n"),
-            lose=("test_rope_frequencies",), words=("i/d 而不是 2i/d",), said=KEPT),
+            lose=("test_rope_frequencies",), words=("i/d 而不是 2i/d",), breaks=("freq-formula",), said=KEPT),
+    Variant("freq_base_hard_coded", freq("    return 10000.0 ** (-torch.arange(0, d, 2) / d)\n"),
+            lose=("test_rope_frequencies",), words=("忽略了参数 base",), breaks=("freq-formula",), said=KEPT),
     # apply_rope
     Variant("rope_rotate_half", rope("""    d = x.shape[-1]
     theta = rope_frequencies(d, base).double()
@@ -85,33 +91,72 @@ BUGS = [
     cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
     x1, x2 = x[..., : d // 2], x[..., d // 2:]
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
-"""), lose=("test_apply_rope",), words=("GPT-NeoX/LLaMA", "rotate-half", "相邻")),
+"""), lose=("test_apply_rope",), words=("GPT-NeoX/LLaMA", "rotate-half", "相邻"), breaks=("rope-adjacent",)),
     Variant("rope_negative_angle", rope(ROPE_OK.replace("ang = positions", "ang = -positions")),
-            lose=("test_apply_rope",), words=("旋转方向反了",)),
+            lose=("test_apply_rope",), words=("旋转方向反了",), breaks=("rope-rotation",)),
     Variant("rope_sin_cos_swapped", rope(ROPE_OK.replace("cos, sin = ang.cos()", "sin, cos = ang.cos()")),
-            lose=("test_apply_rope",), words=("sin 和 cos 放反了",)),
+            lose=("test_apply_rope",), words=("sin 和 cos 放反了",), breaks=("rope-rotation",)),
     Variant("rope_positions_from_1", rope(ROPE_OK.replace("positions.double()", "(positions.double() + 1)")),
-            lose=("test_apply_rope",), words=("位置多加了 1",)),
+            lose=("test_apply_rope",), words=("位置多加了 1",), breaks=("rope-positions",)),
     Variant("rope_in_place", rope("""    ang = positions.double()[:, None] * rope_frequencies(x.shape[-1], base).double()
     cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
     a, b = x[..., 0::2].clone(), x[..., 1::2].clone()
     x[..., 0::2] = a * cos - b * sin                 # written into x itself
     x[..., 1::2] = a * sin + b * cos
     return x
-"""), lose=("test_apply_rope",), words=("改写了传入的 x", "新张量"),
+"""), lose=("test_apply_rope",), words=("改写了传入的 x", "新张量"), breaks=("rope-new-tensor",),
             said={"test_permutation": ("用正确的 apply_rope 代替你的之后，这一题是对的", "练习 3 还需要修改")}),
     Variant("rope_float64_out", rope(ROPE_OK.replace("cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)",
                                                      "cos, sin = ang.cos(), ang.sin()")),
-            lose=("test_apply_rope",), words=("dtype", "float32")),
+            lose=("test_apply_rope",), words=("没有保持 x 的 dtype", ".to(x.dtype)"), breaks=("rope-dtype",)),
+    Variant("rope_angles_float32", rope("""    xf = x.float()                                   # computed in float32, cast back
+    ang = positions.float()[:, None] * rope_frequencies(x.shape[-1], base).float()
+    c, s = ang.cos(), ang.sin()
+    a, b = xf[..., 0::2], xf[..., 1::2]
+    return torch.stack([a * c - b * s, a * s + b * c], dim=-1).flatten(-2).to(x.dtype)
+"""), lose=("test_apply_rope",), words=("float32 算的", "float64"), breaks=("rope-float64-angles",)),
+    Variant("rope_angles_in_x_dtype", rope("""    d = x.shape[-1]
+    freqs = positions.to(x.dtype)[:, None] * rope_frequencies(d, base).to(x.dtype)
+    cos, sin = freqs.cos().repeat_interleave(2, dim=-1), freqs.sin().repeat_interleave(2, dim=-1)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    rotated = torch.stack((-x2, x1), dim=-1).flatten(-2)
+    return x * cos + rotated * sin
+"""), lose=("test_apply_rope",), words=("float32 算的", "float64"), breaks=("rope-float64-angles",)),
+    Variant("rope_2d_only", rope("""    n, d = x.shape
+    ang = positions.double()[:, None] * rope_frequencies(d, base).double()
+    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    a, b = x[:, 0::2], x[:, 1::2]
+    return torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).reshape(n, d)
+"""), lose=("test_apply_rope",), words=("任意多个批量维",), breaks=("rope-batch-dims",)),
+    Variant("rope_counts_positions", rope(ROPE_OK.replace("positions.double()[:, None]",
+                                                          "torch.arange(x.shape[-2]).double()[:, None]")),
+            lose=("test_apply_rope",), words=("没有用传入的 positions",), breaks=("rope-positions",)),
+    Variant("rope_table_indexed", rope("""    theta = rope_frequencies(x.shape[-1], base).double()
+    table = torch.arange(int(positions.max()) + 1).double()[:, None] * theta     # one row per position
+    ang = table[positions]
+    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)
+"""), lose=("test_apply_rope",), words=("浮点数", "不能当下标"), breaks=("rope-float-positions",)),
+    Variant("rope_not_flattened", rope(ROPE_OK.replace(".flatten(-2)", "")),
+            lose=("test_apply_rope",), words=("多了一维", "flatten(-2)"), breaks=("rope-shape",)),
     # is_permutation_equivariant
     Variant("perm_elementwise", perm("    return (f(x[..., perm, :]) - f(x)[..., perm, :]).abs() <= atol\n"),
-            lose=("test_permutation",), words=("True / False", ".all()")),
+            lose=("test_permutation",), words=("True / False", ".all()"), breaks=("perm-python-bool",)),
     Variant("perm_output_not_permuted", perm(PERM_OK.replace("f(x)[..., perm, :]", "f(x)")),
-            lose=("test_permutation",), words=("没有重排的 f(x)",)),
+            lose=("test_permutation",), words=("没有重排的 f(x)",), breaks=("perm-compare",)),
     Variant("perm_inverse", perm(PERM_OK.replace("f(x)[..., perm, :]", "f(x)[..., torch.argsort(perm), :]")),
-            lose=("test_permutation",), words=("逆置换",)),
+            lose=("test_permutation",), words=("逆置换",), breaks=("perm-compare",)),
+    Variant("perm_tensor_not_bool", perm("    return ((f(x[..., perm, :]) - f(x)[..., perm, :]).abs() <= atol).all()\n"),
+            lose=("test_permutation",), words=("Python 的 bool", "bool(...)"), breaks=("perm-python-bool",)),
+    Variant("perm_token_dim_first", perm("    return bool(((f(x[perm]) - f(x)[perm]).abs() <= atol).all())\n"),
+            lose=("test_permutation",), words=("第 0 维", "x[..., perm, :]"), breaks=("perm-token-dim",)),
+    Variant("perm_default_allclose", perm("    return torch.allclose(f(x[..., perm, :]), f(x)[..., perm, :])\n"),
+            lose=("test_permutation",), words=("没有使用参数 atol",), breaks=("perm-within-atol",)),
+    Variant("perm_strict_less", perm("    return bool(((f(x[..., perm, :]) - f(x)[..., perm, :]).abs() < atol).all())\n"),
+            lose=("test_permutation",), words=("<= atol",), breaks=("perm-within-atol",)),
     Variant("perm_exact", perm("    return torch.equal(f(x[..., perm, :]), f(x)[..., perm, :])\n"),
-            lose=("test_permutation",), words=("精确相等",)),
+            lose=("test_permutation",), words=("精确相等",), breaks=("perm-not-bitwise",)),
 ]
 
 CORRECT = [
@@ -165,9 +210,9 @@ CORRECT = [
     return pe
 """),
         **freq("    return 1.0 / (base ** (torch.arange(0, d, 2).float() / d))\n"),
-        **rope("""    xf = x.float()                                   # computed in float32, cast back
-    ang = positions.float()[:, None] * rope_frequencies(x.shape[-1], base).float()
-    c, s = ang.cos(), ang.sin()
+        **rope("""    xf = x.float()                                   # multiplied in float32, cast back
+    ang = positions.double()[:, None] * rope_frequencies(x.shape[-1], base).double()   # angles in float64
+    c, s = ang.cos().float(), ang.sin().float()
     a, b = xf[..., 0::2], xf[..., 1::2]
     return torch.stack([a * c - b * s, a * s + b * c], dim=-1).flatten(-2).to(x.dtype)
 """),
@@ -183,8 +228,9 @@ CORRECT = [
 """),
         **freq("    return torch.pow(base, -torch.arange(0, d, 2).float() / d)\n"),
         **rope("""    d = x.shape[-1]
-    freqs = positions.to(x.dtype)[:, None] * rope_frequencies(d, base).to(x.dtype)
-    cos, sin = freqs.cos().repeat_interleave(2, dim=-1), freqs.sin().repeat_interleave(2, dim=-1)
+    freqs = positions.to(torch.float64)[:, None] * rope_frequencies(d, base).to(torch.float64)
+    cos = freqs.cos().to(x.dtype).repeat_interleave(2, dim=-1)
+    sin = freqs.sin().to(x.dtype).repeat_interleave(2, dim=-1)
     x1, x2 = x[..., 0::2], x[..., 1::2]
     rotated = torch.stack((-x2, x1), dim=-1).flatten(-2)
     return x * cos + rotated * sin
@@ -202,56 +248,38 @@ CORRECT = [
 """),
         **freq("    return torch.tensor([base ** (-2 * i / d) for i in range(d // 2)])\n"),
         **rope("""    out = x.clone()
-    theta = rope_frequencies(x.shape[-1], base)      # float32 constants, also for float64 x
+    theta = rope_frequencies(x.shape[-1], base)      # float32 constants from exercise 2
     for i in range(x.shape[-1] // 2):
-        ang = positions.to(x.dtype) * theta[i].to(x.dtype)
-        c, s = torch.cos(ang), torch.sin(ang)
+        ang = positions.double() * theta[i].double()      # the angle in float64
+        c, s = torch.cos(ang).to(x.dtype), torch.sin(ang).to(x.dtype)
         a, b = x[..., 2 * i], x[..., 2 * i + 1]
         out[..., 2 * i], out[..., 2 * i + 1] = a * c - b * s, a * s + b * c
     return out
 """),
         **perm("    import numpy as np\n    a, b = f(x[..., perm, :]), f(x)[..., perm, :]\n"
                "    return bool(np.allclose(a.detach().numpy(), b.detach().numpy(), rtol=0, atol=atol))\n")}),
+    # a Meta-style freqs_cis built per call from the given positions, θ inline in float64 (not calling
+    # rope_frequencies: reusing it is advice), and truth values turned into Python bools
+    Variant("ok_freqs_cis_inline", {
+        **rope("""    d = x.shape[-1]
+    inv_freq = 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    freqs = torch.outer(positions.to(torch.float64), inv_freq)
+    freqs_cis = torch.polar(torch.ones_like(freqs), freqs)                      # complex128, (n, d/2)
+    xc = torch.view_as_complex(x.to(torch.float64).reshape(*x.shape[:-1], -1, 2))
+    return torch.view_as_real(xc * freqs_cis).flatten(-2).type_as(x)
+"""),
+        **perm("""    diff = (f(x[..., perm, :]) - f(x)[..., perm, :]).abs()
+    return not bool((diff > atol).any())
+""")}),
 ]
 
-# (the rule as the exercise states it, the check that enforces it, the wrong answer that breaks it)
-RULES = [
-    ("sinusoidal_encoding: row p encodes position p, counting from 0",
-     "check_sinusoidal: against a reference written entry by entry from the formula", "sin_positions_from_1"),
-    ("sinusoidal_encoding: dimension 2i is sin, dimension 2i+1 is cos",
-     "check_sinusoidal: against the entry-by-entry reference", "sin_cos_swapped"),
-    ("sinusoidal_encoding: sin and cos interleaved, not concatenated",
-     "check_sinusoidal: against the entry-by-entry reference", "sin_concatenated"),
-    ("sinusoidal_encoding: the angle is p / base^(2i/d)",
-     "check_sinusoidal: five shapes and bases", "sin_i_over_d"),
-    ("sinusoidal_encoding: ValueError for an odd d", "check_sinusoidal: d = 5 and d = 1 must raise ValueError",
-     "sin_no_odd_check"),
-    ("rope_frequencies: shape (d/2,)", "check_frequencies: the shape for five d", "freq_all_d"),
-    ("rope_frequencies: theta_i = base^(-2i/d)", "check_frequencies: each value relative to itself",
-     "freq_wrong_sign"),
-    ("rope_frequencies: the exponent is 2i/d, not i/d", "check_frequencies: each value relative to itself",
-     "freq_i_over_d"),
-    ("apply_rope: rotate adjacent pairs (2i, 2i+1), not rotate-half",
-     "check_rope: against a complex-number reference", "rope_rotate_half"),
-    ("apply_rope: the rotation [[cos, -sin], [sin, cos]] by +m*theta_i",
-     "check_rope: against the reference", "rope_negative_angle"),
-    ("apply_rope: the rotation matrix has cos on its diagonal", "check_rope: against the reference",
-     "rope_sin_cos_swapped"),
-    ("apply_rope: token m sits at positions[m] (position 0 is the identity)",
-     "check_rope: non-consecutive and float positions; all positions 0 give x back", "rope_positions_from_1"),
-    ("apply_rope: a new tensor, x itself unchanged", "check_rope: x is compared with a copy after every call",
-     "rope_in_place"),
-    ("apply_rope: the dtype of x", "check_rope: float32 in, float32 out; float64 in, float64 out",
-     "rope_float64_out"),
-    ("is_permutation_equivariant: compare f(x[..., perm, :]) with f(x)[..., perm, :]",
-     "check_permutation: ten functions, equivariant or not", "perm_output_not_permuted"),
-    ("is_permutation_equivariant: the output is reordered by the same perm, not its inverse",
-     "check_permutation: a cyclic shift that is not its own inverse", "perm_inverse"),
-    ("is_permutation_equivariant: within atol, not bitwise", "check_permutation: differences of 1e-7 and 1e-4",
-     "perm_exact"),
-    ("is_permutation_equivariant: return True or False", "check_permutation: the answer must be one truth value",
-     "perm_elementwise"),
-]
+# sentences marked in the exercise that are advice, not rules
+WAIVED = {
+    "rope-own-frequencies": "advice (reworded from 'use your rope_frequencies'): an apply_rope that computes θ_i "
+                            "itself gives the same numbers and is judged by them (CORRECT ok_freqs_cis_inline); "
+                            "the angles' precision, which is what reusing it was for, is the checked rule "
+                            "rope-float64-angles",
+}
 
 
 # ------------------------------------------------------------------ browser test

@@ -51,53 +51,90 @@ BUGS = [
     Variant("ln_unbiased", {**ln("    mu = x.mean(-1, keepdim=True)\n    var = x.var(-1, keepdim=True)\n"
                                  "    return (x - mu) / torch.sqrt(var + eps) * weight + bias\n"),
                             **block(BLOCK_OWN_LN)},
-            lose=("test_layer_norm",), words=("无偏方差", "d−1"), said=kept("layer_norm", 2)),
+            lose=("test_layer_norm",), words=("无偏方差", "d−1"), breaks=("ln-biased",), said=kept("layer_norm", 2)),
     Variant("ln_in_place", ln("    x -= x.mean(-1, keepdim=True)                   # centred in place\n"
                               "    var = (x * x).mean(-1, keepdim=True)\n"
                               "    return x / torch.sqrt(var + eps) * weight + bias\n"),
-            lose=("test_layer_norm",), words=("原地修改了输入 x", "新的张量")),
+            lose=("test_layer_norm",), words=("原地修改了传入的 x", "新的张量"), breaks=("ln-no-in-place",)),
     Variant("ln_eps_outside", ln("    mu = x.mean(-1, keepdim=True)\n"
                                  "    std = ((x - mu) ** 2).mean(-1, keepdim=True).sqrt()\n"
                                  "    return (x - mu) / (std + eps) * weight + bias\n"),
-            lose=("test_layer_norm",), words=("eps 加在了平方根外面",)),
+            lose=("test_layer_norm",), words=("eps 加在了平方根外面",), breaks=("ln-eps-inside",)),
     Variant("ln_no_weight_bias", ln("    mu = x.mean(-1, keepdim=True)\n"
                                     "    var = ((x - mu) ** 2).mean(-1, keepdim=True)\n"
                                     "    return (x - mu) / torch.sqrt(var + eps)\n"),
-            lose=("test_layer_norm",), words=("没有用 weight 和 bias",)),
+            lose=("test_layer_norm",), words=("没有用 weight 和 bias",), breaks=("ln-weight-bias",)),
     Variant("ln_batch_dim", ln("    mu = x.mean(0, keepdim=True)\n"
                                "    var = ((x - mu) ** 2).mean(0, keepdim=True)\n"
                                "    return (x - mu) / torch.sqrt(var + eps) * weight + bias\n"),
-            lose=("test_layer_norm",), words=("错误的维度", "BatchNorm")),
+            lose=("test_layer_norm",), words=("错误的维度", "BatchNorm"), breaks=("ln-last-dim",)),
     Variant("ln_one_pass", ln("    mu = x.mean(-1, keepdim=True)\n"
                               "    var = (x * x).mean(-1, keepdim=True) - mu * mu\n"
                               "    return (x - mu) / torch.sqrt(var + eps) * weight + bias\n"),
             lose=("test_layer_norm",), words=("E[x²] − E[x]²", "灾难性抵消")),
     Variant("ln_uses_module", ln("    return nn.functional.layer_norm(x, x.shape[-1:], weight, bias, eps)\n"),
-            lose=("test_layer_norm",), words=("从零实现", "layer_norm")),
+            lose=("test_layer_norm",), words=("从零实现", "layer_norm"), breaks=("ln-no-library",)),
+    Variant("ln_dim1", ln("    mu = x.mean(1, keepdim=True)\n"
+                          "    var = ((x - mu) ** 2).mean(1, keepdim=True)\n"
+                          "    return (x - mu) / torch.sqrt(var + eps) * weight + bias\n"),
+            lose=("test_layer_norm",), words=("dim=1", "dim=-1"), breaks=("ln-any-shape",)),
+    Variant("ln_no_keepdim", ln("    mu = x.mean(-1)\n"
+                                "    var = ((x - mu) ** 2).mean(-1)\n"
+                                "    return (x - mu) / torch.sqrt(var + eps) * weight + bias\n"),
+            lose=("test_layer_norm",), words=("keepdim=True",), breaks=("ln-keepdim",)),
+    Variant("ln_group_norm", ln("    d = x.shape[-1]\n"
+                                "    y = F.group_norm(x.reshape(-1, d, 1), 1, weight, bias, eps)   # one group = the row\n"
+                                "    return y.reshape(x.shape)\n"),
+            lose=("test_layer_norm",), words=("从零实现", "group_norm"), breaks=("ln-basic-ops",)),
     # FeedForward
     Variant("ffn_relu", ffn(FFN_INIT.replace("nn.GELU()", "nn.ReLU()")),
-            lose=("test_feedforward",), words=("ReLU", "GELU"), said=kept("FeedForward", 1)),
+            lose=("test_feedforward",), words=("ReLU", "GELU"), breaks=("ffn-gelu",), said=kept("FeedForward", 1)),
     Variant("ffn_hidden_2d", ffn(FFN_INIT.replace("4 * d", "2 * d")),
-            lose=("test_feedforward",), words=("2d", "4d"), said=kept("FeedForward", 1)),
+            lose=("test_feedforward",), words=("2d", "4d"), breaks=("ffn-hidden-default",), said=kept("FeedForward", 1)),
     Variant("ffn_adds_residual", ffn(FFN_INIT, "        return x + self.proj(self.act(self.fc(x)))\n"),
-            lose=("test_feedforward",), words=("残差属于 Block",), said=kept("FeedForward", 1)),
+            lose=("test_feedforward",), words=("残差属于 Block",), breaks=("ffn-no-residual",), said=kept("FeedForward", 1)),
     Variant("ffn_no_bias", ffn(FFN_INIT.replace("nn.Linear(d, hidden)", "nn.Linear(d, hidden, bias=False)")
                                .replace("nn.Linear(hidden, d)", "nn.Linear(hidden, d, bias=False)")),
-            lose=("test_feedforward",), words=("bias",)),
+            lose=("test_feedforward",), words=("bias",), breaks=("ffn-bias",)),
     Variant("ffn_hidden_ignored", ffn(FFN_INIT.replace("hidden = 4 * d if hidden is None else hidden", "hidden = 4 * d")),
-            lose=("test_feedforward",), words=("忽略了参数 hidden",)),
+            lose=("test_feedforward",), words=("忽略了参数 hidden",), breaks=("ffn-hidden-arg",)),
+    Variant("ffn_attribute_names", ffn(FFN_INIT.replace("self.fc", "self.c_fc").replace("self.proj", "self.c_proj"),
+                                       "        return self.c_proj(self.act(self.c_fc(x)))\n"),
+            lose=("test_feedforward",), words=("属性名不对", "self.fc"), breaks=("ffn-attributes",)),
+    Variant("ffn_gelu_after_proj", ffn(FFN_INIT, "        return self.act(self.proj(self.fc(x)))\n"),
+            lose=("test_feedforward",), words=("GELU 放在了 proj 之后",), breaks=("ffn-order",)),
+    Variant("ffn_assumes_3d", ffn(FFN_INIT, "        B, N, _ = x.shape\n"
+                                            "        h = self.act(self.fc(x.reshape(B * N, -1)))\n"
+                                            "        return self.proj(h).reshape(B, N, -1)\n"),
+            lose=("test_feedforward",), words=("任意多维",), breaks=("ffn-any-shape",)),
     # Block
     Variant("block_post_ln", block("        x = self.ln1(x + self.attn(x))\n        return self.ln2(x + self.ffn(x))\n"),
-            lose=("test_block",), words=("Post-LN", "Pre-LN")),
+            lose=("test_block",), words=("Post-LN", "Pre-LN"), breaks=("block-pre-ln",)),
     Variant("block_no_attn_residual", block("        x = self.attn(self.ln1(x))\n        return x + self.ffn(self.ln2(x))\n"),
-            lose=("test_block",), words=("注意力子层少了残差连接",)),
+            lose=("test_block",), words=("注意力子层少了残差连接",), breaks=("block-pre-ln",)),
     Variant("block_shared_ln", block("        x = x + self.attn(self.ln1(x))\n        return x + self.ffn(self.ln1(x))\n"),
-            lose=("test_block",), words=("共用了同一个 LayerNorm",)),
+            lose=("test_block",), words=("共用了同一个 LayerNorm",), breaks=("block-separate-norms",)),
+    Variant("block_attribute_names", block("        x = x + self.attn(self.ln_1(x))\n        return x + self.ffn(self.ln_2(x))\n",
+                                           BLOCK_INIT.replace("self.ln1", "self.ln_1").replace("self.ln2", "self.ln_2")),
+            lose=("test_block",), words=("子模块名字不对", "self.ln1"), breaks=("block-attributes",)),
+    Variant("block_own_mlp", block("        x = x + self.attn(self.ln1(x))\n        return x + self.ffn(self.ln2(x))\n",
+                                   BLOCK_INIT.replace("FeedForward(d)",
+                                                      "nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))")),
+            lose=("test_block",), words=("不是你在练习 1 写的 FeedForward",), breaks=("block-attributes",)),
+    Variant("block_one_norm_object", block("        x = x + self.attn(self.ln1(x))\n        return x + self.ffn(self.ln2(x))\n",
+                                           BLOCK_INIT.replace("        self.ln1 = nn.LayerNorm(d)\n", "")
+                                           .replace("self.ln2 = nn.LayerNorm(d)", "self.ln1 = self.ln2 = nn.LayerNorm(d)")),
+            lose=("test_block",), words=("共用了同一个 LayerNorm",), breaks=("block-separate-norms",)),
     # block_params
     Variant("params_no_norms", {"block_params": PARAMS_HEAD + "    return 12 * d * d + 9 * d\n"},
-            lose=("test_block_params",), words=("LayerNorm",)),
+            lose=("test_block_params",), words=("LayerNorm",), breaks=("params-count",)),
     Variant("params_builds_block", {"block_params": PARAMS_HEAD + "    return sum(p.numel() for p in Block(d, 1).parameters())\n"},
-            lose=("test_block_params",), words=("建了一个模型", "公式")),
+            lose=("test_block_params",), words=("建了一个模型", "公式"), breaks=("params-formula",)),
+    Variant("params_float", {"block_params": PARAMS_HEAD + "    import math\n    return 12 * math.pow(d, 2) + 13 * d\n"},
+            lose=("test_block_params",), words=("float", "Python 的 int"), breaks=("params-int",)),
+    Variant("params_numpy", {"block_params": PARAMS_HEAD + "    import numpy as np\n"
+                                                           "    return np.int64(d) * (12 * d + 13)\n"},
+            lose=("test_block_params",), words=("numpy 的整数",), breaks=("params-int",)),
 ]
 
 CORRECT = [
@@ -167,40 +204,6 @@ CORRECT += [
 ]
 
 WORDS_ARE_NOT_CALLS = ("ok_comments_name_forbidden_calls",)
-
-# (the rule as the exercise states it, the check that enforces it, the wrong answer that breaks it)
-RULES = [
-    ("FeedForward: the hidden width is 4d when hidden is None", "check_feedforward: the shape of fc for d = 8 and 5",
-     "ffn_hidden_2d"),
-    ("FeedForward: fc and proj both have a bias", "check_feedforward: the bias of each nn.Linear", "ffn_no_bias"),
-    ("FeedForward: the hidden width is hidden when it is given", "check_feedforward: FeedForward(6, hidden=10)",
-     "ffn_hidden_ignored"),
-    ("FeedForward: no residual inside, the residual is Block's", "check_feedforward: against proj(GELU(fc(x)))",
-     "ffn_adds_residual"),
-    ("FeedForward: GELU between fc and proj", "check_feedforward: against proj(GELU(fc(x))) in float32 and float64",
-     "ffn_relu"),
-    ("layer_norm: the biased variance (divide by d)", "check_layer_norm: against the float64 reference",
-     "ln_unbiased"),
-    ("layer_norm: eps inside the square root", "check_layer_norm: a row of tiny variance", "ln_eps_outside"),
-    ("layer_norm: statistics along the last dimension", "check_layer_norm: 2-D and 3-D inputs", "ln_batch_dim"),
-    ("layer_norm: multiply by weight and add bias", "check_layer_norm: random weight and bias", "ln_no_weight_bias"),
-    ("layer_norm: does not change x in place", "check_layer_norm: x compared with a copy after the call",
-     "ln_in_place"),
-    ("layer_norm from scratch: F.layer_norm and nn.LayerNorm are not allowed",
-     "check_layer_norm runs inside core.forbidden: the call itself raises", "ln_uses_module"),
-    ("Block: Pre-LN, x = x + attn(ln1(x)); x = x + ffn(ln2(x))",
-     "check_block: weights copied into an independent float64 reference, hooks on the sublayers' inputs",
-     "block_post_ln"),
-    ("Block: a residual connection around each sublayer", "check_block: against the reference",
-     "block_no_attn_residual"),
-    ("Block: two separate LayerNorms, ln1 before attention and ln2 before the FFN",
-     "check_block: ln1 is not ln2; hooks on the sublayers' inputs", "block_shared_ln"),
-    ("block_params: the count of one block, 12d^2 + 13d", "check_block_params: against torch's own modules",
-     "params_no_norms"),
-    ("block_params: a formula in d, without building a model",
-     "check_block_params: no tensor of d x d entries is created at d = 64", "params_builds_block"),
-]
-
 
 # ------------------------------------------------------------------ browser test
 

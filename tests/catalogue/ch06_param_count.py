@@ -38,29 +38,31 @@ LLAMA_OK = """    block = d + 4 * d * d + d + 3 * d * d_ff
 BUGS = [
     # approx_non_embedding_params
     Variant("approx_d_not_squared", approx("    return 12 * n_layer * d\n"),
-            lose=("test_approx",), words=("12·L·d", "d²")),
+            lose=("test_approx",), words=("12·L·d", "d²"), breaks=("approx-formula",)),
     Variant("approx_ffn_4d2", approx("    return (4 * d * d + 4 * d * d) * n_layer\n"),
-            lose=("test_approx",), words=("8d²", "12d²")),
+            lose=("test_approx",), words=("8d²", "12d²"), breaks=("approx-formula",)),
     Variant("approx_in_millions", approx("    return 12 * n_layer * d ** 2 / 1e6          # in millions, like a model card\n"),
-            lose=("test_approx",), words=("整数",)),
+            lose=("test_approx",), words=("以百万为单位", "整数"), breaks=("approx-int",)),
+    Variant("approx_float", approx("    return 12.0 * n_layer * d ** 2\n"),
+            lose=("test_approx",), words=("float", "整数"), breaks=("approx-int",)),
     # gpt2_params
     Variant("gpt2_no_wpe", gpt2(GPT2_OK.replace("    wpe = n_ctx * d\n", "    wpe = 0\n")),
-            lose=("test_gpt2_params",), words=("位置嵌入",)),
+            lose=("test_gpt2_params",), words=("位置嵌入",), breaks=("gpt2-wpe",)),
     Variant("gpt2_tied_twice", gpt2(GPT2_OK.replace("0 if tied else vocab_size * d", "vocab_size * d")),
-            lose=("test_gpt2_params",), words=("lm_head", "只算一次")),
+            lose=("test_gpt2_params",), words=("lm_head", "只算一次"), breaks=("gpt2-tied",)),
     Variant("gpt2_no_biases", gpt2(GPT2_OK.replace(
         "(3 * d * d + 3 * d) + (d * d + d) + 2 * d + (4 * d * d + 4 * d) + (4 * d * d + d)",
         "3 * d * d + d * d + 2 * d + 4 * d * d + 4 * d * d")),
-            lose=("test_gpt2_params",), words=("偏置",)),
+            lose=("test_gpt2_params",), words=("偏置",), breaks=("gpt2-biases",)),
     Variant("gpt2_no_final_ln", gpt2(GPT2_OK.replace("    ln_f = 2 * d\n", "    ln_f = 0\n")),
-            lose=("test_gpt2_params",), words=("ln_f",)),
+            lose=("test_gpt2_params",), words=("ln_f",), breaks=("gpt2-ln-f",)),
     Variant("gpt2_head_bias", gpt2(GPT2_OK.replace("0 if tied else vocab_size * d", "0 if tied else vocab_size * d + vocab_size")),
-            lose=("test_gpt2_params",), words=("lm_head", "没有偏置")),
+            lose=("test_gpt2_params",), words=("lm_head", "没有偏置"), breaks=("gpt2-head-no-bias",)),
     Variant("gpt2_ffn_4d2", gpt2(GPT2_OK.replace("(4 * d * d + 4 * d) + (4 * d * d + d)",
                                                  "(2 * d * d + 4 * d) + (2 * d * d + d)")),
-            lose=("test_gpt2_params",), words=("FFN 算成了 4d²",)),
+            lose=("test_gpt2_params",), words=("FFN 算成了 4d²",), breaks=("gpt2-mlp",)),
     Variant("gpt2_rule_of_thumb", gpt2("    return 12 * n_layer * d * d + vocab_size * d * (1 if tied else 2)\n"),
-            lose=("test_gpt2_params",), words=("速算", "位置嵌入")),
+            lose=("test_gpt2_params",), words=("速算", "位置嵌入"), breaks=("gpt2-exact",)),
     Variant("gpt2_two_bugs", gpt2(GPT2_OK.replace("    wpe = n_ctx * d\n", "    wpe = 0\n")
                                   .replace("    ln_f = 2 * d\n", "    ln_f = 0\n")),
             lose=("test_gpt2_params",), words=("两处错误", "位置嵌入", "ln_f")),
@@ -68,20 +70,54 @@ BUGS = [
         "    from helpers.ch06_param_count import model_cards\n"
         "    return sum(model_cards.measure('gpt2', n_layer, d, vocab_size, n_ctx, tied).values())\n"),
             lose=("test_gpt2_params",), words=("helpers.ch06_param_count.model_cards.measure",)),
+    Variant("gpt2_tensor_count", gpt2("""    shapes = torch.tensor([[vocab_size, d], [n_ctx, d], [1, 2 * d]])
+    per_block = torch.tensor([[2, d], [d, 3 * d], [1, 3 * d], [d, d], [1, d], [2, d], [d, 4 * d], [1, 4 * d],
+                              [4 * d, d], [1, d]])
+    total = shapes.prod(-1).sum() + n_layer * per_block.prod(-1).sum()
+    return total if tied else total + vocab_size * d
+"""), lose=("test_gpt2_params",), words=("张量", "整数"), breaks=("gpt2-int",)),
+    Variant("gpt2_no_wte", gpt2(GPT2_OK.replace("    wte = vocab_size * d\n", "    wte = 0                          # tied: counted as lm_head\n")),
+            lose=("test_gpt2_params",), words=("漏了词嵌入 wte",), breaks=("gpt2-wte",)),
+    Variant("gpt2_ln_weight_only", gpt2(GPT2_OK.replace("block = 2 * d +", "block = d +").replace(
+        "+ 2 * d + (4 * d * d + 4 * d)", "+ d + (4 * d * d + 4 * d)").replace("ln_f = 2 * d", "ln_f = d")),
+            lose=("test_gpt2_params",), words=("只算了 weight",), breaks=("gpt2-ln-weight-bias",)),
+    Variant("gpt2_no_attn_proj", gpt2(GPT2_OK.replace("(3 * d * d + 3 * d) + (d * d + d)", "(3 * d * d + 3 * d)")),
+            lose=("test_gpt2_params",), words=("c_proj",), breaks=("gpt2-attn",)),
+    Variant("gpt2_one_ln_per_block", gpt2(GPT2_OK.replace("block = 2 * d +", "block =")),
+            lose=("test_gpt2_params",), words=("每块只算了一个 LayerNorm",), breaks=("gpt2-ln2",)),
+    Variant("gpt2_ln_f_in_loop", gpt2("""    total = vocab_size * d + n_ctx * d
+    for i in range(n_layer):
+        total += 2 * d + (3 * d * d + 3 * d) + (d * d + d) + 2 * d + (4 * d * d + 4 * d) + (4 * d * d + d)
+        if i == n_layer - 1:
+            total += 2 * d                       # ln_f, after the last block
+    return total + (0 if tied else vocab_size * d)
+"""), lose=("test_gpt2_params",), words=("n_layer = 0",), breaks=("gpt2-zero-layers",)),
     # llama_params
     Variant("llama_with_biases", llama(LLAMA_OK.replace("3 * d * d_ff", "3 * d * d_ff + 4 * d + 2 * d_ff + d")),
-            lose=("test_llama_params",), words=("偏置",)),
+            lose=("test_llama_params",), words=("偏置",), breaks=("llama-attn", "llama-ffn")),
     Variant("llama_ffn_two_matrices", llama(LLAMA_OK.replace("3 * d * d_ff", "2 * d * d_ff")),
-            lose=("test_llama_params",), words=("三个",)),
+            lose=("test_llama_params",), words=("三个",), breaks=("llama-ffn",)),
     Variant("llama_tied_ignored", llama(LLAMA_OK.replace("0 if tied else vocab_size * d", "vocab_size * d")),
-            lose=("test_llama_params",), words=("忽略了 tied",)),
+            lose=("test_llama_params",), words=("忽略了 tied",), breaks=("llama-tied",)),
     Variant("llama_rmsnorm_bias", llama(LLAMA_OK.replace("block = d + 4 * d * d + d", "block = 2 * d + 4 * d * d + 2 * d")
                                         .replace("n_layer * block + d", "n_layer * block + 2 * d")),
-            lose=("test_llama_params",), words=("RMSNorm", "bias")),
+            lose=("test_llama_params",), words=("RMSNorm", "bias"), breaks=("llama-norm-weight-only",)),
     Variant("llama_default_tied", llama(LLAMA_OK, head=LLAMA_HEAD.replace("tied=False", "tied=True")),
-            lose=("test_llama_params",), words=("默认值",)),
+            lose=("test_llama_params",), words=("默认值",), breaks=("llama-default-untied",)),
+    Variant("llama_float", llama("    import math\n" + LLAMA_OK.replace("4 * d * d", "4 * math.pow(d, 2)")),
+            lose=("test_llama_params",), words=("float", "整数"), breaks=("llama-int",)),
+    Variant("llama_rule_of_thumb", llama("    return 12 * n_layer * d * d + vocab_size * d * (1 if tied else 2)\n"),
+            lose=("test_llama_params",), words=("速算",), breaks=("llama-exact",)),
+    Variant("llama_no_embedding", llama(LLAMA_OK.replace("return vocab_size * d + n_layer", "return n_layer")),
+            lose=("test_llama_params",), words=("漏了词嵌入",), breaks=("llama-embedding",)),
+    Variant("llama_qkv_bias", llama(LLAMA_OK.replace("4 * d * d", "4 * d * d + 3 * d")),
+            lose=("test_llama_params",), words=("q、k、v 投影加了偏置",), breaks=("llama-attn",)),
+    Variant("llama_one_norm_per_block", llama(LLAMA_OK.replace("block = d + 4 * d * d + d", "block = d + 4 * d * d")),
+            lose=("test_llama_params",), words=("每块只算了一个 RMSNorm",), breaks=("llama-norm2",)),
+    Variant("llama_output_bias", llama(LLAMA_OK.replace("0 if tied else vocab_size * d", "0 if tied else vocab_size * d + vocab_size")),
+            lose=("test_llama_params",), words=("输出层多算了偏置",), breaks=("llama-head-no-bias",)),
     Variant("llama_no_final_norm", llama(LLAMA_OK.replace("n_layer * block + d", "n_layer * block")),
-            lose=("test_llama_params",), words=("最后的 RMSNorm",)),
+            lose=("test_llama_params",), words=("最后的 RMSNorm",), breaks=("llama-final-norm",)),
 ]
 
 CORRECT = [
@@ -137,7 +173,7 @@ CORRECT = [
     return sum(p.numel() for p in m.parameters())
 """)}),
     Variant("ok_float_and_numpy", {
-        **approx("    return float(12 * n_layer * d * d)\n"),
+        **approx("    return int(12.0 * n_layer * d * d)                # float arithmetic, an int returned\n"),
         **llama("    import numpy as np\n" + LLAMA_OK.replace("return vocab_size", "return np.int64(vocab_size")
                 .replace("+ d + head", "+ d + head)")),
     }),
@@ -177,38 +213,6 @@ CORRECT += [
     return int(vocab_size * d + n_layer * (attention + swiglu + norms) + d + output)
 """)}),
 ]
-
-# (the rule as the exercise states it, the check that enforces it, the wrong answer that breaks it)
-RULES = [
-    ("approx_non_embedding_params returns 12 * L * d^2", "check_approx: seven (L, d), GPT-2 small to GPT-3",
-     "approx_d_not_squared"),
-    ("approx: attention 4d^2 plus FFN 8d^2 per block", "check_approx: seven (L, d)", "approx_ffn_4d2"),
-    ("approx: a number of parameters, a whole number", "check_approx: a result with a fraction fails",
-     "approx_in_millions"),
-    ("gpt2_params: exact, not the rule of thumb", "check_gpt2_params: GPT-2 small is 124,439,808",
-     "gpt2_rule_of_thumb"),
-    ("gpt2_params: the position embedding wpe, n_ctx x d", "check_gpt2_params: models built from nn.Modules",
-     "gpt2_no_wpe"),
-    ("gpt2_params: every Linear has a bias (except lm_head)", "check_gpt2_params: models built from nn.Modules",
-     "gpt2_no_biases"),
-    ("gpt2_params: lm_head has no bias", "check_gpt2_params: models built from nn.Modules", "gpt2_head_bias"),
-    ("gpt2_params: the FFN is Linear(d, 4d) and Linear(4d, d)", "check_gpt2_params: models built from nn.Modules",
-     "gpt2_ffn_4d2"),
-    ("gpt2_params: ln_f after the last block (only embeddings and ln_f at n_layer = 0)",
-     "check_gpt2_params: zero layers, and models built from nn.Modules", "gpt2_no_final_ln"),
-    ("gpt2_params: with tied=True, lm_head shares wte's matrix (counted once)",
-     "check_gpt2_params: tied and untied", "gpt2_tied_twice"),
-    ("llama_params: no biases", "check_llama_params: models built from nn.Modules", "llama_with_biases"),
-    ("llama_params: RMSNorm has a weight and no bias", "check_llama_params: models built from nn.Modules",
-     "llama_rmsnorm_bias"),
-    ("llama_params: SwiGLU, three matrices gate, up, down", "check_llama_params: LLaMA-2 7B is 6,738,415,616",
-     "llama_ffn_two_matrices"),
-    ("llama_params: the final RMSNorm", "check_llama_params: models built from nn.Modules", "llama_no_final_norm"),
-    ("llama_params: tied=True shares the output layer with the embedding", "check_llama_params: tied and untied",
-     "llama_tied_ignored"),
-    ("llama_params: tied is False by default", "check_llama_params: called without tied", "llama_default_tied"),
-]
-
 
 # ------------------------------------------------------------------ browser test
 
