@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from helpers.i18n import t
 
-from .cases import F32, Check, Earlier, Tol, compare, on_its_own, passes, same, value_failure
+from .cases import F32, FINGERPRINT, Check, Earlier, Tol, compare, on_its_own, passes, same, value_failure
 from .core import (
     SOFTMAX_FAMILY,
     Bug,
@@ -29,8 +29,8 @@ from .core import (
     GradingFailure,
     as_f64,
     call,
-    expect_autograd,
     failure,
+    forbidden,
     passed,
     seeded,
     show,
@@ -77,6 +77,27 @@ TOK_BUGS = {
                    "词表外的字符被悄悄跳过了：编码结果比原文短，后面的内容全部错位。应抛出 ValueError 并写出是哪个字符。",
                    "characters outside the vocabulary are silently skipped: the encoding is shorter than the text "
                    "and everything after it is misaligned. Raise a ValueError that names the character.", None),
+    "unnamed": Bug("tokenizer_unknown_not_named",
+                   "错误信息里没有写出是哪个字符：学生看到报错却不知道是哪个字符不在词表里。把它写进信息，"
+                   "例如 ValueError(f\"character {ch!r} is not in the vocabulary\")。",
+                   "the error message does not say which character it is, so whoever reads it cannot tell what is "
+                   "missing from the vocabulary. Put it in the message, e.g. ValueError(f\"character {ch!r} is not in "
+                   "the vocabulary\").", None),
+    "not_list": Bug("tokenizer_encode_not_a_list",
+                    "encode 返回的不是 Python 的 list[int]（而是张量、元组或别的类型）：题目要求 encode(s) -> list[int]，"
+                    "列表里是 Python 的 int。要张量时由调用者自己 torch.tensor(tok.encode(s))。",
+                    "encode does not return a Python list[int] (but a tensor, a tuple or something else): the exercise "
+                    "asks for encode(s) -> list[int] holding Python ints. A caller that wants a tensor writes "
+                    "torch.tensor(tok.encode(s)).", None),
+    "joined": Bug("tokenizer_decode_adds_spaces",
+                  "decode 在字符之间插入了空格（\" \".join）：一个字符一个 token，拼回去时什么都不加，用 \"\".join(...)。",
+                  "decode puts spaces between the characters (\" \".join): one token is one character, so join them with "
+                  "nothing in between, \"\".join(...).", None),
+    "tensor_ids": Bug("tokenizer_decode_rejects_tensor",
+                      "decode 不接受整数张量：张量里的元素是 0 维张量，不能直接当字典的键或列表的下标查表。"
+                      "先转成 int（int(i)，或 ids.tolist()）再查表。",
+                      "decode does not accept an integer tensor: its elements are 0-dimensional tensors, which do not "
+                      "work as dictionary keys. Turn them into int first (int(i), or ids.tolist()).", None),
     "mapped": Bug("tokenizer_maps_unknown",
                   "词表外的字符被悄悄编成了某个已有的编号：应抛出 ValueError 并写出是哪个字符。",
                   "a character outside the vocabulary is silently given an existing id: raise a ValueError that "
@@ -110,7 +131,11 @@ def _tokenizer_checks(CharTokenizer) -> int:
         n += 1
         if size != len(chars):
             raise failure(f"{label}.vocab_size", str(len(chars)), repr(size), TOK_BUGS["size"])
-        ids = _as_ids(call(tok.encode, text, what=f"{label}.encode"), f"{label}.encode")
+        raw = call(tok.encode, text, what=f"{label}.encode")
+        if not isinstance(raw, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in raw):
+            raise failure(t(f"{label}.encode({text!r}) 的返回值", f"{label}.encode({text!r}): the value returned"),
+                          t("Python 的 list[int]", "a Python list[int]"), type(raw).__name__, TOK_BUGS["not_list"])
+        ids = _as_ids(raw, f"{label}.encode")
         expected = [chars.index(c) for c in text]
         n += 1
         if ids != expected:
@@ -120,8 +145,10 @@ def _tokenizer_checks(CharTokenizer) -> int:
         back = call(tok.decode, ids, what=f"{label}.decode")
         n += 1
         if back != text:
-            raise failure(f"{label}.decode(encode(s))", repr(text), repr(back))
-        back = call(tok.decode, torch.tensor(ids), what=t(f"{label}.decode(整数张量)", f"{label}.decode(int tensor)"))
+            raise failure(f"{label}.decode(encode(s))", repr(text), repr(back),
+                          TOK_BUGS["joined"] if back == " ".join(text) else None)
+        back = call(tok.decode, torch.tensor(ids), what=t(f"{label}.decode(整数张量)", f"{label}.decode(int tensor)"),
+                    hints=[(lambda exc, line: isinstance(exc, (KeyError, TypeError, IndexError)), TOK_BUGS["tensor_ids"])])
         n += 1
         if back != text:
             raise failure(t(f"{label}.decode(整数张量)", f"{label}.decode(int tensor)"), repr(text), repr(back),
@@ -141,7 +168,7 @@ def _tokenizer_checks(CharTokenizer) -> int:
             if bad not in str(err) and repr(bad) not in str(err):
                 raise _fail(f"{label}：抛出了 {type(err).__name__}，但信息里没有写出是哪个字符（{bad!r}）：{err}",
                             f"{label}: raised {type(err).__name__}, but the message does not name the character "
-                            f"({bad!r}): {err}") from None
+                            f"({bad!r}): {err}", TOK_BUGS["unnamed"]) from None
             continue
         except Exception as err:
             raise _fail(f"{label}：应抛出 ValueError，实际抛出 {type(err).__name__}: {err}",
@@ -174,6 +201,16 @@ BATCH_BUGS = {
                       "应写 torch.randint(len(data) - block_size, ...)。",
                       "the last valid start, len(data) - block_size - 1, is never drawn: torch.randint's upper bound "
                       "is exclusive, so write torch.randint(len(data) - block_size, ...).", None),
+    "transposed": Bug("batch_shape_transposed",
+                      "x、y 的形状是 (block_size, batch_size)，两维反了：应是 (batch_size, block_size)，每一行是一个窗口"
+                      "（用 torch.stack 把各个窗口叠成行，不要再转置）。",
+                      "x and y have shape (block_size, batch_size), the two axes swapped: it must be (batch_size, "
+                      "block_size), one window per row (stack the windows as rows, without a transpose).", None),
+    "separate": Bug("batch_y_from_another_draw",
+                    "y 的窗口和 x 的不是同一个起点：y 来自另一次抽样（两次抽样各抽了一组起点）。x 和 y 要用同一个起点 i："
+                    "x = data[i : i+block_size]，y = data[i+1 : i+1+block_size]。",
+                    "the windows of y do not start where those of x do: y comes from another draw (two draws, two sets of "
+                    "starts). Use one start i for both: x = data[i : i+block_size], y = data[i+1 : i+1+block_size].", None),
     "generator": Bug("batch_ignores_generator",
                      "没有把 generator 传给 torch.randint：同一个种子两次取到的批量不同，训练无法复现。",
                      "the generator is not passed to torch.randint: the same seed gives two different batches, so "
@@ -185,7 +222,8 @@ def _batch(get_batch, data, block_size, batch_size, seed, label):
     out = call(_catching(get_batch), data, block_size, batch_size, generator=seeded(seed), what=label)
     exc = _raised(out)
     if exc is not None:
-        bug = BATCH_BUGS["past_end"] if isinstance(exc, (RuntimeError, IndexError)) else None
+        bug = BATCH_BUGS["last_start"] if "'from' to be less than 'to'" in str(exc) else \
+            BATCH_BUGS["past_end"] if isinstance(exc, (RuntimeError, IndexError)) else None
         raise _fail(f"{label}：你的代码抛出了 {type(exc).__name__}: {exc}",
                     f"{label}: your code raised {type(exc).__name__}: {exc}", bug)
     if not (isinstance(out, tuple) and len(out) == 2 and all(isinstance(z, torch.Tensor) for z in out)):
@@ -205,8 +243,9 @@ def check_get_batch(get_batch) -> None:
         n += 1
         for name, z in (("x", x), ("y", y)):
             if tuple(z.shape) != (batch, block):
-                raise failure(t(f"{label}：{name} 的形状", f"{label}: shape of {name}"), str((batch, block)),
-                              str(tuple(z.shape)))
+                raise failure(t(f"{label}：{name} 的形状 (batch_size, block_size)", f"{label}: shape of {name}, "
+                                "(batch_size, block_size)"), str((batch, block)), str(tuple(z.shape)),
+                              BATCH_BUGS["transposed"] if tuple(z.shape) == (block, batch) else None)
             if z.dtype != torch.long:
                 raise failure(t(f"{label}：{name} 的 dtype", f"{label}: dtype of {name}"), "torch.int64", str(z.dtype))
         if block > 1 and not torch.equal(x[:, 1:] - x[:, :-1], torch.ones(batch, block - 1, dtype=torch.long)):
@@ -218,8 +257,10 @@ def check_get_batch(get_batch) -> None:
                           str(sorted(set(starts.tolist()))), BATCH_BUGS["past_end"])
         if not torch.equal(y, x + 1):
             shift = (y - x)[0, 0].item()
+            contiguous = block == 1 or torch.equal(y[:, 1:] - y[:, :-1], torch.ones(batch, block - 1, dtype=y.dtype))
             bug = BATCH_BUGS["not_shifted"] if torch.equal(y, x) else BATCH_BUGS["shift_two"] if \
-                torch.equal(y, x + 2) else None
+                torch.equal(y, x + 2) else BATCH_BUGS["separate"] if contiguous and len(set((y - x)[:, 0].tolist())) > 1 \
+                else None
             raise failure(t(f"{label}：y 与 x 的关系", f"{label}: y against x"),
                           t("y = x 向右挪一格（y[b, t] = x[b, t] 的下一个 token）", "y = x shifted by one"),
                           t(f"y[0] - x[0] = {shift}（x[0] = {x[0, :6].tolist()}，y[0] = {y[0, :6].tolist()}）",
@@ -297,6 +338,184 @@ GPT_BUGS = {
 }
 
 
+GPT_BUGS.update({
+    "bias": Bug("gpt_lm_head_has_bias", "lm_head 带了偏置：要写 nn.Linear(d_model, vocab_size, bias=False)。它和词嵌入共享的只有"
+                "权重矩阵，偏置是多出来的一组参数。",
+                "the lm_head has a bias: write nn.Linear(d_model, vocab_size, bias=False). Only the weight matrix is shared "
+                "with the token embedding; a bias is an extra set of parameters.", None),
+    "loss_not_none": Bug("gpt_loss_not_none_without_targets", "没有 targets 时 loss 应是 None（生成时就是这样调用的），"
+                         "这里却是一个数。写 loss = None，只有 targets is not None 时才算交叉熵。",
+                         "without targets the loss must be None (that is how generation calls the model); here it is a "
+                         "number. Start from loss = None and compute the cross-entropy only when targets is not None.", None),
+    "dropout_eval": Bug("gpt_dropout_in_eval_mode", "dropout 在 eval() 模式下也在丢：注意力的 dropout_p 要写成 "
+                        "self.dropout if self.training else 0.0（F.dropout 要传 training=self.training），"
+                        "评估和生成时模型才是确定的。",
+                        "dropout still drops in eval() mode: the attention's dropout_p must be self.dropout if "
+                        "self.training else 0.0 (and F.dropout needs training=self.training), so that evaluation and "
+                        "generation are deterministic.", None),
+    "no_attn_dropout": Bug("gpt_attention_dropout_missing", "注意力权重上没有 dropout：训练模式下（dropout=0.5）注意力的输出和 "
+                           "eval 模式下完全一样。用融合实现时传 dropout_p=self.dropout if self.training else 0.0，"
+                           "手写时在 softmax 之后 F.dropout(weights, self.dropout, self.training)。",
+                           "there is no dropout on the attention weights: in training mode (dropout=0.5) the attention's "
+                           "output equals its output in eval mode. Pass dropout_p=self.dropout if self.training else 0.0 "
+                           "to the fused kernel, or apply F.dropout(weights, self.dropout, self.training) after the softmax.",
+                           None),
+    "no_emb_dropout": Bug("gpt_embedding_dropout_missing", "词嵌入加位置嵌入之后没有 dropout：训练模式下（dropout=0.5）进入第一个块"
+                          "的正是 wte(idx) + wpe(pos)，一个都没有丢。加上 self.emb_drop = nn.Dropout(config.dropout)，"
+                          "forward 里 x = self.emb_drop(self.wte(idx) + self.wpe(pos))。",
+                          "there is no dropout after adding the token and position embeddings: in training mode "
+                          "(dropout=0.5) the first block receives exactly wte(idx) + wpe(pos), nothing dropped. Add "
+                          "self.emb_drop = nn.Dropout(config.dropout) and write x = self.emb_drop(self.wte(idx) + "
+                          "self.wpe(pos)) in forward.", None),
+    "no_scale": Bug("gpt_attention_not_scaled", "注意力分数没有除以 √d_k：要用 q @ kᵀ / √d_k（d_k 是每个头的宽度 "
+                    "d_model / n_head），否则分数随 d_k 变大，softmax 饱和（第 1 章）。",
+                    "the attention scores are not divided by √d_k: use q @ kᵀ / √d_k (d_k is one head's width, d_model / "
+                    "n_head), or the scores grow with d_k and the softmax saturates (chapter 1).", None),
+    "scale_d": Bug("gpt_attention_scaled_by_d_model", "注意力分数除的是 √d_model，应是每个头的宽度 √d_k = √(d_model / n_head)。",
+                   "the attention scores are divided by √d_model; divide by the width of one head, √d_k = "
+                   "√(d_model / n_head).", None),
+    "heads_split": Bug("gpt_heads_split_wrong", "拆成多头时直接 view/reshape 成 (B, n_head, T, d_k)：这样切开的不是各个头的通道，"
+                       "而是把不同位置的数混进了同一行。要先 view(B, T, n_head, d_k)，再 transpose(1, 2)。",
+                       "the split into heads reshapes straight to (B, n_head, T, d_k): that does not cut each position's "
+                       "channels into heads but mixes different positions into one row. View as (B, T, n_head, d_k) "
+                       "first, then transpose(1, 2).", None),
+    "heads_merge": Bug("gpt_heads_merged_wrong", "多头拼回 (B, T, d) 时没有先 transpose(1, 2)：直接 reshape (B, n_head, T, d_k) "
+                       "会把不同位置的输出混在一起。写 y.transpose(1, 2).reshape(B, T, d)（或 .contiguous().view）。",
+                       "the heads are merged back to (B, T, d) without a transpose(1, 2) first: reshaping (B, n_head, T, "
+                       "d_k) directly mixes the outputs of different positions. Write y.transpose(1, 2).reshape(B, T, d) "
+                       "(or .contiguous().view).", None),
+    "no_wpe": Bug("gpt_position_embedding_unused", "位置嵌入没有加上：x 只是 wte(idx)，模型不知道每个 token 在第几个位置。"
+                  "x = wte(idx) + wpe(torch.arange(T))。",
+                  "the position embedding is not added: x is only wte(idx), so the model cannot tell where a token stands. "
+                  "x = wte(idx) + wpe(torch.arange(T)).", None),
+    "no_ln_f": Bug("gpt_final_layernorm_unused", "最后的 LayerNorm ln_f 建了却没有用：logits = lm_head(ln_f(x))。",
+                   "the final LayerNorm ln_f is built but never applied: logits = lm_head(ln_f(x)).", None),
+})
+
+
+class _NoReference(Exception):
+    pass
+
+
+def _ref_attention(attn, h, *, scale="d_k", split=True, merge=True):
+    """Causal multi-head attention of ``attn``'s own projections (c_attn, or q/k/v_proj), written here."""
+    B, T, d = h.shape
+    if isinstance(getattr(attn, "c_attn", None), nn.Linear):
+        q, k, v = attn.c_attn(h).split(d, dim=-1)
+    elif all(isinstance(getattr(attn, n, None), nn.Linear) for n in ("q_proj", "k_proj", "v_proj")):
+        q, k, v = attn.q_proj(h), attn.k_proj(h), attn.v_proj(h)
+    else:
+        raise _NoReference
+    nh = attn.n_head
+    dk = d // nh
+    q, k, v = ((z.view(B, T, nh, dk).transpose(1, 2) if split else z.reshape(B, nh, T, dk)) for z in (q, k, v))
+    s = q @ k.transpose(-2, -1)
+    s = s / math.sqrt(dk if scale == "d_k" else d) if scale else s
+    s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    y = torch.softmax(s, dim=-1) @ v
+    y = y.transpose(1, 2).reshape(B, T, d) if merge else y.reshape(B, T, d)
+    return attn.c_proj(y)
+
+
+def _ref_logits(model, idx, *, wpe=True, ln_f=True, **attn_kw):
+    T = idx.shape[1]
+    x = model.wte(idx)
+    if wpe:
+        x = x + model.wpe(torch.arange(T))
+    for blk in model.blocks:
+        x = x + _ref_attention(blk.attn, blk.ln_1(x), **attn_kw)
+        x = x + blk.mlp(blk.ln_2(x))
+    return model.lm_head(model.ln_f(x) if ln_f else x)
+
+
+_GPT_REF_BUGS = (("no_scale", dict(scale=None)), ("scale_d", dict(scale="d")), ("heads_split", dict(split=False)),
+                 ("heads_merge", dict(merge=False)), ("no_wpe", dict(wpe=False)), ("no_ln_f", dict(ln_f=False)))
+
+
+def _in_float64(model):
+    """A float64 copy of the model when it runs in float64, else the model itself."""
+    try:
+        m64 = copy.deepcopy(model).double()
+        with torch.no_grad():
+            m64(torch.zeros(1, 3, dtype=torch.long))
+        return m64, Tol(1e-6, 1e-6)
+    except Exception:  # noqa: BLE001 - a model that insists on float32 is compared in float32
+        return model, Tol(1e-4, 1e-4)
+
+
+def _gpt_known_bug(model, idx, logits) -> Bug | None:
+    """The wiring mistake (scale, heads, embeddings, ln_f) whose reference gives these logits, if any."""
+    with torch.no_grad():
+        for key, kw in _GPT_REF_BUGS:
+            try:
+                wrong = _ref_logits(model, idx, **kw)
+            except Exception:  # noqa: BLE001 - a layout the reference does not know
+                return None
+            if same(logits, wrong, FINGERPRINT):
+                return GPT_BUGS[key]
+    return None
+
+
+def _gpt_matches_reference(model, V) -> None:
+    """The logits equal those of the wiring the exercise describes, with the student's own parameters."""
+    if not all(hasattr(model, a) for a in ("wte", "wpe", "blocks", "ln_f", "lm_head")) or \
+            not all(all(hasattr(b, a) for a in ("ln_1", "attn", "ln_2", "mlp")) for b in model.blocks):
+        return
+    m, tol = _in_float64(model)
+    idx = torch.randint(V, (2, 9), generator=seeded(73))
+    with torch.no_grad():
+        logits = _forward(m, idx, t("GPT(idx 形状 (2, 9))", "GPT(idx of shape (2, 9))"), V=V)[0]
+        try:
+            want = _ref_logits(m, idx)
+        except _NoReference:
+            return
+    verdict = compare(logits, want, tol)
+    if verdict.problem is not None:
+        raise value_failure(t("GPT：logits（用你的参数按题目的接法算出的参考值）",
+                              "GPT: logits (the reference computed from your parameters, wired as the exercise says)"),
+                            logits, want, tol, verdict, _gpt_known_bug(m, idx, logits),
+                            hint=t("对照第 5 节：wte(idx) + wpe(位置)，每个块 x + attn(ln_1(x))、x + mlp(ln_2(x))，"
+                                   "最后 lm_head(ln_f(x))；注意力是因果的、按 √d_k 缩放的多头注意力。",
+                                   "compare with section 5: wte(idx) + wpe(positions), each block x + attn(ln_1(x)) and "
+                                   "x + mlp(ln_2(x)), then lm_head(ln_f(x)); attention is causal multi-head attention "
+                                   "scaled by √d_k."))
+
+
+def _gpt_dropout_train(GPT, GPTConfig, V, C) -> None:
+    """In training mode, dropout acts on the embeddings' sum and inside the attention."""
+    torch.manual_seed(8)
+    m = _build(GPT, GPTConfig, "GPT(..., dropout=0.5)", vocab_size=V, n_ctx=C, n_layer=1, n_head=2, d_model=16,
+               dropout=0.5).train()
+    idx = torch.randint(V, (4, 12), generator=seeded(74))
+    if all(hasattr(m, a) for a in ("wte", "wpe", "blocks")) and len(m.blocks):
+        seen = []
+        hook = m.blocks[0].register_forward_pre_hook(lambda mod, args: seen.append(args[0].detach().clone()))
+        try:
+            torch.manual_seed(9)
+            _forward(m, idx, "GPT(dropout=0.5).train()", V=V)
+        finally:
+            hook.remove()
+        with torch.no_grad():
+            emb = m.wte(idx) + m.wpe(torch.arange(idx.shape[1]))
+        if seen and torch.allclose(seen[0], emb):
+            raise _fail("GPT：dropout=0.5、训练模式下，进入第一个块的正是 wte(idx) + wpe(位置)，一个都没有丢。",
+                        "GPT: with dropout=0.5 in training mode, the first block receives exactly wte(idx) + "
+                        "wpe(positions), nothing dropped.", GPT_BUGS["no_emb_dropout"])
+        attn = m.blocks[0].attn
+        x = torch.randn(2, 7, 16, generator=seeded(75))
+        with torch.no_grad():
+            outs = []
+            for s in (10, 11, 12):
+                torch.manual_seed(s)
+                outs.append(attn.train()(x))
+            calm = attn.eval()(x)
+        m.train()
+        if all(torch.allclose(o, calm, atol=1e-6) for o in outs):
+            raise _fail("GPT：dropout=0.5 时，训练模式下注意力（blocks[0].attn）的输出和 eval 模式下完全一样。",
+                        "GPT: with dropout=0.5 the attention (blocks[0].attn) gives in training mode exactly what it "
+                        "gives in eval mode.", GPT_BUGS["no_attn_dropout"])
+
+
 def _build(GPT, GPTConfig, label, **cfg):
     config = call(GPTConfig, what=f"GPTConfig({cfg})", **cfg)
     return call(GPT, config, what=label)
@@ -338,7 +557,7 @@ def _gpt_structure(model, label, V, C, L, D) -> None:
         raise failure(f"{label}: model.lm_head.weight is model.wte.weight", "True", "False", bug)
     if getattr(model.lm_head, "bias", None) is not None:
         raise _fail(f"{label}：lm_head 不应有偏置（bias=False），它和词嵌入共享的只有权重矩阵。",
-                    f"{label}: lm_head must have no bias (bias=False); only the weight matrix is shared.")
+                    f"{label}: lm_head must have no bias (bias=False); only the weight matrix is shared.", GPT_BUGS["bias"])
 
 
 def _gpt_loss(model, V) -> None:
@@ -348,7 +567,8 @@ def _gpt_loss(model, V) -> None:
     with torch.no_grad():
         _, loss = _forward(model, idx, t("GPT(idx 形状 (3, 10))", "GPT(idx of shape (3, 10))"), V=V)
         if loss is not None:
-            raise failure(t("GPT(idx)：没有 targets 时的 loss", "GPT(idx): loss without targets"), "None", show(loss))
+            raise failure(t("GPT(idx)：没有 targets 时的 loss", "GPT(idx): loss without targets"), "None", show(loss),
+                          GPT_BUGS["loss_not_none"])
         logits, loss = _forward(model, idx, "GPT(idx, targets)", targets, V=V)
     ref = F.cross_entropy(logits.double().reshape(-1, V), targets.reshape(-1))
     label = t("GPT(idx, targets)：loss（用返回的 logits 算出的平均交叉熵）",
@@ -419,13 +639,13 @@ def _gpt_dropout_eval(GPT, GPTConfig, V, C) -> None:
     if not torch.equal(a, b):
         raise _fail("GPT：dropout=0.2 的模型在 eval() 模式下两次输出不同：dropout 应只在训练时生效（self.training）。",
                     "GPT: with dropout=0.2 the model gives two different outputs in eval() mode: dropout must "
-                    "only act while training (self.training).")
+                    "only act while training (self.training).", GPT_BUGS["dropout_eval"])
 
 
 def check_gpt(GPT, GPTConfig) -> None:
     with on_its_own(GPT, (CE_EARLIER,)):
         _check_gpt(GPT, GPTConfig)
-        passed("GPT", 7)                      # here: a check seals with its own name
+        passed("GPT", 10)                     # here: a check seals with its own name
 
 
 def _check_gpt(GPT, GPTConfig) -> None:
@@ -437,8 +657,10 @@ def _check_gpt(GPT, GPTConfig) -> None:
     model.eval()
     _gpt_loss(model, V)
     _gpt_lengths(model, C, V)
+    _gpt_matches_reference(model, V)
     _gpt_initial_loss(GPT, GPTConfig)
     _gpt_dropout_eval(GPT, GPTConfig, V, C)
+    _gpt_dropout_train(GPT, GPTConfig, V, C)
 
 
 def _changed_positions(la, lb, p) -> list[int]:
@@ -463,10 +685,11 @@ def _gpt_causality(model, V, T) -> None:
         if changed:
             # a one-step leak travels one position further back per layer
             leak = changed == list(range(p - len(changed), p)) and len(changed) <= 2 and len(changed) < p
+            wiring = _gpt_known_bug(model, a, la) if la.dtype == torch.float64 else None
             raise failure(t(f"GPT：只改动位置 {p} 及以后的 token，位置 0…{p - 1} 的 logits",
                             f"GPT: tokens changed from position {p} on; logits at positions 0…{p - 1}"),
                           t("不变", "unchanged"), t(f"位置 {changed} 变了", f"positions {changed} changed"),
-                          GPT_BUGS["sees_next"] if leak else GPT_BUGS["no_mask"])
+                          wiring or (GPT_BUGS["sees_next"] if leak else GPT_BUGS["no_mask"]))
         if p < T - 1 and (la[:, p:] - lb[:, p:]).abs().max() < 1e-12:
             raise _fail(f"GPT：改动了位置 {p} 之后的 token，后面的 logits 却完全没变：模型没有用到输入？",
                         f"GPT: tokens from position {p} on changed but the logits there did not: is the input used?")
@@ -580,6 +803,17 @@ GEN_BUGS = {
                           "the top-k threshold has shape (B,), which does not broadcast against logits of shape (B, V) "
                           "(it only happens to work when B = 1). Keep the last axis: torch.topk(logits, k).values[:, [-1]] "
                           "(or [..., -1:], or .unsqueeze(-1)).", None),
+    "topk_large": Bug("generate_topk_larger_than_vocab",
+                      "top_k 比词表还大时 torch.topk 报错（selected index k out of range）：题目说这时等于不过滤。"
+                      "先 k = min(top_k, logits.size(-1))，或 top_k 不小于词表大小时跳过过滤。",
+                      "torch.topk fails when top_k is larger than the vocabulary (selected index k out of range): the "
+                      "exercise says that means no filtering. Take k = min(top_k, logits.size(-1)) first, or skip the "
+                      "filter when top_k is at least the vocabulary size.", None),
+    "new_only": Bug("generate_returns_new_tokens_only",
+                    "只返回了新生成的 max_new_tokens 个 token：要返回完整的序列，原来的 idx 在前，新的接在后面，形状 "
+                    "(B, T + max_new_tokens)。",
+                    "only the max_new_tokens new tokens are returned: return the whole sequence, the original idx followed "
+                    "by the new tokens, of shape (B, T + max_new_tokens).", None),
     "last_pos": Bug("generate_wrong_position",
                     "取的不是最后一个位置的 logits：下一个 token 的打分在 logits[:, -1, :]。",
                     "these are not the logits of the last position: the next token's scores are logits[:, -1, :].",
@@ -605,6 +839,7 @@ GEN_HINTS = [
     (lambda exc, line: isinstance(exc, ValueError) and "n_ctx" in str(exc), GEN_BUGS["no_crop"]),
     (lambda exc, line: "must match the size of tensor" in str(exc) and any(w in line for w in ("<", ">", "topk", "kth")),
      GEN_BUGS["topk_broadcast"]),
+    (lambda exc, line: "k out of range" in str(exc) or ("topk" in line and "out of range" in str(exc)), GEN_BUGS["topk_large"]),
 ]
 
 
@@ -615,6 +850,7 @@ def _generate(generate, table, idx, steps, label, **kw):
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise failure(t(f"generate({label})：输出形状", f"generate({label}): output shape"), str(want), str(got),
+                      GEN_BUGS["new_only"] if got == (idx.shape[0], steps) else None,
                       hint=t("返回完整的序列：原来的 idx 加上新生成的 token。",
                              "return the whole sequence: the original idx followed by the new tokens."))
     if not torch.equal(out[:, :idx.shape[1]], idx):
@@ -713,6 +949,18 @@ def check_generate(generate) -> None:
 CE_FORBIDDEN = SOFTMAX_FAMILY | frozenset({"cross_entropy", "nll_loss", "nll_loss_nd", "nll_loss2d", "binary_cross_entropy"})
 
 
+def own_loss(what: str):
+    """While a later exercise (the step, the evaluation) runs: its loss comes from the student's own
+    cross_entropy, so torch's (and its parts) may not be called. A correct cross_entropy standing in for a wrong
+    one is the grader's own call and stays allowed."""
+    return forbidden(CE_FORBIDDEN, what,
+                     t(f"{what} 的损失要用你在练习 3 写的 cross_entropy，不能调用 {{name}}：数是一样的，但这一题要求用你自己的函数"
+                       "（练习 3 的 cross_entropy 错了也没关系，评分时会换上一个正确的）。",
+                       f"{what} computes its loss with your own cross_entropy of exercise 3: calling {{name}} is not "
+                       "allowed. The number is the same, but the exercise asks for your function (if your cross_entropy "
+                       "is wrong, the grader puts a correct one in its place)."))
+
+
 def ref_cross_entropy(logits, targets) -> torch.Tensor:
     """Mean cross-entropy in float64, from log-sum-exp."""
     z = as_f64(logits).reshape(-1, logits.shape[-1])
@@ -751,6 +999,43 @@ def _ce_no_lse(logits, targets):
     return (-z[torch.arange(z.shape[0]), targets.reshape(-1)]).mean()
 
 
+def _ce_parts(logits, targets):
+    z = as_f64(logits).reshape(-1, logits.shape[-1])
+    ids = targets.reshape(-1)
+    m = z.max(dim=-1, keepdim=True).values
+    return z, ids, m, z[torch.arange(z.shape[0]), ids]
+
+
+def _ce_log2(logits, targets):
+    z, ids, m, right = _ce_parts(logits, targets)
+    return (m.squeeze(-1) + torch.log2(torch.exp(z - m).sum(-1)) - right).mean()
+
+
+def _ce_shift_dropped(logits, targets):
+    z, ids, m, right = _ce_parts(logits, targets)
+    return (torch.log(torch.exp(z - m).sum(-1)) - right).mean()
+
+
+def _ce_global_max(logits, targets):
+    z, ids, _, right = _ce_parts(logits, targets)
+    m = z.max()
+    return (m + torch.log(torch.exp(z - m).sum(-1)) - right).mean()
+
+
+def _ce_right_every_row(logits, targets):
+    z, ids, _, _ = _ce_parts(logits, targets)
+    return (torch.logsumexp(z, -1) - z[:, ids]).mean()
+
+
+def _ce_sign(logits, targets):
+    return -ref_cross_entropy(logits, targets)
+
+
+def _ce_all_tokens(logits, targets):
+    z, _, _, _ = _ce_parts(logits, targets)
+    return (torch.logsumexp(z, -1, keepdim=True) - z).mean()
+
+
 CE_BUGS = [
     Bug("ce_sum_not_mean", "这是所有位置损失的和：要取平均（.mean()）。",
         "this is the sum of the losses over all positions: take the mean (.mean()).", _ce_sum),
@@ -763,7 +1048,49 @@ CE_BUGS = [
     Bug("ce_missing_log_sum_exp", "只取了正确 token 的分数（取负），少了 ln Σ exp(z) 那一项：没有归一化成概率。",
         "only the right token's score (negated) is there; the ln Σ exp(z) term is missing, so nothing is normalised "
         "into probabilities.", _ce_no_lse),
+    Bug("ce_log_base_2", "用的是以 2 为底的对数（torch.log2）：交叉熵用自然对数 ln（torch.log），"
+        "以 2 为底量出来的是比特，和 ln V、PyTorch 的损失都对不上（差一个因子 ln 2）。",
+        "this uses the base-2 logarithm (torch.log2): the cross-entropy uses the natural log ln (torch.log); base 2 "
+        "measures bits and matches neither ln V nor PyTorch's loss (off by a factor ln 2).", _ce_log2),
+    Bug("ce_max_not_added_back", "减去的最大值 m 没有加回来：ln Σ exp(z) = m + ln Σ exp(z − m)，"
+        "只写 ln Σ exp(z − m) 会让每个位置的损失少了 m。",
+        "the maximum m that was subtracted is not added back: ln Σ exp(z) = m + ln Σ exp(z − m); writing only "
+        "ln Σ exp(z − m) leaves every position's loss short by m.", _ce_shift_dropped),
+    Bug("ce_max_of_whole_batch", "减去的是整批 logits 的最大值（z.max()），不是每一行自己的最大值：某一行的分数都远低于"
+        "整批最大值时，exp(z − m) 全部下溢成 0，取 log 得 -inf。要写 z.max(dim=-1, keepdim=True)。",
+        "the maximum subtracted is that of the whole batch (z.max()), not each row's own: when a row's scores lie far "
+        "below the batch maximum, exp(z − m) underflows to 0 everywhere and its log is -inf. Write "
+        "z.max(dim=-1, keepdim=True).", _ce_global_max),
+    Bug("ce_right_score_every_row", "正确 token 的分数取错了：z[:, ids] 会从每一行都取出所有位置的正确答案（一个 N × N 的矩阵）。"
+        "每一行只取自己那一个：z[torch.arange(N), ids]（或 z.gather(1, ids[:, None])）。",
+        "the right token's score is picked wrongly: z[:, ids] takes every position's answer from every row (an N × N "
+        "matrix). Take one per row: z[torch.arange(N), ids] (or z.gather(1, ids[:, None])).", _ce_right_every_row),
+    Bug("ce_sign_flipped", "符号反了：损失是 ln Σ exp(z) − z_y（总是 ≥ 0），这里算成了 z_y − ln Σ exp(z)。",
+        "the sign is flipped: the loss is ln Σ exp(z) − z_y (never negative); this computes z_y − ln Σ exp(z).",
+        _ce_sign),
+    Bug("ce_mean_over_all_tokens", "没有挑出正确 token：这是 −log p 在词表所有 token 上的平均，而损失只看正确答案 y 的那一项："
+        "ln Σ exp(z) − z_y。",
+        "the right token is never picked: this averages −log p over every token of the vocabulary, while the loss "
+        "looks only at the right answer y: ln Σ exp(z) − z_y.", _ce_all_tokens),
 ]
+CE_SHAPE = Bug("ce_assumes_three_axes", "代码假定 logits 一定是三维 (B, T, V)（例如 B, T, V = logits.shape）："
+               "题目要求形状 (..., V) 都能用，(N, V) 也要能算。用 logits.reshape(-1, logits.shape[-1]) 把前面的维度压成一维。",
+               "the code assumes logits are always 3-D (B, T, V) (e.g. B, T, V = logits.shape): the exercise asks for "
+               "any shape (..., V), (N, V) included. Flatten the leading axes with logits.reshape(-1, logits.shape[-1]).")
+CE_NOT_SCALAR = Bug("ce_not_a_scalar", "返回的不是 0 维张量（标量），而是形状 (1,) 之类的张量（mean(dim=0, keepdim=True)、"
+                    "reshape(1) 或 unsqueeze）：直接用 .mean()，不带 dim 和 keepdim。",
+                    "the result is not a 0-dimensional tensor (a scalar) but one of shape (1,) or so "
+                    "(mean(dim=0, keepdim=True), reshape(1), unsqueeze): use plain .mean(), without dim or keepdim.")
+CE_DTYPE = Bug("ce_dtype_changed", "返回值的 dtype 和 logits 不同（例如先 .float() 或 .double()）：dtype 和 logits 相同——"
+               "float64 进，float64 出——梯度检查和半精度训练都靠这一点。",
+               "the result's dtype differs from that of the logits (a .float() or .double() on the way): keep the "
+               "dtype of the logits — float64 in, float64 out — the gradient check and half-precision training rely "
+               "on it.")
+CE_DETACHED = Bug("ce_cut_from_graph", "损失断开了计算图（.item() 再 torch.tensor(...)、.detach() 或 numpy）：训练靠它求梯度，"
+                  "loss.backward() 传不回 logits。全程用张量运算，直接返回 .mean() 的结果。",
+                  "the loss is cut off from autograd (.item() then torch.tensor(...), .detach(), or numpy): training "
+                  "needs its gradient and loss.backward() cannot reach the logits. Stay with tensor operations and "
+                  "return the result of .mean().")
 CE_OVERFLOW = Bug("ce_overflow", "e^z 溢出成了 inf（或下溢成 0 取 log 得 -inf）：先减去每一行的最大值 m，"
                   "ln Σ exp(z) = m + ln Σ exp(z - m)（log-sum-exp 技巧）。",
                   "e^z overflows to inf (or underflows to 0, whose log is -inf): subtract each row's maximum m first, "
@@ -781,7 +1108,7 @@ def _ce_cases():
            torch.randn(3, 4, 6, generator=g, dtype=torch.float64), torch.randint(6, (3, 4), generator=g), CE_BUGS)
     z = torch.randn(4, 8, generator=g) * 600
     z[0, 3] = 5000.0
-    yield (t("极端的 logits（±数千）", "extreme logits (± thousands)"), z, torch.tensor([3, 0, 7, 2]), CE_BUGS + [CE_OVERFLOW])
+    yield (t("极端的 logits（±数千）", "extreme logits (± thousands)"), z, torch.tensor([3, 0, 7, 2]), [CE_OVERFLOW] + CE_BUGS)
 
 
 
@@ -800,12 +1127,17 @@ def check_cross_entropy(cross_entropy) -> None:
 
 def _ce_checks(cross_entropy) -> int:
     what = "cross_entropy"
-    check = Check(what, cross_entropy, forbid=CE_FORBIDDEN)
+    check = Check(what, cross_entropy, forbid=CE_FORBIDDEN,
+                  hints=[(lambda exc, line: "values to unpack" in str(exc) or "unpack" in str(exc), CE_SHAPE)])
     for label, z, y, bugs in _ce_cases():
         got = check.call(z, y, label=label)
         check.tensor(label, got, (), hint=t("返回一个标量（0 维张量）：所有位置损失的平均。",
                                             "return a scalar (a 0-dimensional tensor): the mean over all positions."),
-                     bug=CE_BUGS[2] if isinstance(got, torch.Tensor) and got.dim() == 1 else None)
+                     bug=CE_NOT_SCALAR if isinstance(got, torch.Tensor) and got.numel() == 1 else
+                     CE_BUGS[2] if isinstance(got, torch.Tensor) and got.dim() == 1 else None)
+        if got.dtype != z.dtype:
+            raise check.fail(t(f"{label}：返回值的 dtype（应和 logits 相同）", f"{label}: dtype of the result (that of "
+                               "the logits)"), str(z.dtype), str(got.dtype), CE_DTYPE)
         check.expect(label, got, ref_cross_entropy(z, y), bugs=bugs, bug_args=(z, y), dtype=z.dtype)
     # a uniform model scores ln V
     for V in (16, 65):
@@ -820,7 +1152,9 @@ def _ce_checks(cross_entropy) -> int:
     y = torch.randint(7, (3, 5), generator=g)
     label = t("对 logits 的梯度", "gradient with respect to the logits")
     out = check.call(z, y, label=label)
-    expect_autograd(out, f"{what}: {label}")
+    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+        raise check.fail(t(f"{label}：返回值能否求梯度（requires_grad）", f"{label}: can the result be differentiated "
+                           "(requires_grad)"), "True", "False", CE_DETACHED)
     grad, = torch.autograd.grad(out, z)
     p = torch.exp(z.detach() - torch.logsumexp(z.detach(), -1, keepdim=True))
     want = (p - F.one_hot(y, 7).double()) / y.numel()
@@ -871,6 +1205,28 @@ def _lr_to_zero(step, max_steps, warmup_steps, peak_lr, min_lr):
     return ref_learning_rate(step, max_steps, warmup_steps, peak_lr, 0.0)
 
 
+def _lr_decay_shape(shape):
+    """The reference schedule with its decay (0 → 1 over the decay) replaced by ``shape(progress, peak, floor)``."""
+    def lr(step, max_steps, warmup_steps, peak_lr, min_lr):
+        if step < warmup_steps:
+            return peak_lr * (step + 1) / warmup_steps
+        if step >= max_steps:
+            return min_lr
+        return shape((step - warmup_steps) / (max_steps - warmup_steps), peak_lr, min_lr)
+    return lr
+
+
+def _lr_warmup_from_floor(step, max_steps, warmup_steps, peak_lr, min_lr):
+    if step < warmup_steps:
+        return min_lr + (peak_lr - min_lr) * (step + 1) / warmup_steps
+    return ref_learning_rate(step, max_steps, warmup_steps, peak_lr, min_lr)
+
+
+_lr_linear = _lr_decay_shape(lambda p, peak, floor: floor + (1 - p) * (peak - floor))
+_lr_quarter = _lr_decay_shape(lambda p, peak, floor: floor + math.cos(math.pi / 2 * p) * (peak - floor))
+_lr_zero_clamped = _lr_decay_shape(lambda p, peak, floor: max(floor, 0.5 * (1 + math.cos(math.pi * p)) * peak))
+_lr_zero_then_floor = _lr_decay_shape(lambda p, peak, floor: 0.5 * (1 + math.cos(math.pi * p)) * peak)
+
 LR_BUGS = [
     Bug("lr_warmup_starts_at_zero", "预热差了一步：第 0 步的学习率是 0（这一步白走了），第 warmup_steps 步才到峰值。"
         "第 0 步已经在学习：用 peak_lr * (step + 1) / warmup_steps。",
@@ -887,11 +1243,43 @@ LR_BUGS = [
         _lr_decay_over_max_steps),
     Bug("lr_decays_to_zero", "余弦衰减到了 0 而不是 min_lr：lr = min_lr + ½(1 + cos(π·p))(peak_lr − min_lr)。",
         "the cosine decays to 0 instead of min_lr: lr = min_lr + ½(1 + cos(π·p))(peak_lr − min_lr).", _lr_to_zero),
+    Bug("lr_linear_decay", "这是线性衰减，而计划要的是半个余弦：lr = min_lr + ½(1 + cos(π·p))(peak_lr − min_lr)，"
+        "p 从 0 走到 1。两者只在起点、中点和终点相同；衰减走到 25% 时余弦还在 min_lr + 0.854·(peak_lr − min_lr)，"
+        "线性只剩 min_lr + 0.75·(peak_lr − min_lr)。",
+        "this is a linear decay where the schedule is a half cosine: lr = min_lr + ½(1 + cos(π·p))(peak_lr − min_lr), "
+        "with p going from 0 to 1. The two agree only at the start, the middle and the end; at 25% of the decay the "
+        "cosine is still at min_lr + 0.854·(peak_lr − min_lr), the line already at min_lr + 0.75·(peak_lr − min_lr).",
+        _lr_linear),
+    Bug("lr_quarter_cosine", "这是四分之一个余弦（cos(π·p/2)），而计划要的是半个余弦 ½(1 + cos(π·p))：四分之一个余弦开头"
+        "降得慢、结尾降得陡，衰减走到一半时是 min_lr + 0.707·(peak_lr − min_lr)，应是正中间 min_lr + 0.5·(peak_lr − min_lr)。",
+        "this is a quarter cosine (cos(π·p/2)) where the schedule is a half cosine ½(1 + cos(π·p)): the quarter "
+        "cosine falls slowly at first and steeply at the end; half-way through the decay it is at min_lr + "
+        "0.707·(peak_lr − min_lr), where the rate must be exactly in the middle, min_lr + 0.5·(peak_lr − min_lr).",
+        _lr_quarter),
+    Bug("lr_decay_to_zero_clamped", "余弦衰减到 0 再被 max(min_lr, …) 截住：这样前面一段整体偏低，后面一段贴在 min_lr 上，"
+        "比计划早到底。余弦要在 peak_lr 和 min_lr 之间走：lr = min_lr + ½(1 + cos(π·p))(peak_lr − min_lr)。",
+        "the cosine decays to 0 and is then clamped with max(min_lr, …): the early part runs too low and the late "
+        "part sits on min_lr, reaching the floor before its time. The cosine must run between peak_lr and min_lr: "
+        "lr = min_lr + ½(1 + cos(π·p))(peak_lr − min_lr).", _lr_zero_clamped),
+    Bug("lr_decay_to_zero_then_floor", "余弦衰减到了 0 而不是 min_lr（第 max_steps 步之前一直往 0 走，之后才跳回 min_lr）："
+        "lr = min_lr + ½(1 + cos(π·p))(peak_lr − min_lr)。",
+        "the cosine decays to 0 instead of min_lr (heading for 0 until step max_steps, then jumping back up to "
+        "min_lr): lr = min_lr + ½(1 + cos(π·p))(peak_lr − min_lr).", _lr_zero_then_floor),
+    Bug("lr_warmup_from_floor", "预热是从 min_lr 开始升的：预热从 0 开始，lr = peak_lr · (step + 1) / warmup_steps，"
+        "第 0 步是峰值的 1/warmup_steps，和 min_lr 无关。",
+        "the warm-up starts from min_lr: it starts from 0, lr = peak_lr · (step + 1) / warmup_steps, so step 0 runs at "
+        "1/warmup_steps of the peak whatever min_lr is.", _lr_warmup_from_floor),
 ]
+LR_TENSOR = Bug("lr_returns_tensor", "返回的是张量（例如用了 torch.cos(torch.tensor(...))），不是 Python 的 float："
+                "学习率是写进 optimizer.param_groups 的一个数，用 math.cos，或最后 float(...)。",
+                "this returns a tensor (torch.cos(torch.tensor(...)), for example), not a Python float: the rate is a "
+                "number written into optimizer.param_groups; use math.cos, or float(...) at the end.")
 
 
 def _lr_value(check, learning_rate, args, label):
     out = check.call(*args, label=label)
+    if isinstance(out, torch.Tensor):
+        raise check.fail(label, t("一个 Python 的 float", "a Python float"), type(out).__name__, LR_TENSOR)
     try:
         return float(out)
     except (TypeError, ValueError):
@@ -961,7 +1349,7 @@ TOK_EARLIER = Earlier("CharTokenizer", 1, passes(_tokenizer_checks), _TokenizerS
 
 # ================================================================= train_step
 
-def _toy(V: int = 6, d: int = 8, seed: int = 0, dropout: float = 0.0) -> nn.Module:
+def _toy(V: int = 6, d: int = 8, seed: int = 0, dropout: float = 0.0, gain: float = 1.0) -> nn.Module:
     """A small model with the GPT's interface (``model(idx) -> (logits, loss)``).
     Built here, inside a function, so that the student's code may call it."""
 
@@ -977,8 +1365,11 @@ def _toy(V: int = 6, d: int = 8, seed: int = 0, dropout: float = 0.0) -> nn.Modu
 
         def forward(self, idx, targets=None):
             self.seen.append((torch.is_grad_enabled(), self.training))
-            logits = self.drop(torch.tanh(self.emb[idx])) @ self.out + self.bias
-            loss = None if targets is None else F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+            logits = (self.drop(torch.tanh(self.emb[idx])) @ self.out + self.bias) * gain
+            loss = None
+            if targets is not None:                     # the mean cross-entropy, from logsumexp (no F.cross_entropy)
+                z = logits.reshape(-1, V)
+                loss = (torch.logsumexp(z, -1) - z[torch.arange(z.shape[0]), targets.reshape(-1)]).mean()
             return logits, loss
 
     return Toy()
@@ -989,22 +1380,34 @@ def _plan(**kw):
     return Plan(**{**dict(max_steps=8, warmup_steps=2, lr=0.5, min_lr=0.05, grad_clip=0.05), **kw})
 
 
-def _ref_step(model, opt, x, y, step, plan, *, zero=True, clip=True, lr_of=None, targets_are_inputs=False) -> float:
+def _ref_step(model, opt, x, y, step, plan, *, zero=True, clip=True, lr_of=None, targets_are_inputs=False,
+              zero_after_backward=False, clip_value=False, clip_at=None, groups=None) -> float:
     """The grader's own training step, and its known wrong versions."""
     lr = ref_learning_rate(step, plan.max_steps, plan.warmup_steps, plan.lr, plan.min_lr) if lr_of is None else lr_of(step)
     if lr is not None:
-        for group in opt.param_groups:
+        for group in opt.param_groups[:groups]:
             group["lr"] = lr
-    if zero:
+    if zero and not zero_after_backward:
         opt.zero_grad(set_to_none=True)
     logits, _ = model(x)
     V = logits.shape[-1]
     loss = F.cross_entropy(logits.reshape(-1, V), (x if targets_are_inputs else y).reshape(-1))
     loss.backward()
-    if clip:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), plan.grad_clip)
+    if zero_after_backward:
+        opt.zero_grad(set_to_none=True)
+    if clip_value:
+        torch.nn.utils.clip_grad_value_(model.parameters(), plan.grad_clip)
+    elif clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), plan.grad_clip if clip_at is None else clip_at)
     opt.step()
     return loss.item()
+
+
+def _sgd(model):
+    """Plain SGD with two parameter groups (as nanoGPT's decay / no-decay groups), at a rate that is not one of the
+    schedule's: a step that never sets the rate, or sets it in one group only, shows."""
+    params = list(model.parameters())
+    return torch.optim.SGD([{"params": params[:-1]}, {"params": params[-1:]}], lr=0.123)
 
 
 def _batch_of_step(step: int, V: int = 6):
@@ -1046,6 +1449,37 @@ STEP_BUGS = {
                     "optimizer.param_groups 里每一组的 \"lr\"。",
                     "the learning rate never changes: learning_rate(step, ...) is not written into the \"lr\" of each "
                     "group in optimizer.param_groups.", None),
+    "zero_late": Bug("step_zero_grad_after_backward", "梯度在 backward 之后才清零：刚算出来的梯度被清掉了，"
+                     "optimizer.step() 什么也没更新。清零要放在前向和 backward 之前（每一步的开头）。",
+                     "the gradients are zeroed after backward: the gradient just computed is wiped out and "
+                     "optimizer.step() updates nothing. Zero them before the forward pass and backward (at the start of "
+                     "the step).", None),
+    "clip_value": Bug("step_clip_by_value", "用的是 clip_grad_value_（把每个分量截到 ±grad_clip），题目要的是按范数裁剪："
+                      "torch.nn.utils.clip_grad_norm_(model.parameters(), plan.grad_clip) 把所有梯度当成一个长向量整体缩放，"
+                      "方向不变。",
+                      "this uses clip_grad_value_ (each entry cut to ±grad_clip), where the exercise clips by norm: "
+                      "torch.nn.utils.clip_grad_norm_(model.parameters(), plan.grad_clip) scales all gradients together as "
+                      "one long vector and keeps their direction.", None),
+    "clip_one": Bug("step_clip_threshold_fixed", "裁剪阈值写死成了 1.0：要用这次训练的 plan.grad_clip，"
+                    "clip_grad_norm_(model.parameters(), plan.grad_clip)。",
+                    "the clipping threshold is hard-coded to 1.0: use this run's plan.grad_clip, "
+                    "clip_grad_norm_(model.parameters(), plan.grad_clip).", None),
+    "one_group": Bug("step_lr_first_group_only", "学习率只写进了第一个参数组（optimizer.param_groups[0]）：AdamW 常把参数分成"
+                     "两组（衰减 / 不衰减），其余的组还在用旧的学习率。写进每一个参数组："
+                     "for group in optimizer.param_groups: group[\"lr\"] = lr。",
+                     "the rate is written into the first parameter group only (optimizer.param_groups[0]): AdamW is often "
+                     "given two groups (decayed / not decayed), and the others keep their old rate. Write it into every "
+                     "group: for group in optimizer.param_groups: group[\"lr\"] = lr.", None),
+    "swapped": Bug("step_lr_arguments_swapped", "learning_rate 的参数顺序错了（max_steps 和 warmup_steps 对调）：签名是 "
+                   "learning_rate(step, max_steps, warmup_steps, peak_lr, min_lr)，写成 "
+                   "learning_rate(step, plan.max_steps, plan.warmup_steps, plan.lr, plan.min_lr)。",
+                   "the arguments of learning_rate are in the wrong order (max_steps and warmup_steps swapped): the "
+                   "signature is learning_rate(step, max_steps, warmup_steps, peak_lr, min_lr), so write "
+                   "learning_rate(step, plan.max_steps, plan.warmup_steps, plan.lr, plan.min_lr).", None),
+    "tensor": Bug("step_returns_tensor", "返回的是损失张量，不是 Python 的 float：返回 loss.item()。张量会把这一步的整张计算图"
+                  "一直留在内存里，训练循环把它们存进列表时内存越占越多。",
+                  "this returns the loss tensor, not a Python float: return loss.item(). A tensor keeps this step's whole "
+                  "graph alive, and a training loop that stores them in a list grows its memory step after step.", None),
     "inputs": Bug("step_targets_not_shifted", "损失是拿 x 当目标算的：目标是 y（x 向右挪一格），"
                   "cross_entropy(logits, y)。拿 x 当目标，模型只要抄下当前的字符，学不到预测下一个。",
                   "the loss uses x as its targets: the targets are y (x shifted by one), cross_entropy(logits, y). "
@@ -1055,33 +1489,39 @@ STEP_BUGS = {
 
 
 def _step_variants(plan):
+    swapped = lambda s: ref_learning_rate(s, plan.warmup_steps, plan.max_steps, plan.lr, plan.min_lr)  # noqa: E731
     return [("no_zero", dict(zero=False)), ("clip_after", dict(clip=False)), ("ahead", dict(lr_of=_ref_lr(plan, 1))),
             ("behind", dict(lr_of=_ref_lr(plan, -1))), ("constant", dict(lr_of=lambda s: None)),
-            ("inputs", dict(targets_are_inputs=True))]
+            ("inputs", dict(targets_are_inputs=True)), ("zero_late", dict(zero_after_backward=True)),
+            ("clip_value", dict(clip_value=True)), ("clip_one", dict(clip_at=1.0)), ("one_group", dict(groups=1)),
+            ("swapped", dict(lr_of=swapped))]
+
+
+STEP_GAIN = 4.0          # gradients of norm 2-3: clipping at 0.05 acts, and a threshold of 1.0 would act too
 
 
 def _simulate(plan, upto: int, **kw):
-    model = _toy()
-    opt = torch.optim.SGD(model.parameters(), lr=0.123)     # not a rate of the schedule: a step that never sets one shows
+    model = _toy(gain=STEP_GAIN)
+    opt = _sgd(model)
     losses = [_ref_step(model, opt, *_batch_of_step(s), s, plan, **kw) for s in range(upto + 1)]
     return _params(model), losses
 
 
 def _step_checks(what, train_step) -> int:
     plan = _plan()
-    model = _toy()
-    opt = torch.optim.SGD(model.parameters(), lr=0.123)     # not a rate of the schedule: a step that never sets one shows
+    model = _toy(gain=STEP_GAIN)
+    opt = _sgd(model)
     n = 0
     for s in range(6):
         x, y = _batch_of_step(s)
-        label = t(f"第 {s} 步（SGD，max_steps=8，warmup_steps=2，peak 0.5，min 0.05，grad_clip=0.05）",
-                  f"step {s} (SGD, max_steps=8, warmup_steps=2, peak 0.5, min 0.05, grad_clip=0.05)")
-        out = call(train_step, model, opt, x.clone(), y.clone(), s, plan, what=f"{what}: {label}")
+        label = t(f"第 {s} 步（SGD，两个参数组，max_steps=8，warmup_steps=2，peak 0.5，min 0.05，grad_clip=0.05）",
+                  f"step {s} (SGD, two parameter groups, max_steps=8, warmup_steps=2, peak 0.5, min 0.05, grad_clip=0.05)")
+        with own_loss(what):
+            out = call(train_step, model, opt, x.clone(), y.clone(), s, plan, what=f"{what}: {label}")
         if isinstance(out, torch.Tensor) or not isinstance(out, (float, int)):
             raise failure(t(f"{what}: {label}：返回值", f"{what}: {label}: the value returned"),
                           t("一个 Python 的 float（loss.item()）", "a Python float (loss.item())"), type(out).__name__,
-                          hint=t("返回 loss.item()：张量会把整张计算图一直留在内存里。",
-                                 "return loss.item(): a tensor keeps the whole graph in memory."))
+                          STEP_BUGS["tensor"] if isinstance(out, torch.Tensor) else None)
         want_params, want_losses = _simulate(plan, s)
         got_params = _params(model)
         n += 1
@@ -1136,6 +1576,18 @@ EVAL_BUGS = {
                         "mode it was in (model.train(was_training)) rather than always calling model.train().", None),
     "sum": Bug("eval_sum_of_batches", "返回的是各批损失的和，应取平均。", "this is the sum of the batch losses; take their mean.",
                None),
+    "first": Bug("eval_returns_inside_loop", "return 写在了 for 循环里（缩进多了一层）：第一批算完就返回了，后面的批量都没算。"
+                 "把 return 移到循环外面，所有批量都算完再取平均。",
+                 "the return sits inside the for loop (indented one level too deep): it returns after the first batch "
+                 "and never sees the others. Move the return out of the loop and average once every batch is done.", None),
+    "last": Bug("eval_last_batch_only", "返回的只是最后一批的损失：循环里每一批都覆盖了同一个变量。把每批的损失收集起来"
+                "（或累加），最后取平均。",
+                "this returns the loss of the last batch only: each batch overwrote the same variable in the loop. Collect "
+                "(or add up) every batch's loss and average them at the end.", None),
+    "tensor": Bug("eval_returns_tensor", "返回的是张量，不是 Python 的 float：每批的损失用 .item() 变成数再平均，"
+                  "或者最后 float(...)。",
+                  "this returns a tensor, not a Python float: turn each batch's loss into a number with .item() before "
+                  "averaging, or call float(...) at the end.", None),
 }
 
 
@@ -1151,16 +1603,20 @@ def check_evaluate(evaluate) -> None:
             model.train()
         model.seen.clear()
         label = t("带 dropout=0.5 的模型（训练模式）、4 批", "a model with dropout=0.5 (in training mode), 4 batches")
-        out = call(evaluate, model, [(x.clone(), y.clone()) for x, y in batches], what=f"{what}: {label}")
+        with own_loss(what):
+            out = call(evaluate, model, [(x.clone(), y.clone()) for x, y in batches], what=f"{what}: {label}")
         if isinstance(out, torch.Tensor) or not isinstance(out, (float, int)):
             raise failure(t(f"{what}: {label}：返回值", f"{what}: {label}: the value returned"),
                           t("一个 Python 的 float", "a Python float"), type(out).__name__,
+                          EVAL_BUGS["tensor"] if isinstance(out, torch.Tensor) else None,
                           hint=t("用 .item() 把每批的损失变成数，再取平均。", "turn each batch's loss into a number with .item(), then average."))
         seen = list(model.seen)
         want = sum(each) / len(each)
         if abs(out - want) > 1e-5:
             bug = EVAL_BUGS["train_mode"] if any(tr for _, tr in seen) else \
-                EVAL_BUGS["sum"] if abs(out - sum(each)) < 1e-5 else None
+                EVAL_BUGS["sum"] if abs(out - sum(each)) < 1e-5 else \
+                EVAL_BUGS["first"] if abs(out - each[0] / len(each)) < 1e-5 or abs(out - each[0]) < 1e-5 else \
+                EVAL_BUGS["last"] if abs(out - each[-1]) < 1e-5 else None
             raise failure(f"{what}: {label}", f"{want:.6g}", f"{float(out):.6g}", bug,
                           hint=t("各批损失（你的 cross_entropy）的平均。", "the mean of the batches' losses (your cross_entropy)."))
         if any(g for g, _ in seen):
@@ -1171,7 +1627,8 @@ def check_evaluate(evaluate) -> None:
                           "True", "False", EVAL_BUGS["not_restored"])
         model.eval()
         label = t("同一个模型，已经在 eval 模式", "the same model, already in eval mode")
-        out = call(evaluate, model, batches, what=f"{what}: {label}")
+        with own_loss(what):
+            out = call(evaluate, model, batches, what=f"{what}: {label}")
         if model.training:
             raise failure(t(f"{what}: {label}：评估之后 model.training", f"{what}: {label}: model.training after the evaluation"),
                           "False", "True", EVAL_BUGS["forced_train"])
@@ -1192,6 +1649,30 @@ CKPT_BUGS = {
                 "把 step 存进检查点，读档时原样返回。",
                 "loading returns the wrong step: the learning-rate schedule depends on it, so a lost step makes the "
                 "resumed run warm up all over again. Save step in the checkpoint and return it when loading.", None),
+    "step_plus_one": Bug("resume_step_one_ahead", "读档返回的步数多了一步（存档时的 step + 1）：存进去的 step 就是下一步要训练的"
+                         "那一步（训练循环存档时已经走完了 step 之前的所有步），原样返回它，续上时才不会跳过一步。",
+                         "loading returns one step more than was saved (step + 1): the step saved is already the next step to "
+                         "train (the loop saves after finishing every step before it), so return it unchanged, or the resumed "
+                         "run skips a step.", None),
+    "recipe": Bug("resume_recipe_as_dict", "读档返回的配方是一个字典，不是 Recipe：存 recipe.as_dict()，读档时用 Recipe(**d) 变回来。",
+                  "loading returns the recipe as a dictionary, not a Recipe: save recipe.as_dict() and turn it back with "
+                  "Recipe(**d) when loading.", None),
+    "tokenizer": Bug("resume_tokenizer_as_text", "读档返回的是词表字符串，不是分词器：用 CharTokenizer(这个字符串) 重建它再返回。",
+                     "loading returns the vocabulary string, not a tokenizer: rebuild it with CharTokenizer(that string) "
+                     "and return that.", None),
+    "pickled": Bug("checkpoint_needs_pickle", "存下的文件用 torch.load(path, weights_only=True) 读不出来：里面有 Python 对象"
+                   "（例如 Recipe 本身、整个模型或分词器），读它就得执行文件里的代码。只存张量、数字、字符串、列表和字典："
+                   "recipe.as_dict()、model.state_dict()、词表字符串。",
+                   "the file cannot be read with torch.load(path, weights_only=True): it holds Python objects (the Recipe "
+                   "itself, a whole model or tokenizer), and reading those means running code from the file. Save only "
+                   "tensors, numbers, strings, lists and dictionaries: recipe.as_dict(), model.state_dict(), the "
+                   "vocabulary string.", None),
+    "unsafe_load": Bug("checkpoint_loaded_without_weights_only", "load_checkpoint 读档时没有用 weights_only=True："
+                       "一个文件里藏着的代码在读档时被执行了（weights_only=False 会执行文件里的任何代码）。"
+                       "写 torch.load(path, weights_only=True)，这样的文件会被拒绝。",
+                       "load_checkpoint does not load with weights_only=True: code hidden in a file ran when it was loaded "
+                       "(weights_only=False runs whatever the file holds). Write torch.load(path, weights_only=True), "
+                       "which refuses such a file.", None),
     "model": Bug("resume_forgets_model", "读档之后模型的参数没有恢复：要存 model.state_dict()，读档时 model.load_state_dict(...)。",
                  "after loading, the model's parameters are not restored: save model.state_dict() and call "
                  "model.load_state_dict(...) when loading.", None),
@@ -1229,20 +1710,29 @@ def check_checkpoint(save_checkpoint, load_checkpoint) -> None:
             if not Path(path).is_file():
                 raise _fail(f"{what}：save_checkpoint 没有在给定的路径上写出文件。",
                             f"{what}: save_checkpoint wrote no file at the path it was given.")
+            safe = _loads_safely(path)
+            if safe is not None:
+                raise failure(t(f"{what}：torch.load(你存的文件, weights_only=True)", f"{what}: torch.load(your file, "
+                                "weights_only=True)"), t("读得出来", "it loads"),
+                              f"{type(safe).__name__}: {str(safe).splitlines()[0][:160]}", CKPT_BUGS["pickled"])
             second, opt2 = _ckpt_pair(1)                    # other weights: loading must replace them
             label = t("读档到一个新模型和新优化器", "loaded into a new model and a new optimizer")
             out = call(load_checkpoint, path, second, opt2, what=f"{what}: {label}")
+            trapped = _runs_code_from(load_checkpoint, path, tmp)
         if not (isinstance(out, tuple) and len(out) == 3):
             raise failure(t(f"{what}: {label}：返回值", f"{what}: {label}: the value returned"), "(step, recipe, tokenizer)",
                           type(out).__name__)
         step, recipe_back, tok_back = out
         if step != 4:
             raise failure(t(f"{what}: {label}：返回的步数", f"{what}: {label}: the step returned"), "4", repr(step),
-                          CKPT_BUGS["step"])
+                          CKPT_BUGS["step_plus_one"] if step == 5 else CKPT_BUGS["step"])
         if recipe_back != recipe:
             raise failure(t(f"{what}: {label}：返回的配方", f"{what}: {label}: the recipe returned"), repr(recipe)[:120],
-                          repr(recipe_back)[:120], hint=t("存 recipe.as_dict()，读档时 Recipe(**d)。",
-                                                          "save recipe.as_dict(); load with Recipe(**d)."))
+                          repr(recipe_back)[:120], CKPT_BUGS["recipe"] if isinstance(recipe_back, dict) else None,
+                          hint=t("存 recipe.as_dict()，读档时 Recipe(**d)。", "save recipe.as_dict(); load with Recipe(**d)."))
+        if isinstance(tok_back, str):
+            raise failure(t(f"{what}: {label}：返回的分词器", f"{what}: {label}: the tokenizer returned"), "CharTokenizer",
+                          "str", CKPT_BUGS["tokenizer"])
         text = "fox the brown quick\n"
         try:
             same_tok = list(tok_back.encode(text)) == list(tok.encode(text)) and tok_back.vocab_size == tok.vocab_size
@@ -1264,7 +1754,44 @@ def check_checkpoint(save_checkpoint, load_checkpoint) -> None:
             raise failure(t(f"{what}：续上的训练第 {bad} 步的损失（应和没停过的完全相同）",
                             f"{what}: the resumed run's loss at step {bad} (must equal that of a run that never stopped)"),
                           repr(straight_losses[bad]), repr(resumed[bad]), bug)
-        passed("checkpoint", 5)
+        if trapped:
+            raise failure(t(f"{what}：读一个藏着代码的检查点", f"{what}: loading a checkpoint with code hidden in it"),
+                          t("torch.load 拒绝它（weights_only=True），什么代码都不执行", "torch.load refuses it "
+                            "(weights_only=True) and runs nothing"), t("文件里的代码被执行了", "the file's code ran"),
+                          CKPT_BUGS["unsafe_load"])
+        passed("checkpoint", 6)
+
+
+class _Trap:
+    """An object whose unpickling makes a directory: a load that runs code from the file shows."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+        return (os.mkdir, (self.marker,))
+
+
+def _loads_safely(path):
+    """None when the file loads with weights_only=True, else the exception."""
+    try:
+        torch.load(path, weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any refusal is the finding
+        return exc
+    return None
+
+
+def _runs_code_from(load_checkpoint, path, folder) -> bool:
+    """The student's checkpoint with a trap added: does their load_checkpoint run it?"""
+    from pathlib import Path
+    saved = torch.load(path, weights_only=True)
+    marker = Path(folder) / "ran"
+    trap = str(Path(folder) / "trapped.pt")
+    torch.save({**saved, "note": _Trap(str(marker))} if isinstance(saved, dict) else [saved, _Trap(str(marker))], trap)
+    model, opt = _ckpt_pair(2)
+    call(_catching(load_checkpoint), trap, model, opt, what="load_checkpoint")   # refusing the file is right
+    return marker.exists()
 
 
 def _namespace_of(fn) -> dict:

@@ -284,9 +284,9 @@ LAYER_NORM_FAMILY = frozenset({"layer_norm", "native_layer_norm", "rms_norm", "_
 
 
 class _ForbidFunctions(torch.overrides.TorchFunctionMode):
-    def __init__(self, names, exercise):
+    def __init__(self, names, exercise, message=None):
         super().__init__()
-        self.names, self.exercise = names, exercise
+        self.names, self.exercise, self.message = names, exercise, message
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", "")
@@ -299,6 +299,8 @@ class _ForbidFunctions(torch.overrides.TorchFunctionMode):
                 shown = f"Tensor.{name}"
             else:
                 shown = f"torch.{name}"
+            if self.message is not None:           # a str.format template: no grading code runs here
+                raise ForbiddenCall(self.message.format(name=shown))
             raise ForbiddenCall(_forbid_message(shown, self.exercise))
         return func(*args, **(kwargs or {}))
 
@@ -308,12 +310,16 @@ _ALLOWED_INSIDE = frozenset({_ForbidFunctions.__torch_function__.__code__, _forb
 
 
 @contextlib.contextmanager
-def forbidden(names, exercise: str):
+def forbidden(names, exercise: str, message: str | None = None):
     """While the block runs, any call into the named torch functions raises
     ForbiddenCall, however the student reached it (torch.softmax, F.softmax,
     x.softmax, nn.Softmax, an alias imported under another name): the check
-    sits in torch's __torch_function__ dispatch, not on the names."""
-    with _ForbidFunctions(set(names), exercise):
+    sits in torch's __torch_function__ dispatch, not on the names.
+
+    ``message``: what the student reads instead of "must be written from
+    scratch" (a template with ``{name}``, in the language already chosen), for
+    a rule such as "compute the loss with your own cross_entropy"."""
+    with _ForbidFunctions(set(names), exercise, message):
         yield
 
 

@@ -24,7 +24,7 @@ edit = solution_editor("ch07_gpt")
 
 MANUAL_ATTENTION = """mask = torch.ones(T, T).tril(diagonal=DIAG).bool()
         scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-        weights = F.softmax(scores.masked_fill(~mask, FILL), dim=-1)
+        weights = F.dropout(F.softmax(scores.masked_fill(~mask, FILL), dim=-1), self.dropout, self.training)
         y = weights @ v"""
 SDPA = "p = self.dropout if self.training else 0.0\n        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p)"
 
@@ -36,44 +36,44 @@ BUGS = [
         "            raise ValueError(f\"character {unknown[0]!r} is not in the vocabulary\")\n"
         "        return [self.stoi[ch] for ch in s]",
         "        return [self.stoi[ch] for ch in s if ch in self.stoi]")),
-            lose=("test_tokenizer",), words=("悄悄跳过",),
+            breaks=('tok-unknown-raises',), lose=("test_tokenizer",), words=("悄悄跳过",),
             said={"test_checkpoint": ("用正确的 CharTokenizer 代替你的之后，这一题是对的", "练习 1 还需要修改")}),
     # get_batch
     Variant("batch_y_not_shifted", edit("get_batch", ("data[i + 1:i + 1 + block_size]", "data[i:i + block_size]")),
-            lose=("test_get_batch",), words=("y 和 x 完全一样",)),
+            breaks=('batch-windows',), lose=("test_get_batch",), words=("y 和 x 完全一样",)),
     Variant("batch_y_shift_two", edit("get_batch", ("data[i + 1:i + 1 + block_size]", "data[i + 2:i + 2 + block_size]")),
-            lose=("test_get_batch",), words=("挪了两格",)),
+            breaks=('batch-windows',), lose=("test_get_batch",), words=("挪了两格",)),
     Variant("batch_start_past_end", edit("get_batch", ("torch.randint(len(data) - block_size,",
                                                        "torch.randint(len(data) - block_size + 1,")),
-            lose=("test_get_batch",), words=("起点可能越界",)),
+            breaks=('batch-start-range',), lose=("test_get_batch",), words=("起点可能越界",)),
     # GPT
     Variant("gpt_untied_head", edit("gpt", ("        self.lm_head.weight = self.wte.weight                          # tied: one matrix, two jobs\n", "")),
-            lose=("test_gpt",), words=("没有与词嵌入共享权重",)),
+            breaks=('gpt-tied',), lose=("test_gpt",), words=("没有与词嵌入共享权重",)),
     Variant("gpt_sees_next_token", edit("gpt", (SDPA, MANUAL_ATTENTION.replace("DIAG", "1").replace("FILL", 'float("-inf")'))),
-            lose=("test_gpt_causal",), words=("看到了位置 i+1",)),
+            breaks=('gpt-attn-causal',), lose=("test_gpt_causal",), words=("看到了位置 i+1",)),
     Variant("gpt_no_causal_mask", edit("gpt", ("is_causal=True", "is_causal=False")),
-            lose=("test_gpt_causal",), words=("没有因果掩码",)),
+            breaks=('gpt-attn-causal',), lose=("test_gpt_causal",), words=("没有因果掩码",)),
     Variant("gpt_no_length_check", edit("gpt", (
         "        if T > self.config.n_ctx:\n"
         "            raise ValueError(f\"input of length {T} is longer than n_ctx = {self.config.n_ctx}\")\n", "")),
-            lose=("test_gpt",), words=("没有检查 T > n_ctx",)),
+            breaks=('gpt-length-check',), lose=("test_gpt",), words=("没有检查 T > n_ctx",)),
     # generate
     Variant("gen_no_crop", edit("generate", ("context = idx[:, -n_ctx:]", "context = idx")),
-            lose=("test_generate",), words=("上下文没有裁剪",)),
+            breaks=('gen-crop',), lose=("test_generate",), words=("上下文没有裁剪",)),
     Variant("gen_temperature_after_softmax", edit("generate", (
         "logits = logits[:, -1, :] / temperature", "logits = logits[:, -1, :]"), (
         "probs = F.softmax(logits, dim=-1)", "probs = F.softmax(logits, dim=-1) / temperature\n"
                                              "        probs = probs / probs.sum(dim=-1, keepdim=True)")),
-            lose=("test_generate",), words=("温度用在了 softmax 之后",)),
+            breaks=('gen-temperature',), lose=("test_generate",), words=("温度用在了 softmax 之后",)),
     Variant("gen_greedy_always", edit("generate", (
         "nxt = torch.multinomial(probs, 1, generator=generator)", "nxt = probs.argmax(dim=-1, keepdim=True)")),
-            lose=("test_generate",), words=("总是取最大值",)),
+            breaks=('gen-sample',), lose=("test_generate",), words=("总是取最大值",)),
     Variant("gen_topk_smallest", edit("generate", (
         "kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]\n"
         "            logits = logits.masked_fill(logits < kth, float(\"-inf\"))",
         "kth = torch.topk(logits, top_k, dim=-1, largest=False).values[:, -1:]\n"
         "            logits = logits.masked_fill(logits > kth, float(\"-inf\"))")),
-            lose=("test_generate",), words=("最小的 k 个",)),
+            breaks=('gen-topk',), lose=("test_generate",), words=("最小的 k 个",)),
 ]
 
 CORRECT = [
@@ -118,9 +118,9 @@ BUGS += [
     Variant("gpt_logits_last_position_only", edit("gpt", (
         "logits = self.lm_head(self.ln_f(x))                            # (B, T, vocab_size)",
         "logits = self.lm_head(self.ln_f(x))[:, -1, :]")),
-            lose=("test_gpt", "test_gpt_causal"), words=("logits 的形状",)),
+            breaks=('gpt-logits',), lose=("test_gpt", "test_gpt_causal"), words=("logits 的形状",)),
     Variant("gen_topk_threshold_1d", edit("generate", ("values[:, -1:]", "values[:, -1]")),
-            lose=("test_generate",), words=("阈值", "values[:, [-1]]")),
+            breaks=('gen-topk',), lose=("test_generate",), words=("阈值", "values[:, [-1]]")),
 ]
 
 NANOGPT_TOKENIZER = """class CharTokenizer:
@@ -199,7 +199,8 @@ CORRECT += [
                (SDPA, "scale = torch.tensor(q.shape[-1]) ** -0.5               # a float32 constant\n"
                       "        s = torch.einsum('bhqc,bhkc->bhqk', q, k) * scale\n"
                       "        future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)\n"
-                      "        y = torch.einsum('bhqk,bhkc->bhqc', s.masked_fill(future, float('-inf')).softmax(-1), v)"),
+                      "        w = F.dropout(s.masked_fill(future, float('-inf')).softmax(-1), self.dropout, self.training)\n"
+                      "        y = torch.einsum('bhqk,bhkc->bhqc', w, v)"),
                ("loss = cross_entropy(logits, targets)",
                 "loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), reduction='mean')")),
         **edit("generate", ("kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]\n"
@@ -254,67 +255,67 @@ BUGS += [
     Variant("ce_no_max", ce("""    z = logits.reshape(-1, logits.shape[-1])
     log_sum_exp = torch.log(torch.exp(z).sum(dim=-1))
     return (log_sum_exp - z[torch.arange(z.shape[0]), targets.reshape(-1)]).mean()
-"""), lose=("test_cross_entropy",), words=("溢出", "log-sum-exp"), said=KEPT_CE),
+"""), breaks=('ce-max-shift',), lose=("test_cross_entropy",), words=("溢出", "log-sum-exp"), said=KEPT_CE),
     Variant("ce_sum", edit("cross_entropy", ("return (log_sum_exp - right).mean()", "return (log_sum_exp - right).sum()")),
-            lose=("test_cross_entropy",), words=("和：要取平均",), said=KEPT_CE),
+            breaks=('ce-mean',), lose=("test_cross_entropy",), words=("和：要取平均",), said=KEPT_CE),
     Variant("ce_wrong_axis", edit("cross_entropy", (
         "m = z.max(dim=-1, keepdim=True).values                         # the largest score of each row\n"
         "    log_sum_exp = m.squeeze(-1) + torch.log(torch.exp(z - m).sum(dim=-1))",
         "m = z.max(dim=0, keepdim=True).values\n"
         "    log_sum_exp = (m + torch.log(torch.exp(z - m).sum(dim=0, keepdim=True)))[0, ids]")),
-            lose=("test_cross_entropy",), words=("沿错了维度",), said=KEPT_CE),
+            breaks=('ce-formula',), lose=("test_cross_entropy",), words=("沿错了维度",), said=KEPT_CE),
     Variant("ce_uses_torch", ce("    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))\n"),
-            lose=("test_cross_entropy",), words=("从零实现", "torch.nn.functional.cross_entropy"), said=KEPT_CE),
+            breaks=('ce-from-scratch',), lose=("test_cross_entropy",), words=("从零实现", "torch.nn.functional.cross_entropy"), said=KEPT_CE),
     Variant("ce_uses_log_softmax", ce("""    logp = torch.log_softmax(logits, dim=-1)
     return -logp.gather(-1, targets.unsqueeze(-1)).mean()
-"""), lose=("test_cross_entropy",), words=("从零实现", "log_softmax"), said=KEPT_CE),
+"""), breaks=('ce-from-scratch',), lose=("test_cross_entropy",), words=("从零实现", "log_softmax"), said=KEPT_CE),
     # learning_rate
     Variant("lr_warmup_from_zero", edit("learning_rate", ("peak_lr * (step + 1) / warmup_steps", "peak_lr * step / warmup_steps")),
-            lose=("test_learning_rate",), words=("预热差了一步",), said=GIVEN_LR),
+            breaks=('lr-warmup',), lose=("test_learning_rate",), words=("预热差了一步",), said=GIVEN_LR),
     Variant("lr_no_floor", edit("learning_rate", ("    if step >= max_steps:\n        return min_lr\n", "")),
-            lose=("test_learning_rate",), words=("余弦又升回去了",), said=GIVEN_LR),
+            breaks=('lr-floor',), lose=("test_learning_rate",), words=("余弦又升回去了",), said=GIVEN_LR),
     Variant("lr_never_floor", edit("learning_rate", ("(step - warmup_steps) / (max_steps - warmup_steps)",
                                                      "(step - warmup_steps) / max_steps")),
-            lose=("test_learning_rate",), words=("到不了底",), said=GIVEN_LR),
+            breaks=('lr-floor',), lose=("test_learning_rate",), words=("到不了底",), said=GIVEN_LR),
     Variant("lr_not_done", {"learning_rate": "def learning_rate(step, max_steps, warmup_steps, peak_lr, min_lr):\n"
                                              "    raise NotImplementedError()\n"},
             lose=("test_learning_rate",), words=("还没有实现",), said=GIVEN_LR),
     # train_step
     Variant("step_no_zero_grad", edit("train_step", ("    optimizer.zero_grad(set_to_none=True)\n", "")),
-            lose=("test_train_step",), words=("梯度没有清零",)),
+            breaks=('step-order',), lose=("test_train_step",), words=("梯度没有清零",)),
     Variant("step_clip_after", edit("train_step", (
         "    torch.nn.utils.clip_grad_norm_(model.parameters(), plan.grad_clip)\n    optimizer.step()\n",
         "    optimizer.step()\n    torch.nn.utils.clip_grad_norm_(model.parameters(), plan.grad_clip)\n")),
-            lose=("test_train_step",), words=("裁剪没有作用",)),
+            breaks=('step-order',), lose=("test_train_step",), words=("裁剪没有作用",)),
     Variant("step_lr_set_after_update", edit("train_step", (
         "    lr = learning_rate(step, plan.max_steps, plan.warmup_steps, plan.lr, plan.min_lr)\n"
         "    for group in optimizer.param_groups:\n        group[\"lr\"] = lr\n", ""), (
         "    optimizer.step()\n",
         "    optimizer.step()\n    for group in optimizer.param_groups:                 # ready for the next step\n"
         "        group[\"lr\"] = learning_rate(step + 1, plan.max_steps, plan.warmup_steps, plan.lr, plan.min_lr)\n")),
-            lose=("test_train_step",), words=("落后了一步",)),
+            breaks=('step-order',), lose=("test_train_step",), words=("落后了一步",)),
     Variant("step_targets_not_shifted", edit("train_step", ("loss = cross_entropy(logits, y)", "loss = cross_entropy(logits, x)")),
-            lose=("test_train_step",), words=("拿 x 当目标",)),
+            breaks=('step-loss',), lose=("test_train_step",), words=("拿 x 当目标",)),
     # evaluate
     Variant("eval_train_mode", edit("evaluate", ("    model.eval()\n", "")),
-            lose=("test_evaluate",), words=("训练模式",)),
+            breaks=('eval-mode',), lose=("test_evaluate",), words=("训练模式",)),
     Variant("eval_with_grad", edit("evaluate", ("    with torch.no_grad():                                          # nothing kept for a backward pass\n",
                                                 "    if True:\n")),
-            lose=("test_evaluate",), words=("梯度是开着的",)),
+            breaks=('eval-no-grad',), lose=("test_evaluate",), words=("梯度是开着的",)),
     Variant("eval_forced_train", edit("evaluate", ("model.train(was_training)", "model.train()")),
-            lose=("test_evaluate",), words=("一律 model.train()",)),
+            breaks=('eval-restore',), lose=("test_evaluate",), words=("一律 model.train()",)),
     # checkpoint
     Variant("ckpt_no_optimizer", edit("checkpoint", ('"optimizer": optimizer.state_dict(), ', ""),
                                       ('    optimizer.load_state_dict(saved["optimizer"])\n', "")),
-            lose=("test_checkpoint",), words=("优化器从头开始",)),
+            breaks=('ckpt-optimizer', 'ckpt-exact-resume'), lose=("test_checkpoint",), words=("优化器从头开始",)),
     Variant("ckpt_no_step", edit("checkpoint", ('return saved["step"], ', "return 0, ")),
-            lose=("test_checkpoint",), words=("步数不对",)),
+            breaks=('ckpt-step',), lose=("test_checkpoint",), words=("步数不对",)),
 ]
 
 CORRECT += [
     # nanoGPT's loop (the loss from the model, zero_grad after the step), a LambdaLR resumed at this step,
     # torch.logsumexp with a one-hot pick, an evaluation decorated with no_grad that weighs by tokens,
-    # and a checkpoint that pickles the recipe
+    # and a checkpoint written atomically under other keys
     Variant("ok_nanogpt_loop_logsumexp", {
         "cross_entropy": CE_HEAD + """    # the same number as F.cross_entropy, written without softmax, log_softmax or nll_loss
     V = logits.size(-1)
@@ -347,7 +348,7 @@ def evaluate(model, batches):
     finally:
         model.train(mode)
 """}),
-    Variant("ok_lambdalr_pickled_recipe", {
+    Variant("ok_lambdalr_atomic_checkpoint", {
         "train_step": """def train_step(model, optimizer, x, y, step, plan):
     lr_at = lambda s: learning_rate(s, plan.max_steps, plan.warmup_steps, plan.lr, plan.min_lr)
     for group in optimizer.param_groups:
@@ -364,13 +365,15 @@ def evaluate(model, batches):
 """,
         "checkpoint": """import os
 
+from helpers.training import Recipe
+
 
 def save_checkpoint(path, model, optimizer, step, recipe, tokenizer):
     state = {
         "model_state_dict": model.state_dict(),
         "optimizer_state_dict": optimizer.state_dict(),
         "iteration": step,
-        "recipe": recipe,
+        "recipe": recipe.as_dict(),
         "chars": tokenizer.decode(range(tokenizer.vocab_size)),
     }
     tmp = str(path) + ".tmp"
@@ -379,51 +382,303 @@ def save_checkpoint(path, model, optimizer, step, recipe, tokenizer):
 
 
 def load_checkpoint(path, model, optimizer):
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    state = torch.load(path, map_location="cpu", weights_only=True)
     model.load_state_dict(state["model_state_dict"])
     optimizer.load_state_dict(state["optimizer_state_dict"])
-    return state["iteration"], state["recipe"], CharTokenizer(state["chars"])
+    return state["iteration"], Recipe(**state["recipe"]), CharTokenizer(state["chars"])
 """}),
 ]
 
 WORDS_ARE_NOT_CALLS = ("ok_nanogpt_loop_logsumexp",)
 
-# Each rule an exercise states: (the rule, the check that enforces it, the BUGS variant that breaks it).
-RULES = [
-    ("encode raises a ValueError that names a character outside the vocabulary",
-     "check_tokenizer: encode('abXc')", "tok_drops_unknown"),
-    ("y is x shifted right by one", "check_get_batch: y == x + 1 on arange data", "batch_y_not_shifted"),
-    ("the start is drawn from 0 … len(data) - block_size - 1", "check_get_batch: starts within range, all drawn",
-     "batch_start_past_end"),
-    ("cross_entropy is written from scratch (no F.cross_entropy, nll_loss, softmax, log_softmax)",
-     "check_cross_entropy: grading.core.forbidden(CE_FORBIDDEN)", "ce_uses_torch"),
-    ("log_softmax is one of the calls cross_entropy may not make", "check_cross_entropy: CE_FORBIDDEN",
-     "ce_uses_log_softmax"),
-    ("the loss is the mean over all positions", "check_cross_entropy: float64 reference, (B, T, V) case", "ce_sum"),
-    ("subtract each row's maximum first (the log-sum-exp trick)", "check_cross_entropy: extreme logits", "ce_no_max"),
-    ("normalise over the vocabulary, the last axis", "check_cross_entropy: float64 reference", "ce_wrong_axis"),
-    ("lm_head.weight is wte.weight", "check_gpt: _gpt_structure", "gpt_untied_head"),
-    ("position t sees positions ≤ t only", "check_gpt_causal: _gpt_causality", "gpt_no_causal_mask"),
-    ("T > n_ctx raises a ValueError that mentions n_ctx", "check_gpt: _gpt_lengths", "gpt_no_length_check"),
-    ("feed the model the last n_ctx tokens only", "check_generate: _gen_greedy with a start longer than n_ctx",
-     "gen_no_crop"),
-    ("the temperature divides the logits before softmax", "check_generate: _gen_sampling at temperature 2",
-     "gen_temperature_after_softmax"),
-    ("sample with torch.multinomial, do not take the argmax", "check_generate: _gen_sampling frequencies",
-     "gen_greedy_always"),
-    ("top-k keeps the k highest scores", "check_generate: _gen_sampling with top_k=3", "gen_topk_smallest"),
-    ("step 0 runs at peak_lr / warmup_steps", "check_learning_rate: float64 reference", "lr_warmup_from_zero"),
-    ("from max_steps on the rate stays at min_lr", "check_learning_rate: steps past max_steps", "lr_no_floor"),
-    ("the cosine runs over max_steps - warmup_steps steps", "check_learning_rate: steps before max_steps",
-     "lr_never_floor"),
-    ("zero the gradients every step", "check_train_step: against the grader's step (SGD)", "step_no_zero_grad"),
-    ("clip after backward and before optimizer.step()", "check_train_step: grad_clip=0.05", "step_clip_after"),
-    ("this step's rate is learning_rate(step, ...), set before the update", "check_train_step: six steps",
-     "step_lr_set_after_update"),
-    ("the loss is cross_entropy(logits, y)", "check_train_step: the loss returned", "step_targets_not_shifted"),
-    ("evaluate in eval() mode", "check_evaluate: dropout 0.5", "eval_train_mode"),
-    ("evaluate under torch.no_grad()", "check_evaluate: torch.is_grad_enabled() in forward", "eval_with_grad"),
-    ("restore the mode the model was in", "check_evaluate: a model already in eval mode", "eval_forced_train"),
-    ("the checkpoint keeps the optimizer's state", "check_checkpoint: resumed losses equal", "ckpt_no_optimizer"),
-    ("load_checkpoint returns the saved step", "check_checkpoint: the step returned", "ckpt_no_step"),
+
+# ------------------------------------------------------------------ the rule ledger: one wrong answer per stated rule
+# (each breaks exactly the rule it names; ``words`` are the zh words of the message that name it), and wrong answers
+# written the way students write them, beyond the ones the visible hints mention
+
+def lr(body: str) -> dict:
+    return {"learning_rate": "def learning_rate(step, max_steps, warmup_steps, peak_lr, min_lr):\n" + body}
+
+
+LR_HEAD = """    if step < warmup_steps:
+        return peak_lr * (step + 1) / warmup_steps
+    if step >= max_steps:
+        return min_lr
+    progress = (step - warmup_steps) / (max_steps - warmup_steps)
+"""
+GIVEN_TOK = {"test_checkpoint": ("用正确的 CharTokenizer 代替你的之后，这一题是对的", "练习 1 还需要修改")}
+STEP_FIRST = "    optimizer.zero_grad(set_to_none=True)\n"
+CLIP = "    torch.nn.utils.clip_grad_norm_(model.parameters(), plan.grad_clip)\n"
+EVAL_LOSSES = "        losses = [cross_entropy(model(x)[0], y).item() for x, y in batches]\n"
+
+BUGS += [
+    # tokenizer
+    Variant("tok_unsorted", edit("tokenizer", ("self.chars = sorted(set(text))", "self.chars = list(dict.fromkeys(text))")),
+            breaks=("tok-sorted",), lose=("test_tokenizer",), words=("sorted(set(text))",), said=GIVEN_TOK),
+    Variant("tok_vocab_size_plus_one", edit("tokenizer", ("self.vocab_size = len(self.chars)",
+                                                          "self.vocab_size = len(self.chars) + 1      # one spare id")),
+            breaks=("tok-vocab-size",), lose=("test_tokenizer",), words=("vocab_size 不等于不同字符的个数",), said=GIVEN_TOK),
+    Variant("tok_encode_tensor", edit("tokenizer", ("return [self.stoi[ch] for ch in s]",
+                                                    "return torch.tensor([self.stoi[ch] for ch in s], dtype=torch.long)")),
+            breaks=("tok-encode-list",), lose=("test_tokenizer",), words=("list[int]",), said=GIVEN_TOK),
+    Variant("tok_decode_space", edit("tokenizer", ('return "".join(self.chars[int(i)] for i in ids)',
+                                                   'return " ".join(self.chars[int(i)] for i in ids)')),
+            breaks=("tok-roundtrip",), lose=("test_tokenizer",), words=("空格",), said=GIVEN_TOK),
+    Variant("tok_decode_tensor_keyerror", edit("tokenizer", (
+        "self.vocab_size = len(self.chars)", "self.vocab_size = len(self.chars)\n        self.itos = dict(enumerate(self.chars))"),
+        ('return "".join(self.chars[int(i)] for i in ids)', 'return "".join(self.itos[i] for i in ids)')),
+            breaks=("tok-decode-tensor",), lose=("test_tokenizer",), words=("整数张量",), said=GIVEN_TOK),
+    Variant("tok_unknown_unnamed", edit("tokenizer", ('raise ValueError(f"character {unknown[0]!r} is not in the vocabulary")',
+                                                     'raise ValueError("the text has a character outside the vocabulary")')),
+            breaks=("tok-unknown-named",), lose=("test_tokenizer",), words=("没有写出是哪个字符",), said=GIVEN_TOK),
+    # get_batch
+    Variant("batch_last_start_missing", edit("get_batch", ("torch.randint(len(data) - block_size,",
+                                                           "torch.randint(len(data) - block_size - 1,")),
+            breaks=("batch-every-start",), lose=("test_get_batch",), words=("最后一个合法起点",)),
+    Variant("batch_ignores_generator", edit("get_batch", ("(batch_size,), generator=generator)", "(batch_size,))")),
+            breaks=("batch-generator",), lose=("test_get_batch",), words=("没有把 generator 传给 torch.randint",)),
+    Variant("batch_transposed", edit("get_batch", ("return x, y", "return x.T, y.T")),
+            breaks=("batch-shape",), lose=("test_get_batch",), words=("(batch_size, block_size)",)),
+    Variant("batch_y_separate_draw", edit("get_batch", (
+        "y = torch.stack([data[i + 1:i + 1 + block_size] for i in starts.tolist()])",
+        "ends = torch.randint(len(data) - block_size, (batch_size,), generator=generator)\n"
+        "    y = torch.stack([data[i + 1:i + 1 + block_size] for i in ends.tolist()])")),
+            breaks=("batch-windows",), lose=("test_get_batch",), words=("两次抽样",)),
+    # cross_entropy
+    Variant("ce_log2", edit("cross_entropy", ("torch.log(torch.exp(z - m)", "torch.log2(torch.exp(z - m)")),
+            breaks=("ce-formula",), lose=("test_cross_entropy",), words=("以 2 为底",), said=KEPT_CE),
+    Variant("ce_shift_not_added_back", edit("cross_entropy", ("log_sum_exp = m.squeeze(-1) + torch.log(",
+                                                              "log_sum_exp = torch.log(")),
+            breaks=("ce-max-shift",), lose=("test_cross_entropy",), words=("没有加回来",), said=KEPT_CE),
+    Variant("ce_global_max", edit("cross_entropy", ("m = z.max(dim=-1, keepdim=True).values", "m = z.max()")),
+            breaks=("ce-max-shift",), lose=("test_cross_entropy",), words=("每一行自己的最大值",), said=KEPT_CE),
+    Variant("ce_right_every_row", edit("cross_entropy", ("right = z[torch.arange(z.shape[0]), ids]", "right = z[:, ids]")),
+            breaks=("ce-formula",), lose=("test_cross_entropy",), words=("z[:, ids]",), said=KEPT_CE),
+    Variant("ce_sign_flipped", edit("cross_entropy", ("return (log_sum_exp - right).mean()",
+                                                      "return (right - log_sum_exp).mean()")),
+            breaks=("ce-formula",), lose=("test_cross_entropy",), words=("符号反了",), said=KEPT_CE),
+    Variant("ce_all_tokens", ce("""    z = logits.reshape(-1, logits.shape[-1])
+    m = z.max(dim=-1, keepdim=True).values
+    log_probs = z - m - torch.log(torch.exp(z - m).sum(dim=-1, keepdim=True))
+    return -log_probs.mean()
+"""), breaks=("ce-formula",), lose=("test_cross_entropy",), words=("没有挑出正确 token",), said=KEPT_CE),
+    Variant("ce_only_3d", edit("cross_entropy", ("z = logits.reshape(-1, logits.shape[-1])",
+                                                 "B, T, V = logits.shape\n    z = logits.view(B * T, V)")),
+            breaks=("ce-shape",), lose=("test_cross_entropy",), words=("(..., V)",), said=KEPT_CE),
+    Variant("ce_shape_1", edit("cross_entropy", ("return (log_sum_exp - right).mean()",
+                                                 "return (log_sum_exp - right).mean(dim=0, keepdim=True)")),
+            breaks=("ce-scalar",), lose=("test_cross_entropy",), words=("0 维",), said=KEPT_CE),
+    Variant("ce_float32", edit("cross_entropy", ("z = logits.reshape(-1, logits.shape[-1])",
+                                                 "z = logits.reshape(-1, logits.shape[-1]).float()")),
+            breaks=("ce-dtype",), lose=("test_cross_entropy",), words=("dtype 和 logits 相同",), said=KEPT_CE),
+    Variant("ce_detached", edit("cross_entropy", ("return (log_sum_exp - right).mean()",
+                                                  "return torch.tensor((log_sum_exp - right).mean().item(), dtype=logits.dtype)")),
+            breaks=("ce-autograd",), lose=("test_cross_entropy",), words=("计算图",), said=KEPT_CE),
+    Variant("ce_uses_nll_loss", ce("""    z = logits.reshape(-1, logits.shape[-1])
+    m = z.max(dim=-1, keepdim=True).values
+    log_probs = z - m - torch.log(torch.exp(z - m).sum(dim=-1, keepdim=True))
+    return F.nll_loss(log_probs, targets.reshape(-1))
+"""), breaks=("ce-from-scratch",), lose=("test_cross_entropy",), words=("从零实现", "nll_loss"), said=KEPT_CE),
+    # GPT
+    Variant("gpt_no_scale", edit("gpt", (SDPA, MANUAL_ATTENTION.replace("DIAG", "0").replace("FILL", 'float("-inf")')
+                                         .replace(" / math.sqrt(q.shape[-1])", ""))),
+            breaks=("gpt-attn-scaled",), lose=("test_gpt",), words=("√d_k",)),
+    Variant("gpt_scale_by_d_model", edit("gpt", (SDPA, MANUAL_ATTENTION.replace("DIAG", "0").replace("FILL", 'float("-inf")')
+                                                 .replace("math.sqrt(q.shape[-1])", "math.sqrt(d)"))),
+            breaks=("gpt-attn-scaled",), lose=("test_gpt",), words=("√d_model",)),
+    Variant("gpt_heads_view_no_transpose", edit("gpt", (
+        "q, k, v = (z.view(B, T, self.n_head, d // self.n_head).transpose(1, 2) for z in (q, k, v))",
+        "q, k, v = (z.reshape(B, self.n_head, T, d // self.n_head) for z in (q, k, v))")),
+            breaks=("gpt-attn-heads",), lose=("test_gpt", "test_gpt_causal"), words=("拆成多头",)),
+    Variant("gpt_merge_no_transpose", edit("gpt", ("y = y.transpose(1, 2).reshape(B, T, d)", "y = y.reshape(B, T, d)")),
+            breaks=("gpt-attn-heads",), lose=("test_gpt", "test_gpt_causal"), words=("拼回",)),
+    Variant("gpt_blocks_plain_list", edit("gpt", ("nn.ModuleList([Block(config) for _ in range(config.n_layer)])",
+                                                  "[Block(config) for _ in range(config.n_layer)]")),
+            breaks=("gpt-modules",), lose=("test_gpt",), words=("nn.ModuleList",)),
+    Variant("gpt_head_bias", edit("gpt", ("nn.Linear(config.d_model, config.vocab_size, bias=False)",
+                                          "nn.Linear(config.d_model, config.vocab_size)")),
+            breaks=("gpt-modules",), lose=("test_gpt",), words=("bias=False",)),
+    Variant("gpt_no_wpe", edit("gpt", ("self.wte(idx) + self.wpe(positions)", "self.wte(idx)")),
+            breaks=("gpt-logits",), lose=("test_gpt",), words=("位置嵌入",)),
+    Variant("gpt_no_ln_f", edit("gpt", ("logits = self.lm_head(self.ln_f(x))", "logits = self.lm_head(x)")),
+            breaks=("gpt-logits",), lose=("test_gpt",), words=("ln_f",)),
+    Variant("gpt_length_off_by_one", edit("gpt", ("if T > self.config.n_ctx:", "if T >= self.config.n_ctx:")),
+            breaks=("gpt-length-check",), lose=("test_gpt",), words=("差了一",)),
+    Variant("gpt_loss_zero_without_targets", edit("gpt", ("        loss = None\n", "        loss = 0.0\n")),
+            breaks=("gpt-loss",), lose=("test_gpt",), words=("None",)),
+    Variant("gpt_no_attn_dropout", edit("gpt", ("is_causal=True, dropout_p=p)", "is_causal=True)")),
+            breaks=("gpt-dropout-attn",), lose=("test_gpt",), words=("注意力权重上没有 dropout",)),
+    Variant("gpt_no_emb_dropout", edit("gpt", ("x = self.emb_drop(self.wte(idx) + self.wpe(positions))",
+                                               "x = self.wte(idx) + self.wpe(positions)")),
+            breaks=("gpt-dropout-emb",), lose=("test_gpt",), words=("词嵌入加位置嵌入之后没有 dropout",)),
+    Variant("gpt_attn_dropout_in_eval", edit("gpt", ("p = self.dropout if self.training else 0.0", "p = self.dropout")),
+            breaks=("gpt-dropout-train-only",), lose=("test_gpt",), words=("eval()",)),
+    # generate
+    Variant("gen_temperature_multiplied", edit("generate", ("logits[:, -1, :] / temperature", "logits[:, -1, :] * temperature")),
+            breaks=("gen-temperature",), lose=("test_generate",), words=("乘以了温度",)),
+    Variant("gen_crop_front", edit("generate", ("context = idx[:, -n_ctx:]", "context = idx[:, :n_ctx]")),
+            breaks=("gen-crop",), lose=("test_generate",), words=("最前面的 n_ctx 个",)),
+    Variant("gen_first_position", edit("generate", ("logits[:, -1, :] / temperature", "logits[:, 0, :] / temperature")),
+            breaks=("gen-last-position",), lose=("test_generate",), words=("最后一个位置",)),
+    Variant("gen_ignores_generator", edit("generate", ("torch.multinomial(probs, 1, generator=generator)",
+                                                       "torch.multinomial(probs, 1)")),
+            breaks=("gen-generator",), lose=("test_generate",), words=("没有把 generator 传给 torch.multinomial",)),
+    Variant("gen_returns_new_only", edit("generate", ("    return idx", "    return idx[:, -max_new_tokens:]")),
+            breaks=("gen-whole-sequence",), lose=("test_generate",), words=("只返回了新生成的",)),
+    Variant("gen_topk_larger_than_vocab", edit("generate", ("if top_k is not None and top_k < logits.size(-1):",
+                                                            "if top_k is not None:")),
+            breaks=("gen-topk-large",), lose=("test_generate",), words=("比词表还大",)),
+    # learning_rate
+    Variant("lr_warmup_from_floor", edit("learning_rate", ("return peak_lr * (step + 1) / warmup_steps",
+                                                           "return min_lr + (peak_lr - min_lr) * (step + 1) / warmup_steps")),
+            breaks=("lr-warmup",), lose=("test_learning_rate",), words=("从 min_lr 开始",), said=GIVEN_LR),
+    Variant("lr_linear_decay", lr(LR_HEAD + "    return min_lr + (1 - progress) * (peak_lr - min_lr)\n"),
+            breaks=("lr-cosine",), lose=("test_learning_rate",), words=("线性衰减",), said=GIVEN_LR),
+    Variant("lr_quarter_cosine", lr(LR_HEAD + "    return min_lr + math.cos(math.pi / 2 * progress) * (peak_lr - min_lr)\n"),
+            breaks=("lr-cosine",), lose=("test_learning_rate",), words=("四分之一",), said=GIVEN_LR),
+    Variant("lr_zero_clamped", lr(LR_HEAD + "    return max(min_lr, 0.5 * (1 + math.cos(math.pi * progress)) * peak_lr)\n"),
+            breaks=("lr-cosine",), lose=("test_learning_rate",), words=("衰减到 0",), said=GIVEN_LR),
+    Variant("lr_to_zero", lr(LR_HEAD + "    return 0.5 * (1 + math.cos(math.pi * progress)) * peak_lr\n"),
+            breaks=("lr-cosine",), lose=("test_learning_rate",), words=("衰减到了 0",), said=GIVEN_LR),
+    Variant("lr_returns_tensor", lr(LR_HEAD + "    return min_lr + 0.5 * (1 + torch.cos(torch.tensor(math.pi * progress))) "
+                                              "* (peak_lr - min_lr)\n"),
+            breaks=("lr-float",), lose=("test_learning_rate",), words=("Python 的 float",), said=GIVEN_LR),
+    # train_step
+    Variant("step_zero_grad_after_backward", edit("train_step", (STEP_FIRST, ""), (
+        "    loss.backward()                                                # the gradient of every parameter\n",
+        "    loss.backward()\n    optimizer.zero_grad(set_to_none=True)\n")),
+            breaks=("step-order",), lose=("test_train_step",), words=("backward 之后才清零",)),
+    Variant("step_no_clip", edit("train_step", (CLIP, "")),
+            breaks=("step-clip",), lose=("test_train_step",), words=("裁剪没有作用",)),
+    Variant("step_clip_value", edit("train_step", (CLIP, "    torch.nn.utils.clip_grad_value_(model.parameters(), plan.grad_clip)\n")),
+            breaks=("step-clip",), lose=("test_train_step",), words=("clip_grad_value_",)),
+    Variant("step_clip_fixed", edit("train_step", (CLIP, "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n")),
+            breaks=("step-clip",), lose=("test_train_step",), words=("plan.grad_clip",)),
+    Variant("step_lr_one_ahead", edit("train_step", ("lr = learning_rate(step, plan.max_steps", "lr = learning_rate(step + 1, plan.max_steps")),
+            breaks=("step-lr",), lose=("test_train_step",), words=("提前了一步",)),
+    Variant("step_lr_not_set", edit("train_step", ('    for group in optimizer.param_groups:\n        group["lr"] = lr\n', "")),
+            breaks=("step-lr",), lose=("test_train_step",), words=("学习率一直没变",)),
+    Variant("step_lr_args_swapped", edit("train_step", ("learning_rate(step, plan.max_steps, plan.warmup_steps,",
+                                                        "learning_rate(step, plan.warmup_steps, plan.max_steps,")),
+            breaks=("step-lr",), lose=("test_train_step",), words=("参数顺序",)),
+    Variant("step_lr_first_group_only", edit("train_step", ('    for group in optimizer.param_groups:\n        group["lr"] = lr\n',
+                                                            '    optimizer.param_groups[0]["lr"] = lr\n')),
+            breaks=("step-lr-every-group",), lose=("test_train_step",), words=("每一个参数组",)),
+    Variant("step_returns_tensor", edit("train_step", ("    return loss.item()", "    return loss")),
+            breaks=("step-float",), lose=("test_train_step",), words=("loss.item()",)),
+    Variant("step_uses_torch_ce", edit("train_step", ("loss = cross_entropy(logits, y)",
+                                                      "loss = F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))")),
+            breaks=("step-own-ce",), lose=("test_train_step",), words=("练习 3 写的 cross_entropy", "不能调用")),
+    # evaluate
+    Variant("eval_not_restored", edit("evaluate", ("    model.train(was_training)\n", "")),
+            breaks=("eval-restore",), lose=("test_evaluate",), words=("没有回到训练模式",)),
+    Variant("eval_sum", edit("evaluate", ("return sum(losses) / len(losses)", "return sum(losses)")),
+            breaks=("eval-mean",), lose=("test_evaluate",), words=("和，应取平均",)),
+    Variant("eval_first_batch_only", {"evaluate": """def evaluate(model, batches):
+    was_training = model.training
+    model.eval()
+    total = 0.0
+    with torch.no_grad():
+        for x, y in batches:
+            total += cross_entropy(model(x)[0], y).item()
+            model.train(was_training)
+            return total / len(batches)
+"""}, breaks=("eval-mean",), lose=("test_evaluate",), words=("循环里 return",)),
+    Variant("eval_last_batch_only", {"evaluate": """def evaluate(model, batches):
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        for x, y in batches:
+            loss = cross_entropy(model(x)[0], y)
+    model.train(was_training)
+    return loss.item()
+"""}, breaks=("eval-mean",), lose=("test_evaluate",), words=("最后一批",)),
+    Variant("eval_returns_tensor", edit("evaluate", (EVAL_LOSSES, "        losses = [cross_entropy(model(x)[0], y) for x, y in batches]\n"),
+                                        ("return sum(losses) / len(losses)", "return torch.stack(losses).mean()")),
+            breaks=("eval-float",), lose=("test_evaluate",), words=("Python 的 float",)),
+    Variant("eval_uses_torch_ce", edit("evaluate", (EVAL_LOSSES, "        losses = [F.cross_entropy(model(x)[0].flatten(0, 1), y.flatten()).item() "
+                                                                 "for x, y in batches]\n")),
+            breaks=("eval-own-ce",), lose=("test_evaluate",), words=("练习 3 写的 cross_entropy", "不能调用")),
+    # checkpoint
+    Variant("ckpt_no_model", edit("checkpoint", ('{"model": model.state_dict(), ', "{"),
+                                  ('    model.load_state_dict(saved["model"])\n', "")),
+            breaks=("ckpt-model", "ckpt-exact-resume"), lose=("test_checkpoint",), words=("模型的参数没有恢复",)),
+    Variant("ckpt_optimizer_not_loaded", edit("checkpoint", ('    optimizer.load_state_dict(saved["optimizer"])\n', "")),
+            breaks=("ckpt-optimizer",), lose=("test_checkpoint",), words=("优化器从头开始",)),
+    Variant("ckpt_step_plus_one", edit("checkpoint", ('return saved["step"], ', 'return saved["step"] + 1, ')),
+            breaks=("ckpt-step",), lose=("test_checkpoint",), words=("多了一步",)),
+    Variant("ckpt_recipe_dict", edit("checkpoint", ('Recipe(**saved["recipe"])', 'saved["recipe"]')),
+            breaks=("ckpt-recipe",), lose=("test_checkpoint",), words=("Recipe(**d)",)),
+    Variant("ckpt_returns_vocab", edit("checkpoint", ('CharTokenizer(saved["vocab"])', 'saved["vocab"]')),
+            breaks=("ckpt-tokenizer",), lose=("test_checkpoint",), words=("CharTokenizer(这个字符串)",)),
+    Variant("ckpt_weights_only_false", edit("checkpoint", ("torch.load(path, weights_only=True)", "torch.load(path, weights_only=False)")),
+            breaks=("ckpt-weights-only",), lose=("test_checkpoint",), words=("weights_only=True",)),
+    Variant("ckpt_pickled_recipe", edit("checkpoint", ('"recipe": recipe.as_dict()', '"recipe": recipe'),
+                                        ("torch.load(path, weights_only=True)", "torch.load(path, weights_only=False)"),
+                                        ('Recipe(**saved["recipe"])', 'saved["recipe"]')),
+            breaks=("ckpt-weights-only",), lose=("test_checkpoint",), words=("weights_only=True",)),
+]
+
+CORRECT += [
+    # learning_rate with if/elif and with min/max; cross_entropy with a hand-written logsumexp and gather;
+    # train_step with set_to_none=False and a clip that returns the norm; evaluate under inference_mode;
+    # a checkpoint that loads with the default torch.load (weights_only=True since torch 2.6) and maps to the CPU
+    Variant("ok_ifelif_gather_inference", {
+        "learning_rate": """def learning_rate(step, max_steps, warmup_steps, peak_lr, min_lr):
+    if step < warmup_steps:
+        lr = peak_lr * (step + 1) / warmup_steps
+    elif step <= max_steps:
+        ratio = (step - warmup_steps) / (max_steps - warmup_steps)
+        coeff = 0.5 * (1.0 + math.cos(math.pi * ratio))
+        lr = min_lr + coeff * (peak_lr - min_lr)
+    else:
+        lr = min_lr
+    return float(lr)
+""",
+        "cross_entropy": CE_HEAD + """    V = logits.shape[-1]
+    z = logits.reshape(-1, V)
+    top = z.amax(dim=-1, keepdim=True).detach()
+    lse = (top + (z - top).exp().sum(-1, keepdim=True).log()).squeeze(-1)
+    picked = z.gather(1, targets.reshape(-1, 1)).squeeze(1)
+    return torch.mean(lse - picked)
+""",
+        "train_step": """def train_step(model, optimizer, x, y, step, plan):
+    for g in optimizer.param_groups:
+        g.update(lr=learning_rate(step, plan.max_steps, plan.warmup_steps, plan.lr, plan.min_lr))
+    optimizer.zero_grad(set_to_none=False)
+    logits, _ = model(x)
+    loss = cross_entropy(logits, y)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=plan.grad_clip)
+    optimizer.step()
+    return float(loss.detach().cpu())
+""",
+        "evaluate": """def evaluate(model, batches):
+    before = model.training
+    model.train(False)
+    with torch.inference_mode():
+        values = [float(cross_entropy(model(x)[0], y)) for x, y in batches]
+    model.train(before)
+    return sum(values) / len(values)
+""",
+        "checkpoint": """from helpers.training import Recipe
+
+
+def save_checkpoint(path, model, optimizer, step, recipe, tokenizer):
+    torch.save(dict(model=model.state_dict(), optim=optimizer.state_dict(), step=int(step), recipe=recipe.as_dict(),
+                    vocab=tokenizer.decode(list(range(tokenizer.vocab_size)))), path)
+
+
+def load_checkpoint(path, model, optimizer):
+    ckpt = torch.load(path, map_location="cpu")
+    model.load_state_dict(ckpt["model"])
+    optimizer.load_state_dict(ckpt["optim"])
+    return ckpt["step"], Recipe(**ckpt["recipe"]), CharTokenizer(ckpt["vocab"])
+"""}),
+    Variant("ok_minmax_lr", {"learning_rate": """def learning_rate(step, max_steps, warmup_steps, peak_lr, min_lr):
+    warm = peak_lr * min(1.0, (step + 1) / warmup_steps)
+    p = min(max(step - warmup_steps, 0) / (max_steps - warmup_steps), 1.0)
+    decayed = min_lr + (peak_lr - min_lr) * 0.5 * (1 + math.cos(math.pi * p))
+    return warm if step < warmup_steps else decayed
+"""}),
 ]
