@@ -33,13 +33,13 @@ def _weights(d, n_head, n_ctx, gen, dtype=torch.float32):
 
 
 def _layer(x, W, allowed=lambda i, j: j <= i, positions=lambda n: torch.arange(n), scale=True,
-           k_proj=True, v_proj=True, out_proj=True):
+           k_proj=True, v_proj=True, out_proj=True, one_head=False, scale_by_d=False):
     """Causal multi-head attention over a whole sequence in float64, with the
     knobs that the known bugs turn."""
     x = x.to(torch.float64)
     W = {key: (val.to(torch.float64) if isinstance(val, torch.Tensor) else val) for key, val in W.items()}
     B, n, d = x.shape
-    H = W["n_head"]
+    H = 1 if one_head else W["n_head"]
     dk = d // H
     h = x + W["wpe"][positions(n)]
     q = torch.einsum("bnd,de->bne", h, W["w_q"]).reshape(B, n, H, dk)
@@ -47,7 +47,7 @@ def _layer(x, W, allowed=lambda i, j: j <= i, positions=lambda n: torch.arange(n
     v = (torch.einsum("bnd,de->bne", h, W["w_v"]) if v_proj else h).reshape(B, n, H, dk)
     s = torch.einsum("bihc,bjhc->bhij", q, k)
     if scale:
-        s = s / math.sqrt(dk)
+        s = s / math.sqrt(d if scale_by_d else dk)
     i, j = torch.arange(n).unsqueeze(1), torch.arange(n).unsqueeze(0)
     s = s.masked_fill(~allowed(i, j), float("-inf"))
     a = torch.einsum("bhij,bjhc->bihc", _softmax(s), v).reshape(B, n, d)
@@ -70,6 +70,37 @@ CACHE_BUGS = {
                      "沿错误的维度拼接：token 维是倒数第二维（dim=-2），形状 (B, n_head, t, d_k)。",
                      "you concatenate along the wrong dimension: tokens are the second-to-last axis (dim=-2) of "
                      "(B, n_head, t, d_k)."),
+    "returns_new": Bug("cache_returns_new_only",
+                       "append 把新的 k、v 存进去了（length 对），但只返回了新的那一个 token：要返回这一层到目前为止的"
+                       "全部 (K, V)，也就是拼接之后的 self.keys[layer]、self.values[layer]。",
+                       "append stores the new k, v (the length is right) but returns only the new token: return "
+                       "all of this layer's (K, V) so far, the concatenated self.keys[layer], self.values[layer]."),
+    "class_storage": Bug("cache_storage_shared_by_instances",
+                         "新建的 KVCache 不是空的：存储放在了类属性上（或可变的默认参数里），所有实例共用一份，"
+                         "上一个缓存的 token 还在。每一层一开始都要是空的：在 __init__ 里建 self.keys = [None] * n_layer。",
+                         "a new KVCache is not empty: the storage is a class attribute (or a mutable default "
+                         "argument) that every instance shares, so the tokens of an earlier cache are still there. "
+                         "Every layer starts empty: build self.keys = [None] * n_layer in __init__."),
+    "no_default": Bug("cache_n_layer_no_default",
+                      "KVCache() 不带参数时出错：签名是 KVCache(n_layer=1)，n_layer 的默认值是 1"
+                      "（练习 2 和后面的单元格都会写 KVCache()）。",
+                      "KVCache() without an argument fails: the signature is KVCache(n_layer=1), n_layer defaults "
+                      "to 1 (exercise 2 and the cells after it write KVCache())."),
+    "empty_length": Bug("cache_length_fails_when_empty",
+                        "length 在这一层还是空的时候出错了（例如 None 没有 .shape）：空的时候 length 要返回 0。",
+                        "length fails while the layer is still empty (None has no .shape, for instance): an empty "
+                        "layer has length 0."),
+    "prompt": Bug("cache_single_token_only",
+                  "一次追加多个 token（5 个 token 的提示词，t_new = 5）时出错或结果不对：append 只处理了 t_new = 1 的情形"
+                  "（例如 squeeze 之后再 torch.stack 单个 token）。沿 dim=-2 用 torch.cat 拼接，t_new 是几都可以。",
+                  "appending several tokens at once (a 5-token prompt, t_new = 5) fails or goes wrong: append only "
+                  "handles t_new = 1 (squeezing, then torch.stack of single tokens, for instance). Concatenate "
+                  "along dim=-2 with torch.cat, which works for any t_new."),
+    "length_calls": Bug("cache_length_counts_appends",
+                        "length 数的是调用 append 的次数，而不是 token 数：一次追加 5 个 token 的提示词之后，length "
+                        "要加 5。length 数的是 token（dim=-2 的大小）。",
+                        "length counts calls to append, not tokens: after a 5-token prompt is appended at once, "
+                        "length goes up by 5. length counts tokens (the size of dim=-2)."),
     "shared": Bug("cache_layers_shared",
                   "不同的层共用了同一份存储（例如 [[]] * n_layer 或者忘了用 layer 下标）：往一层追加，另一层也变了。",
                   "the layers share one storage (for example [[]] * n_layer, or the layer index is not used): "
@@ -80,18 +111,21 @@ CACHE_BUGS = {
 class _Cache:
     """The student's KVCache behind safe calls: each method must exist and return the right kind of thing."""
 
-    def __init__(self, KVCache, n_layer):
-        self.label = f"KVCache({n_layer})"
-        self.obj = call(KVCache, n_layer, what=self.label)
+    def __init__(self, KVCache, n_layer=None):
+        self.label = "KVCache()" if n_layer is None else f"KVCache({n_layer})"
+        args = () if n_layer is None else (n_layer,)
+        self.obj = call(KVCache, *args, what=self.label,
+                        hints=[(lambda exc, line: isinstance(exc, TypeError), CACHE_BUGS["no_default"])] if n_layer is None
+                        else [])
         for name, sig in (("length", "length(layer)"), ("append", "append(layer, k, v)")):
             if not callable(getattr(self.obj, name, None)):
                 raise GradingFailure(t(f"KVCache：没有 {sig} 方法。", f"KVCache: there is no {sig} method."))
 
-    def length(self, layer):
-        return call(self.obj.length, layer, what=f"{self.label}.length({layer})")
+    def length(self, layer, hints=()):
+        return call(self.obj.length, layer, what=f"{self.label}.length({layer})", hints=hints)
 
-    def append(self, layer, k, v):
-        res = call(self.obj.append, layer, k, v, what=f"{self.label}.append({layer}, k, v)")
+    def append(self, layer, k, v, hints=()):
+        res = call(self.obj.append, layer, k, v, what=f"{self.label}.append({layer}, k, v)", hints=hints)
         if not (isinstance(res, tuple) and len(res) == 2 and all(isinstance(z, torch.Tensor) for z in res)):
             raise GradingFailure(t(f"{self.label}.append 应返回 (K, V) 两个张量组成的元组，实际得到 {type(res).__name__}。",
                                    f"{self.label}.append must return a tuple (K, V) of two tensors, got "
@@ -99,8 +133,12 @@ class _Cache:
         return res
 
 
-def _expect_length(cache, layer, want, label, bug=None, hint=None) -> None:
-    got = cache.length(layer)
+ANY_ERROR = lambda exc, line: True      # noqa: E731 - a hint predicate that matches every error
+
+
+def _expect_length(cache, layer, want, label, bug=None, hint=None, empty=False) -> None:
+    """``empty``: the layer is new, so an error from length is one that an empty layer makes."""
+    got = cache.length(layer, hints=[(ANY_ERROR, CACHE_BUGS["empty_length"])] if empty else ())
     if got != want:
         raise failure(label, str(want), repr(got), bug, hint)
 
@@ -112,7 +150,11 @@ def _kv_token_by_token(cache, ks, vs) -> None:
         expected = torch.cat(ks[:step + 1], dim=-2)
         if not same(K, expected, EXACT):
             on_other = step > 0 and any(same(K, torch.cat(ks[:step + 1], dim=dd), EXACT) for dd in (0, 1, -1))
-            bug = CACHE_BUGS["overwrite"] if same(K, ks[step], EXACT) else CACHE_BUGS["wrong_dim"] if on_other else None
+            newest = same(K, ks[step], EXACT)
+            if newest and cache.length(0) == step + 1:
+                bug = CACHE_BUGS["returns_new"]
+            else:
+                bug = CACHE_BUGS["overwrite"] if newest else CACHE_BUGS["wrong_dim"] if on_other else None
             raise failure(t(f"第 0 层第 {step + 1} 次 append 之后返回的 K", f"K returned by the append number {step + 1} to layer 0"),
                           show(expected), show(K), bug)
         if not same(V, torch.cat(vs[:step + 1], dim=-2), EXACT):
@@ -126,15 +168,19 @@ def _kv_token_by_token(cache, ks, vs) -> None:
 
 def _kv_prompt_then_token(cache, prompt_k, prompt_v, k, v) -> None:
     """Layer 2 receives a 5-token prompt, then one token; layers 0 and 1 stay as they were."""
-    K, V = cache.append(2, prompt_k, prompt_v)
-    K, V = cache.append(2, k, v)
+    several = [(ANY_ERROR, CACHE_BUGS["prompt"])]
+    K, V = cache.append(2, prompt_k, prompt_v, hints=several)
+    K, V = cache.append(2, k, v, hints=several)
     expected = torch.cat([prompt_k, k], dim=-2)
     if not same(K, expected, EXACT) or not same(V, torch.cat([prompt_v, v], dim=-2), EXACT):
         bug = CACHE_BUGS["shared"] if K.dim() == 4 and K.shape[-2] > 6 else None
+        if bug is None and tuple(K.shape) != tuple(expected.shape):
+            bug = CACHE_BUGS["prompt"]
         raise failure(t("第 2 层：先追加 5 个 token 的提示词，再追加 1 个之后的 K",
                         "layer 2: K after appending a 5-token prompt, then 1 token"), show(expected), show(K), bug)
     _expect_length(cache, 2, 6, t("第 2 层先追加 5 个再追加 1 个之后的 length(2)",
                                   "length(2) after appending 5 then 1 tokens to layer 2"),
+                   CACHE_BUGS["length_calls"] if cache.length(2) == 2 else None,
                    hint=t("length 数的是 token（dim=-2 的大小），不是调用 append 的次数。",
                           "length counts tokens (the size of dim=-2), not calls to append."))
     for layer, want in ((0, 4), (1, 0)):
@@ -147,7 +193,8 @@ def _verify_kv_cache(KVCache) -> int:
     gen = seeded(801)
     cache = _Cache(KVCache, 3)
     for layer in range(3):
-        _expect_length(cache, layer, 0, t(f"新建的 KVCache(3).length({layer})", f"a new KVCache(3).length({layer})"))
+        _expect_length(cache, layer, 0, t(f"新建的 KVCache(3).length({layer})", f"a new KVCache(3).length({layer})"),
+                       CACHE_BUGS["class_storage"], empty=True)
     B, H, dk = 2, 3, 4
     ks = [torch.randn(B, H, 1, dk, generator=gen) for _ in range(4)]
     vs = [torch.randn(B, H, 1, dk, generator=gen) for _ in range(4)]
@@ -158,9 +205,16 @@ def _verify_kv_cache(KVCache) -> int:
                                           f"length({layer}) after appending to layer 0 only"), CACHE_BUGS["shared"])
     _kv_prompt_then_token(cache, prompt_k, prompt_v, ks[0], vs[0])
     _expect_length(_Cache(KVCache, 1), 0, 0, t("另建一个 KVCache(1) 的 length(0)", "length(0) of a second, new KVCache(1)"),
-                   hint=t("存储要放在 __init__ 里的 self 上，而不是类属性（所有实例共用）。",
-                          "keep the storage on self in __init__, not as a class attribute (shared by all instances)."))
-    return 6
+                   CACHE_BUGS["class_storage"], empty=True)
+    # KVCache(n_layer=1): without an argument, one empty layer that works
+    default = _Cache(KVCache)
+    _expect_length(default, 0, 0, t("KVCache()（不带参数）的 length(0)", "length(0) of KVCache() (no argument)"),
+                   CACHE_BUGS["class_storage"], empty=True)
+    K, _ = default.append(0, ks[0], vs[0])
+    if not same(K, ks[0], EXACT):
+        raise failure(t("KVCache()（不带参数）：append(0, k, v) 返回的 K", "KVCache() (no argument): K returned by "
+                        "append(0, k, v)"), show(ks[0]), show(K))
+    return 7
 
 
 def check_kv_cache(KVCache) -> None:
@@ -230,6 +284,22 @@ STEP_BUGS = [
         "the cache holds the vectors h before projection for both K and V, instead of h @ W_K and h @ W_V: store "
         "k and v after projection.",
         lambda x, W: _layer(x, W, k_proj=False, v_proj=False)),
+    Bug("step_one_head",
+        "没有分成 n_head 个头：你把整个 d 维向量当成了一个头来做注意力。要把 q、k、v 变形成 (B, n_head, 1, d_k)，"
+        "每个头各自做 softmax，最后再合并。",
+        "the vectors are not split into n_head heads: attention runs on the whole d-wide vector as one head. "
+        "Reshape q, k, v to (B, n_head, 1, d_k), let every head take its own softmax, then merge them.",
+        lambda x, W: _layer(x, W, one_head=True)),
+    Bug("step_scaled_by_sqrt_d",
+        "分数除以的是 √d，而每个头的宽度是 d_k = d / n_head：要除以 √d_k。",
+        "the scores are divided by √d, but a head is d_k = d / n_head wide: divide by √d_k.",
+        lambda x, W: _layer(x, W, scale_by_d=True)),
+    Bug("step_attends_to_first_token_only",
+        "新 token 只看见了第一个 token：多半是加了一个 (1, t) 的因果掩码 tril(ones(1, t))，它只留下第 0 列。"
+        "缓存里只有过去和现在，用不着掩码。",
+        "the new token sees the first token only: most likely a causal mask tril(ones(1, t)) of shape (1, t), "
+        "which keeps column 0 alone. The cache holds only the past and the present: nothing needs masking.",
+        lambda x, W: _layer(x, W, allowed=lambda i, j: j == 0)),
     Bug("step_no_scaling", "分数没有除以 √d_k（d_k = d / n_head）。",
         "the scores are not divided by √d_k (d_k = d / n_head).", lambda x, W: _layer(x, W, scale=False)),
     Bug("step_no_output_projection", "合并各头之后没有乘 weights[\"w_o\"]。",
@@ -249,6 +319,36 @@ def _step_cases(gen):
     ]
 
 
+STEP_SHAPE_BUGS = {
+    "squeezed": Bug("step_token_axis_dropped",
+                    "返回的是 (B, d)：token 那一维被去掉了（squeeze 或 reshape(B, d)）。返回值要和 x_t 一样是 (B, 1, d)。",
+                    "the result is (B, d): the token axis was dropped (squeeze, or reshape(B, d)). The result is "
+                    "(B, 1, d), like x_t."),
+    "heads": Bug("step_heads_not_merged",
+                 "返回的还是分开的各头 (B, n_head, 1, d_k)：要先 transpose(1, 2) 再 reshape(B, 1, d) 把各头合并，"
+                 "然后乘 weights[\"w_o\"]。",
+                 "the result still has separate heads (B, n_head, 1, d_k): merge them with transpose(1, 2) and "
+                 "reshape(B, 1, d), then multiply by weights[\"w_o\"]."),
+}
+STEP_DTYPE = Bug("step_dtype_not_kept",
+                 "x_t 是 float64，返回值却不是：结果要和 x_t 的 dtype 相同（例如中间转成了 float32 却没有转回来）。",
+                 "x_t is float64 but the result is not: the result has x_t's dtype (computed in float32, say, and "
+                 "not cast back).")
+STEP_NO_DEFAULT = Bug("step_layer_no_default",
+                      "不给 layer 时出错：签名是 cached_attention_step(x_t, weights, cache, layer=0)，layer 的默认值是 0。",
+                      "leaving out layer fails: the signature is cached_attention_step(x_t, weights, cache, layer=0), "
+                      "layer defaults to 0.")
+
+
+def _step_shape_bug(y, B, d, H):
+    shape = tuple(y.shape) if isinstance(y, torch.Tensor) else None
+    if shape == (B, d):
+        return STEP_SHAPE_BUGS["squeezed"]
+    if shape == (B, H, 1, d // H) and H > 1:
+        return STEP_SHAPE_BUGS["heads"]
+    return None
+
+
 def _run_steps(check, x, Ws, cache, label):
     """Feed x token by token; layer l uses Ws[l] and the same cache. Returns one (B, steps, d) output per layer."""
     B, steps, d = x.shape
@@ -257,7 +357,7 @@ def _run_steps(check, x, Ws, cache, label):
         for layer, W in enumerate(Ws):
             y = check.call(x[:, i:i + 1], W, cache, layer, label=t(f"{label}，第 {i} 步", f"{label}, step {i}"))
             outs[layer].append(check.tensor(t(f"{label}，第 {i} 步的输出", f"{label}, output of step {i}"),
-                                            y, (B, 1, d)).detach())
+                                            y, (B, 1, d), bug=_step_shape_bug(y, B, d, W["n_head"])).detach())
     return [torch.cat(o, dim=1) for o in outs]
 
 
@@ -280,10 +380,23 @@ def _step_checks(cached_attention_step, KVCache) -> int:
         got, = _run_steps(check, x, [W], call(KVCache, 1, what="KVCache(1)"), label)
         check.expect(t(f"{label}：逐个 token 的输出（应等于完整重算 full_attention(x)）",
                        f"{label}: token-by-token outputs (must equal the full recomputation full_attention(x))"),
-                     got, ref_layer(x, W), bugs=STEP_BUGS, bug_args=(x, W), dtype=dtype)
+                     got, ref_layer(x, W), bugs=STEP_BUGS, bug_args=(x, W))
+        if got.dtype != dtype:
+            raise check.fail(t(f"{label}：输出的 dtype", f"{label}: dtype of the output"), str(dtype), str(got.dtype),
+                             STEP_DTYPE)
     d, H, steps = 8, 2, 4              # two layers in one cache, interleaved as a model would call them
     Ws = [_weights(d, H, steps, gen), _weights(d, H, steps, gen)]
     x = torch.randn(1, steps, d, generator=gen)
+    # layer=0 is the default: the call without it is the call on layer 0
+    W0, x0 = _weights(d, H, 2, gen), torch.randn(1, 2, d, generator=gen)
+    cache0 = call(KVCache, 1, what="KVCache(1)")
+    label = t("cached_attention_step(x_t, weights, cache)，不给 layer", "cached_attention_step(x_t, weights, cache), "
+              "layer left out")
+    missing = [(lambda exc, line: isinstance(exc, TypeError) and "required positional argument" in str(exc),
+                STEP_NO_DEFAULT)]
+    ys = [call(cached_attention_step, x0[:, i:i + 1], W0, cache0, what=f"{what}: {label}", hints=missing)
+          for i in range(2)]
+    check.expect(label, torch.cat([check.tensor(label, y, (1, 1, d)).detach() for y in ys], dim=1), ref_layer(x0, W0))
     label = t("两层共用一个 KVCache(2)，交替调用 layer=0 和 layer=1", "two layers sharing one KVCache(2), called "
               "alternately with layer=0 and layer=1")
     for layer, got in enumerate(_run_steps(check, x, Ws, call(KVCache, 2, what="KVCache(2)"), label)):
@@ -326,9 +439,54 @@ KV_BUGS = [
 ]
 
 
+KV_DEFAULTS = Bug("kv_bytes_defaults",
+                  "默认值不对：签名是 kv_cache_bytes(..., bytes_per_value=2, batch=1)，不给这两个参数时按 fp16（每个数 2 字节）、"
+                  "batch 1 算。",
+                  "the defaults are wrong: the signature is kv_cache_bytes(..., bytes_per_value=2, batch=1), so "
+                  "leaving them out means fp16 (2 bytes per number) and batch 1.")
+KV_TYPE = {
+    "float": Bug("kv_bytes_returns_float",
+                 "返回的是 float（多半是 d_model / n_head 用了 /，或者乘了一个浮点数）：字节数是 Python int，"
+                 "用 // 整除，或者最后 int(...)。",
+                 "the result is a float (most likely d_model / n_head with /, or a float factor): a number of "
+                 "bytes is a Python int; divide with //, or int(...) at the end."),
+    "tensor": Bug("kv_bytes_returns_tensor",
+                  "返回的是张量：字节数是 Python int，用 int(...) 或 .item() 转成整数。",
+                  "the result is a tensor: a number of bytes is a Python int; convert it with int(...) or .item()."),
+}
+
+
+def _kv_type_bug(got):
+    if isinstance(got, float):
+        return KV_TYPE["float"]
+    if isinstance(got, torch.Tensor):
+        return KV_TYPE["tensor"]
+    return None
+
+
+def _kv_defaults(kv_cache_bytes, what) -> None:
+    """bytes_per_value=2 and batch=1 when left out: the call without them equals the call that gives them."""
+    args = (2, 16, 64, 8, 2)
+    missing = [(lambda exc, line: isinstance(exc, TypeError) and "required positional argument" in str(exc),
+                KV_DEFAULTS)]
+    bare = call(kv_cache_bytes, *args, what=f"{what}{args}", hints=missing)
+    given = call(kv_cache_bytes, *args, bytes_per_value=2, batch=1,
+                 what=f"{what}({', '.join(map(str, args))}, bytes_per_value=2, batch=1)")
+    try:
+        equal = bare == given
+        equal = bool(equal.all()) if isinstance(equal, torch.Tensor) else bool(equal)
+    except Exception:  # noqa: BLE001 - something that cannot be compared is not the same number
+        equal = False
+    if not equal:
+        raise failure(t(f"{what}{args}（不给 bytes_per_value 和 batch）", f"{what}{args} (bytes_per_value and batch "
+                        "left out)"), t(f"和给出 bytes_per_value=2, batch=1 时一样：{given!r}",
+                                        f"the same as with bytes_per_value=2, batch=1: {given!r}"), repr(bare), KV_DEFAULTS)
+
+
 def check_kv_cache_bytes(kv_cache_bytes) -> None:
     what = "kv_cache_bytes"
-    n = 0
+    _kv_defaults(kv_cache_bytes, what)
+    n = 1
     cases = [
         (t("LLaMA-2 7B（MHA），4096 个 token，fp16", "LLaMA-2 7B (MHA), 4096 tokens, fp16"), (32, 4096, 4096, 32, 32), {}),
         (t("LLaMA-2 70B（GQA，64 个查询头、8 个 KV 头），4096 个 token，fp16",
@@ -378,7 +536,7 @@ def check_kv_cache_bytes(kv_cache_bytes) -> None:
     n += 1
     if not isinstance(got, int) or isinstance(got, bool):
         raise failure(t(f"{what} 返回值的类型", f"type of what {what} returns"), "int", type(got).__name__,
-                      hint=t("字节数是整数：用 // 而不是 /，或者最后 int(...)。",
+                      _kv_type_bug(got), hint=t("字节数是整数：用 // 而不是 /，或者最后 int(...)。",
                              "a number of bytes is an integer: use // rather than /, or int(...) at the end."))
     passed(what, n)
 
@@ -464,8 +622,17 @@ ONLINE_BUGS = [
     _bug("online_no_scaling", "分数没有除以 √d_k。", "the scores are not divided by √d_k.", scale=False),
     _bug("online_no_final_division", "最后没有除以 ℓ：输出要等于 o / ℓ。",
          "the output is not divided by ℓ at the end: it must be o / ℓ.", divide=False),
-    Bug("online_causal_ignored", "causal=True 时没有屏蔽未来的键。", "with causal=True the future keys are not masked.",
+    Bug("online_causal_ignored", "causal=True 时没有屏蔽未来的键：查询 i 只能看键 j ≤ i。",
+        "with causal=True the future keys are not masked: query i may only see keys j ≤ i.",
         lambda q, k, v, block_size, causal=False: _online(q, k, v, block_size, False)),
+    Bug("online_keys_counted_by_queries",
+        "键块的循环只走到了 n_q（查询的个数）：键的个数是 n_k = k.shape[-2]，它可以和 n_q 不同，"
+        "n_q 之后的键都被漏掉了。用 range(0, n_k, block_size)。",
+        "the loop over key blocks stops at n_q (the number of queries): there are n_k = k.shape[-2] keys, which "
+        "may differ from n_q, and the keys after n_q are left out. Use range(0, n_k, block_size).",
+        lambda q, k, v, block_size, causal=False: _online(
+            q, k[..., :-(-q.shape[-2] // block_size) * block_size, :], v[..., :-(-q.shape[-2] // block_size) * block_size, :],
+            block_size, causal)),
 ]
 
 
@@ -489,7 +656,19 @@ class _TensorSizes(torch.overrides.TorchFunctionMode):
         return out
 
 
+def _o_as_wide_as_q(exc, line) -> bool:
+    """o allocated like q ((..., n_q, d_k)) meets p @ v ((..., n_q, d_v)): the case with d_k = 8, d_v = 5."""
+    text = str(exc)
+    return "must match the size" in text and "(8)" in text and "(5)" in text
+
+
 ONLINE_HINTS = [
+    (_o_as_wide_as_q,
+     Bug("online_output_as_wide_as_q",
+         "输出 o 建成了和 q 一样宽（d_k，例如 torch.zeros_like(q)），可它要和 v 一样宽：形状是 (..., n_q, d_v)，"
+         "d_v = v.shape[-1] 可以不等于 d_k。",
+         "the output o is built as wide as q (d_k, e.g. torch.zeros_like(q)), but it is as wide as v: its shape "
+         "is (..., n_q, d_v), and d_v = v.shape[-1] may differ from d_k.")),
     (lambda exc, line: "transpose(1,2)" in line.replace(" ", "") or "transpose(2,1)" in line.replace(" ", ""),
      Bug("transpose_fixed_axes",
          "transpose(1, 2) 假定输入正好有一个批量维：这里的输入是 (..., n, d)，前面可以有零个或多个批量维。"
@@ -551,11 +730,88 @@ def _online_memory(check, online_softmax_attention, gen) -> None:
     check.expect(label, out, ref_attention(q, k, v, True))
 
 
+class _KeyBlocks(torch.overrides.TorchFunctionMode):
+    """The sizes, along the token axis, of the pieces the function cuts out of k (slices, split, chunk, narrow),
+    k's same-shaped copies (k.float(), k.contiguous()) included."""
+
+    CUTS = frozenset({"__getitem__", "split", "chunk", "narrow", "tensor_split", "split_with_sizes", "unsafe_split"})
+
+    def __init__(self, k):
+        super().__init__()
+        self.shape = tuple(k.shape)
+        self.tracked = [k]
+        self.sizes: list[int] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        src = args[0] if args else None
+        if isinstance(src, torch.Tensor) and any(src is k for k in self.tracked):
+            cut = getattr(func, "__name__", "") in self.CUTS
+            for x in pytree.tree_flatten(out)[0]:
+                if not isinstance(x, torch.Tensor):
+                    continue
+                if tuple(x.shape) == self.shape:
+                    self.tracked.append(x)
+                elif (cut and x.dim() == len(self.shape) and tuple(x.shape[:-2]) == self.shape[:-2]
+                      and x.shape[-1] == self.shape[-1]):
+                    self.sizes.append(int(x.shape[-2]))
+        return out
+
+
+ONLINE_BLOCKS = Bug("online_blocks_not_block_size",
+                    "键不是按每块 block_size 个来分的：torch.chunk(k, block_size) 切出的是 block_size 块（每块 n / block_size 个），"
+                    "逐个键处理则是每块 1 个。每一块要有 block_size 个键（只有最后一块可以不满）：range(0, n_k, block_size) "
+                    "配合 k[..., start:start + block_size, :]，或 k.split(block_size, dim=-2)。",
+                    "the keys are not cut into blocks of block_size: torch.chunk(k, block_size) makes block_size "
+                    "blocks (of n / block_size keys each), one key at a time makes blocks of 1. Every block holds "
+                    "block_size keys (only the last may be shorter): range(0, n_k, block_size) with "
+                    "k[..., start:start + block_size, :], or k.split(block_size, dim=-2).")
+
+
+def _online_blocks(check, online_softmax_attention, gen) -> None:
+    """Blocks of block_size keys, the last one possibly shorter: the pieces cut out of k are recorded."""
+    what, n, block = check.what, 150, 16
+    q, k, v = (torch.randn(2, n, 8, generator=gen) for _ in range(3))
+    label = t(f"n = {n}，block_size = {block}：记录从 k 切出的每一块有多少个键",
+              f"n = {n}, block_size = {block}: how many keys each piece cut out of k holds")
+    blocks = _KeyBlocks(k)
+    try:
+        with forbidden(FORBIDDEN, what), blocks:
+            out = online_softmax_attention(q, k, v, block)
+    except Exception as exc:
+        raise GradingFailure(t(f"{what}: {label}：你的代码抛出了 {type(exc).__name__}: {exc}",
+                               f"{what}: {label}: your code raised {type(exc).__name__}: {exc}")) from None
+    sizes = blocks.sizes
+    if sizes and max(sizes) != block:
+        shown = sorted(set(sizes))
+        raise check.fail(label, t(f"每块 {block} 个键（最后一块 {n % block} 个）", f"blocks of {block} keys (the last "
+                                  f"one {n % block})"), t(f"从 k 切出的块大小：{shown}", f"sizes of the pieces cut out "
+                                                          f"of k: {shown}"), ONLINE_BLOCKS)
+    check.expect(label, out, ref_attention(q, k, v))
+
+
+ONLINE_DTYPE = Bug("online_dtype_not_kept",
+                   "q 是 float64，out 却不是：out 要和 q 的 dtype 相同（例如把 q、k、v 转成了 float32 却没有转回来）。",
+                   "q is float64 but out is not: out has q's dtype (q, k, v converted to float32, say, and not "
+                   "converted back).")
+
+
+def _online_dtype(check, gen) -> None:
+    label = t("float64 的 q、k、v：out 的 dtype", "float64 q, k, v: the dtype of out")
+    q, k, v = (torch.randn(2, 9, 4, generator=gen, dtype=F64) for _ in range(3))
+    out = check.call(q, k, v, 4, causal=True, label=label)
+    check.expect(label, out, ref_attention(q, k, v, True))
+    if out.dtype != F64:
+        raise check.fail(label, str(F64), str(out.dtype), ONLINE_DTYPE)
+
+
 def check_online_softmax(online_softmax_attention) -> None:
     what = "online_softmax_attention"
     gen = seeded(803)
     check = Check(what, online_softmax_attention, reference=ref_attention_blocked, forbid=FORBIDDEN,
-                  hints=ONLINE_HINTS)
+                  hints=ONLINE_HINTS, dtype_follows=None)
     check.cases(_online_cases(gen))
     _online_memory(check, online_softmax_attention, gen)
+    _online_blocks(check, online_softmax_attention, gen)
+    _online_dtype(check, gen)
     passed(what, check.n)

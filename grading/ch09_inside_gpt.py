@@ -129,6 +129,11 @@ PREV_BUGS = [
         "attn[..., i, i-1]。", "the weights on every earlier position are added up (the whole lower triangle, "
         "tril(attn, -1)): take only the one right before, attn[..., i, i-1].",
         lambda a: torch.tril(as_f64(a), -1).sum(dim=(-2, -1)).mean(1) / (a.shape[-1] - 1)),
+    _pb("prev_diagonal_default_dims", "attn.diagonal(-1) 不写 dim1、dim2 时取的是第 0、1 维（层和 batch）的斜线，不是最后两维"
+        "（query 和 key）：写 attn.diagonal(-1, dim1=-2, dim2=-1)。",
+        "attn.diagonal(-1) without dim1 and dim2 takes a diagonal of dims 0 and 1 (layers and batch), not of the last "
+        "two (query and key): write attn.diagonal(-1, dim1=-2, dim2=-1).",
+        lambda a: as_f64(a).diagonal(-1).mean(dim=(1, 3))),
     _pb("prev_drops_last_position", "最后一个位置 n−1 没有算进去（range(1, n-1)？）：位置是 1…n−1，包括 n−1。",
         "the last position n−1 is left out (range(1, n-1)?): the positions are 1…n−1, n−1 included.",
         lambda a: _mean_lh(_diag(a, -1)[..., :-1])),
@@ -180,6 +185,20 @@ IND_BUGS = [
         "positions belong to the repeat too.",
         lambda a, period: _mean_lh(_diag(a, -period + 1, period)[..., :period])),
 ]
+IND_DIAG_DEFAULT = ("induction_diagonal_default_dims",
+                    "attn.diagonal(...) 不写 dim1、dim2 时取的是第 0、1 维（层和 batch）的斜线，不是最后两维（query 和 key）："
+                    "写 attn.diagonal(1 - period, dim1=-2, dim2=-1)。",
+                    "attn.diagonal(...) without dim1 and dim2 takes a diagonal of dims 0 and 1 (layers and batch), not "
+                    "of the last two (query and key): write attn.diagonal(1 - period, dim1=-2, dim2=-1).")
+IND_BUGS += [
+    Bug(*IND_DIAG_DEFAULT, lambda a, period: as_f64(a).diagonal(1 - period)[..., 1:].mean(dim=(1, 3))),
+    Bug(*IND_DIAG_DEFAULT, lambda a, period: as_f64(a).diagonal(1 - period).mean(dim=(1, 3))),
+]
+IND_WRONG_ERROR = Bug("induction_wrong_exception",
+                      "period 不在 1 … n−1 之间时抛出的不是 ValueError（例如 assert 抛出的 AssertionError，或者下标越界的 "
+                      "IndexError）：要写 raise ValueError(...)。",
+                      "for a period outside 1 … n−1 the error raised is not a ValueError (an AssertionError from assert, "
+                      "say, or an IndexError from indexing): write raise ValueError(...).")
 IND_NO_ERROR = Bug("induction_no_valueerror", "period 不在 1 … n−1 之间时没有抛出 ValueError：那样根本没有重复的那一半。",
                    "no ValueError for a period outside 1 … n−1: then there is no repeat to score.")
 
@@ -270,6 +289,13 @@ SCORE_CASES = [  # (label zh, label en, L, B, H, n, causal, dtype)
 ]
 
 
+SCORE_NOT_TENSOR = Bug("score_not_a_tensor",
+                       "返回的不是 torch.Tensor（转成了 numpy 数组、列表或 Python 数）：得分是一个 (n_layer, n_head) 的 "
+                       "torch.Tensor，全程用 torch 运算，不要 .numpy()、.tolist()。",
+                       "the result is not a torch.Tensor (a numpy array, a list or a Python number): the score is an "
+                       "(n_layer, n_head) torch.Tensor; stay with torch operations, no .numpy() or .tolist().")
+
+
 def _check_scores(fn, what, bugs, args_of, shape_hint, cases, seed, edges=None):
     """Shared loop: run ``fn`` on every case, compare with the reference, diagnose. ``edges(label, n, *extra)``
     gives the hints for a case whose input is an allowed edge (the shortest sequence, period = 1, …)."""
@@ -284,8 +310,7 @@ def _check_scores(fn, what, bugs, args_of, shape_hint, cases, seed, edges=None):
         n_checks += 1
         if not isinstance(out, torch.Tensor):
             raise failure(t(f"{label}：返回值", f"{label}: the result"), t("一个 torch.Tensor", "a torch.Tensor"),
-                          type(out).__name__, hint=t("应返回 torch.Tensor（不要转成 numpy 或 Python 数）。",
-                                                     "return a torch.Tensor (not numpy, not a Python number)."))
+                          type(out).__name__, SCORE_NOT_TENSOR)
         bug = diagnose(out, bugs, *args, expected=expected, match=lambda a, b: close(a, b, 1e-6, 1e-5))
         if tuple(out.shape) != (L, H):
             got = tuple(out.shape)
@@ -350,7 +375,7 @@ def check_induction_score(induction_score) -> None:
         except NotImplementedError:
             raise GradingFailure(t(f"{label}：还没有实现。", f"{label}: not implemented yet.")) from None
         except Exception as exc:  # noqa: BLE001
-            raise failure(label, "ValueError", f"{type(exc).__name__}: {exc}", IND_NO_ERROR) from None
+            raise failure(label, "ValueError", f"{type(exc).__name__}: {exc}", IND_WRONG_ERROR) from None
         raise failure(label, "ValueError", show(out), IND_NO_ERROR)
     passed(what, n)
 
@@ -418,6 +443,10 @@ def _mean_head(out, h):
     out[:, h] = out[:, h].mean(dim=(0, 1), keepdim=True)
 
 
+def _half_head(out, h):
+    out[:, h] *= 0.5
+
+
 def _hooked_attention_output(model, heads, x, y):
     """Hooks on the whole attention module (output (B, n, d)) zeroing [:, h]: position h of that output."""
     m = copy.deepcopy(model).double()
@@ -479,6 +508,9 @@ ABL_BUGS = [
     Bug("ablate_mean_not_zero", "用平均值代替了头的输出（均值消融）；本练习要把头的输出置零。",
         "the head's output is replaced by its mean (mean ablation); this exercise zeroes the head's output.",
         _hooked(_mean_head)),
+    Bug("ablate_scaled_not_zeroed", "头的输出只乘了 0.5，没有置零：零消融要把 output[:, h] 整个设成 0。",
+        "the head's output is multiplied by 0.5, not zeroed: zero ablation sets output[:, h] to 0 entirely.",
+        _hooked(_half_head)),
     Bug("ablate_hooked_attention_output", "钩子挂在了整个注意力模块 model.blocks[l].attn 上：它的输出是 (B, n, d_model)，"
         "[:, h] 去掉的是位置 h。钩子要挂在 model.blocks[l].attn.heads 上，那里的输出是 (B, n_head, n, d_head)。",
         "the hook is on the whole attention module model.blocks[l].attn: its output is (B, n, d_model), and [:, h] "
@@ -569,7 +601,65 @@ def check_ablate_heads(ablate_heads) -> None:
             raise failure(t(f"{label}：之后完整模型的损失", f"{label}: the full model's loss afterwards"),
                           f"{base:.6f}", f"{again:.6f}", ABL_HOOKS_LEFT)
     n += _hooks_removed_after_an_error(ablate_heads, gen)
+    n += _model_kept_and_hooks_used(ablate_heads, gen)
     passed(what, n)
+
+
+ABL_MODE = Bug("ablate_model_state_changed",
+               "调用之后模型的状态变了：{what}。结束后模型要和原来一模一样：不要调用 model.eval() / model.train() "
+               "或改 requires_grad；只用 torch.no_grad() 就不需要改它们（要改的话，结束时恢复原样）。",
+               "the model's state changed during the call: {what}. Afterwards the model is exactly as before: do not "
+               "call model.eval() / model.train() or change requires_grad; torch.no_grad() alone needs neither (if "
+               "you do change them, restore them at the end).")
+ABL_NO_HOOKS = Bug("ablate_without_hooks",
+                   "模型运行的时候上面没有挂任何钩子：头是靠改权重（或模型的副本）去掉的。练习要求用钩子去掉头，"
+                   "权重保持不动：例如在 model.blocks[layer].attn.heads 上 register_forward_hook，把 output[:, h] 置零。",
+                   "no hook was on the model while it ran: the heads were removed by editing weights (or a copy of "
+                   "the model). The exercise removes heads with hooks and leaves the weights alone: for example "
+                   "register_forward_hook on model.blocks[layer].attn.heads, zeroing output[:, h].")
+
+
+def _state(model) -> tuple:
+    return (tuple(m.training for m in model.modules()), tuple(p.requires_grad for p in model.parameters()))
+
+
+def _model_kept_and_hooks_used(ablate_heads, gen) -> int:
+    """A model in training mode with gradients on, as a student's would be in the middle of training: afterwards
+    its mode and requires_grad are as they were. And while the model ran, hooks were on it (our own probe, a
+    forward pre-hook on the model, counts them; a deep copy of the model carries the probe along)."""
+    cfg = ABL_CASES[2][0]
+    model = _model(cfg, 940).train()
+    x = torch.randint(cfg.vocab_size, (2, cfg.n_ctx - 2), generator=gen)
+    y = torch.randint(cfg.vocab_size, (2, cfg.n_ctx - 2), generator=gen)
+    heads = [(0, 1), (1, 2)]
+    label = f"ablate_heads(model [model.train()], heads={heads}, x, y)"
+    before = _state(model)
+    seen: list[int] = []
+
+    def probe(module, args):
+        seen.append(_n_hooks(module) - 1)
+
+    ensure_untampered(label)
+    handle = model.register_forward_pre_hook(probe)
+    try:
+        ablate_heads(model, heads, x, y)
+    except Exception as exc:  # noqa: BLE001
+        raise GradingFailure(t(f"{label}：你的代码抛出了 {type(exc).__name__}: {exc}",
+                               f"{label}: your code raised {type(exc).__name__}: {exc}")) from None
+    finally:
+        handle.remove()
+    after = _state(model)
+    if after != before:
+        what = (t("model.training 从 True 变成了 False（调用了 model.eval()？）",
+                  "model.training went from True to False (model.eval() was called?)")
+                if after[0] != before[0] else t("参数的 requires_grad 变了", "the parameters' requires_grad changed"))
+        bug = Bug(ABL_MODE.key, ABL_MODE.zh.format(what=what), ABL_MODE.en.format(what=what))
+        raise failure(t(f"{label}：之后模型的状态", f"{label}: the model's state afterwards"), t("不变", "unchanged"),
+                      what, bug)
+    if not seen or max(seen) <= 0:
+        raise failure(t(f"{label}：模型运行时挂着的钩子", f"{label}: hooks on the model while it ran"),
+                      t("至少一个", "at least one"), str(max(seen, default=0)), ABL_NO_HOOKS)
+    return 2
 
 
 def _hooks_removed_after_an_error(ablate_heads, gen) -> int:

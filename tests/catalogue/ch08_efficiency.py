@@ -91,7 +91,7 @@ BUGS = [
             self.keys[layer] = torch.cat([self.keys[layer], k], dim=-2)
             self.values[layer] = torch.cat([self.values[layer], v], dim=-2)
 """, "        self.keys[layer], self.values[layer] = k, v\n")),
-            lose=("test_kv_cache",), words=("覆盖",), said=KEPT),
+            lose=("test_kv_cache",), words=("覆盖",), said=KEPT, breaks=("kv-append",)),
     Variant("cache_shared_layers", cache("""class KVCache:
     def __init__(self, n_layer=1):
         self.k = []
@@ -104,7 +104,7 @@ BUGS = [
         self.k.append(k)
         self.v.append(v)
         return torch.cat(self.k, dim=-2), torch.cat(self.v, dim=-2)
-"""), lose=("test_kv_cache",), words=("共用",), said=KEPT),
+"""), lose=("test_kv_cache",), words=("共用",), said=KEPT, breaks=("kv-layers-independent",)),
     Variant("cache_length_counts_calls", cache(CACHE_OK.replace(
         "        self.values = [None] * n_layer\n",
         "        self.values = [None] * n_layer\n        self.calls = [0] * n_layer\n").replace(
@@ -112,11 +112,12 @@ BUGS = [
         "        return self.calls[layer]\n").replace(
         "        return self.keys[layer], self.values[layer]\n",
         "        self.calls[layer] += 1\n        return self.keys[layer], self.values[layer]\n")),
-            lose=("test_kv_cache",), words=("length 数的是 token",), said=KEPT),
+            lose=("test_kv_cache",), words=("length 数的是 token",), said=KEPT,
+            breaks=("kv-length-tokens",)),
     # cached_attention_step
     Variant("step_values_before_projection",
             step(STEP_OK.replace('heads(h @ weights["w_v"])', "heads(h)")),
-            lose=("test_cached_step",), words=("投影之前",)),
+            lose=("test_cached_step",), words=("投影之前",), breaks=("step-qkv",)),
     Variant("step_only_cache", step(STEP_OK.replace(
         """    K, V = cache.append(layer, heads(h @ weights["w_k"]), heads(h @ weights["w_v"]))
 """, """    k_new, v_new = heads(h @ weights["w_k"]), heads(h @ weights["w_v"])
@@ -125,33 +126,33 @@ BUGS = [
     else:
         K, V = cache.keys[layer], cache.values[layer]
     cache.append(layer, k_new, v_new)
-""")), lose=("test_cached_step",), words=("没有看它自己",)),
+""")), lose=("test_cached_step",), words=("没有看它自己",), breaks=("step-append-first",)),
     Variant("step_position_not_advanced", step(STEP_OK.replace('weights["wpe"][pos]', 'weights["wpe"][0]')),
-            lose=("test_cached_step",), words=("位置没有前进",)),
+            lose=("test_cached_step",), words=("位置没有前进",), breaks=("step-position",)),
     # kv_cache_bytes
     Variant("kv_gqa_as_mha", kv("    return 2 * n_layer * n_tokens * n_head * d_k * bytes_per_value * batch\n"),
-            lose=("test_kv_bytes",), words=("n_head 个 KV 头",)),
+            lose=("test_kv_bytes",), words=("n_head 个 KV 头",), breaks=("kvb-kv-heads",)),
     Variant("kv_no_factor_2", kv("    return n_layer * n_tokens * n_kv_head * d_k * bytes_per_value * batch\n"),
-            lose=("test_kv_bytes",), words=("少了因子 2",)),
+            lose=("test_kv_bytes",), words=("少了因子 2",), breaks=("kvb-bytes",)),
     Variant("kv_ignores_bytes", kv("    return 2 * n_layer * n_tokens * n_kv_head * d_k * batch\n"),
-            lose=("test_kv_bytes",), words=("bytes_per_value",)),
+            lose=("test_kv_bytes",), words=("bytes_per_value",), breaks=("kvb-bytes",)),
     Variant("kv_ignores_batch", kv("    return 2 * n_layer * n_tokens * n_kv_head * d_k * bytes_per_value\n"),
-            lose=("test_kv_bytes",), words=("batch",)),
+            lose=("test_kv_bytes",), words=("batch",), breaks=("kvb-bytes",)),
     Variant("kv_float_division", kv("    return 2 * n_layer * n_tokens * n_kv_head * d_model / n_head * bytes_per_value * batch\n"),
-            lose=("test_kv_bytes",), words=("int", "//")),
+            lose=("test_kv_bytes",), words=("int", "//", "返回的是 float"), breaks=("kvb-int",)),
     # online softmax
     Variant("online_no_rescale_output", online(ONLINE_OK.replace("o = alpha * o + p @ vb", "o = o + p @ vb")),
-            lose=("test_online_softmax",), words=("没有重新缩放累积的输出",)),
+            lose=("test_online_softmax",), words=("没有重新缩放累积的输出",), breaks=("osa-rescale",)),
     Variant("online_no_rescale_sum",
             online(ONLINE_OK.replace("l = alpha * l + p.sum(dim=-1, keepdim=True)", "l = l + p.sum(dim=-1, keepdim=True)")),
-            lose=("test_online_softmax",), words=("指数和 ℓ",)),
+            lose=("test_online_softmax",), words=("指数和 ℓ",), breaks=("osa-rescale",)),
     Variant("online_block_causal", online(ONLINE_OK.replace(
         "s = s.masked_fill(cols > rows, float(\"-inf\"))",
         "s = s.masked_fill(cols // block_size > rows // block_size, float(\"-inf\"))")),
-            lose=("test_online_softmax",), words=("块内也要屏蔽",)),
+            lose=("test_online_softmax",), words=("块内也要屏蔽",), breaks=("osa-causal-in-block",)),
     Variant("online_last_block_dropped", online(ONLINE_OK.replace("for start in range(0, n_k, block_size):",
                                                                   "for start in range(0, n_k - block_size + 1, block_size):")),
-            lose=("test_online_softmax",), words=("最后那一块",)),
+            lose=("test_online_softmax",), words=("最后那一块",), breaks=("osa-blocks",)),
     Variant("online_full_matrix", online("""def online_softmax_attention(q, k, v, block_size, causal=False):
     s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if causal:
@@ -160,10 +161,10 @@ BUGS = [
     m = s.amax(dim=-1, keepdim=True)
     e = torch.exp(s - m)
     return (e / e.sum(dim=-1, keepdim=True)) @ v
-"""), lose=("test_online_softmax",), words=("n×n 的矩阵",)),
+"""), lose=("test_online_softmax",), words=("n×n 的矩阵",), breaks=("osa-no-nxn",)),
     Variant("online_uses_torch_softmax", online("""def online_softmax_attention(q, k, v, block_size, causal=False):
     return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) @ v
-"""), lose=("test_online_softmax",), words=("从零实现",)),
+"""), lose=("test_online_softmax",), words=("从零实现",), breaks=("osa-from-scratch",)),
 ]
 
 CORRECT = [
@@ -237,7 +238,8 @@ CORRECT = [
 
 BUGS += [
     Variant("online_transpose_assumes_batch_axis", online(ONLINE_OK.replace("kb.transpose(-2, -1)", "kb.transpose(1, 2)")),
-            lose=("test_online_softmax",), words=("transpose(-2, -1)", "批量维")),
+            lose=("test_online_softmax",), words=("transpose(-2, -1)", "批量维"),
+            breaks=("osa-batch-dims",)),
 ]
 
 
@@ -343,43 +345,162 @@ CORRECT += [
 
 WORDS_ARE_NOT_CALLS = ("ok_comments_name_forbidden_calls",)
 
-# (the rule as the exercise states it, the check that enforces it, the wrong answer that breaks it)
-RULES = [
-    ("KVCache.append: append along dim=-2 after what the layer holds, return all of it",
-     "check_kv_cache: K and V after each of four appends", "cache_overwrites"),
-    ("KVCache: layers are independent", "check_kv_cache: appending to one layer leaves the others' length",
-     "cache_shared_layers"),
-    ("KVCache.length: how many tokens the layer holds (a prompt of several at once too)",
-     "check_kv_cache: a 5-token prompt then one token gives length 6", "cache_length_counts_calls"),
-    ("cached_attention_step: the position is cache.length(layer)",
-     "check_cached_step: token-by-token outputs against full recomputation", "step_position_not_advanced"),
-    ("cached_attention_step: append k, v first, then attend (the new token sees itself)",
-     "check_cached_step: against full recomputation", "step_only_cache"),
-    ("cached_attention_step: cache k and v after their projections",
-     "check_cached_step: against full recomputation", "step_values_before_projection"),
-    ("kv_cache_bytes: n_kv_head K/V heads of width d_model / n_head (GQA, MQA)",
-     "check_kv_cache_bytes: LLaMA-2 7B and 70B, MQA, GQA", "kv_gqa_as_mha"),
-    ("kv_cache_bytes: K and V, a factor 2", "check_kv_cache_bytes: seven configurations", "kv_no_factor_2"),
-    ("kv_cache_bytes: times bytes_per_value", "check_kv_cache_bytes: fp16, float32 and int8", "kv_ignores_bytes"),
-    ("kv_cache_bytes: times batch, every sequence has its own cache", "check_kv_cache_bytes: batch 8 and 3",
-     "kv_ignores_batch"),
-    ("kv_cache_bytes: a Python int", "check_kv_cache_bytes: the type of the result", "kv_float_division"),
-    ("online_softmax_attention: rescale the accumulated output by exp(m - m_new)",
-     "check_online_softmax: against full attention, large scores whose max changes", "online_no_rescale_output"),
-    ("online_softmax_attention: rescale the running sum by exp(m - m_new)",
-     "check_online_softmax: against full attention", "online_no_rescale_sum"),
-    ("online_softmax_attention: blocks of block_size, the last one may be shorter",
-     "check_online_softmax: n = 13 and 11 with blocks of 4 and 3", "online_last_block_dropped"),
-    ("online_softmax_attention: with causal=True, mask j > i inside a block too",
-     "check_online_softmax: causal cases whose blocks straddle the diagonal", "online_block_causal"),
-    ("online_softmax_attention: never an n x n tensor",
-     "check_online_softmax: the size of every tensor created is recorded", "online_full_matrix"),
-    ("online_softmax_attention from scratch: torch.softmax is not allowed",
-     "check_online_softmax runs inside core.forbidden: the call itself raises", "online_uses_torch_softmax"),
-    ("online_softmax_attention: (..., n, d) with any number of leading batch dimensions",
-     "check_online_softmax: 2-D inputs and batch dims (2, 3)", "online_transpose_assumes_batch_axis"),
+# The rule ledger (notebooks/ch08_efficiency.md marks the rules): wrong answers that break one stated rule each,
+# written the way students write them.
+BUGS += [
+    # KVCache
+    Variant("cache_class_attribute", cache('''class KVCache:
+    keys = {}
+    values = {}
+
+    def __init__(self, n_layer=1):
+        self.n_layer = n_layer
+
+    def length(self, layer=0):
+        return self.keys[layer].shape[-2] if layer in self.keys else 0
+
+    def append(self, layer, k, v):
+        if layer in self.keys:
+            self.keys[layer] = torch.cat([self.keys[layer], k], dim=-2)
+            self.values[layer] = torch.cat([self.values[layer], v], dim=-2)
+        else:
+            self.keys[layer], self.values[layer] = k, v
+        return self.keys[layer], self.values[layer]
+'''), lose=("test_kv_cache",), words=("新建的 KVCache 不是空的", "类属性"), said=KEPT, breaks=("kv-starts-empty",)),
+    Variant("cache_n_layer_required", cache(CACHE_OK.replace("def __init__(self, n_layer=1):", "def __init__(self, n_layer):")),
+            lose=("test_kv_cache",), words=("KVCache(n_layer=1)", "默认值是 1"), said=KEPT,
+            breaks=("kv-default-one-layer",)),
+    Variant("cache_length_fails_when_empty", cache(CACHE_OK.replace(
+        "        return 0 if self.keys[layer] is None else self.keys[layer].shape[-2]\n",
+        "        return self.keys[layer].shape[-2]\n")),
+            lose=("test_kv_cache",), words=("空的时候 length 要返回 0",), said=KEPT, breaks=("kv-length-empty",)),
+    Variant("cache_stacks_single_tokens", cache('''class KVCache:
+    def __init__(self, n_layer=1):
+        self.k = [[] for _ in range(n_layer)]
+        self.v = [[] for _ in range(n_layer)]
+
+    def length(self, layer=0):
+        return len(self.k[layer])
+
+    def append(self, layer, k, v):
+        self.k[layer].append(k.squeeze(-2))       # one token: (B, n_head, d_k)
+        self.v[layer].append(v.squeeze(-2))
+        return torch.stack(self.k[layer], dim=-2), torch.stack(self.v[layer], dim=-2)
+'''), lose=("test_kv_cache",), words=("一次追加多个 token", "t_new = 5"), said=KEPT, breaks=("kv-prompt",)),
+    Variant("cache_cat_on_heads_axis", cache(CACHE_OK.replace("dim=-2)", "dim=1)")),
+            lose=("test_kv_cache",), words=("沿错误的维度拼接", "dim=-2"), said=KEPT, breaks=("kv-dim",)),
+    Variant("cache_returns_new_only", cache(CACHE_OK.replace("        return self.keys[layer], self.values[layer]\n",
+                                                             "        return k, v\n")),
+            lose=("test_kv_cache",), words=("只返回了新的那一个 token", "全部 (K, V)"), said=KEPT,
+            breaks=("kv-returns-all",)),
+    # cached_attention_step
+    Variant("step_layer_required", step(STEP_OK.replace("def cached_attention_step(x_t, weights, cache, layer=0):",
+                                                        "def cached_attention_step(x_t, weights, cache, layer):")),
+            lose=("test_cached_step",), words=("layer 的默认值是 0",), breaks=("step-layer-default",)),
+    Variant("step_one_head", step('''def cached_attention_step(x_t, weights, cache, layer=0):
+    d = x_t.shape[-1]
+    pos = cache.length(layer)
+    h = x_t + weights["wpe"][pos]
+    q = (h @ weights["w_q"]).unsqueeze(1)                       # (B, 1, 1, d)
+    K, V = cache.append(layer, (h @ weights["w_k"]).unsqueeze(1), (h @ weights["w_v"]).unsqueeze(1))
+    p = torch.softmax(q @ K.transpose(-2, -1) / math.sqrt(d), dim=-1)
+    return (p @ V).squeeze(1) @ weights["w_o"]
+'''), lose=("test_cached_step",), words=("没有分成 n_head 个头",), breaks=("step-heads",)),
+    Variant("step_returns_b_d", step(STEP_OK.replace(".reshape(B, 1, d) @", ".reshape(B, d) @")),
+            lose=("test_cached_step",), words=("返回的是 (B, d)", "(B, 1, d)"), breaks=("step-shape",)),
+    Variant("step_computes_in_float32", step(STEP_OK.replace(
+        '    pos = cache.length(layer)\n',
+        '    pos = cache.length(layer)\n'
+        '    x_t = x_t.float()                                   # float32 is enough\n'
+        '    weights = {key: (w.float() if torch.is_tensor(w) else w) for key, w in weights.items()}\n')),
+            lose=("test_cached_step",), words=("dtype 相同",), breaks=("step-dtype",)),
+    Variant("step_no_w_o", step(STEP_OK.replace('.reshape(B, 1, d) @ weights["w_o"]', ".reshape(B, 1, d)")),
+            lose=("test_cached_step",), words=("没有乘 weights[\"w_o\"]",), breaks=("step-merge-wo",)),
+    Variant("step_no_scaling", step(STEP_OK.replace(" / math.sqrt(d_k)", "")),
+            lose=("test_cached_step",), words=("没有除以 √d_k",), breaks=("step-equals-full",)),
+    Variant("step_masks_a_score_row", step(STEP_OK.replace(
+        "    p = torch.softmax(q @ K.transpose(-2, -1) / math.sqrt(d_k), dim=-1)\n",
+        "    s = q @ K.transpose(-2, -1) / math.sqrt(d_k)                     # (B, n_head, 1, t)\n"
+        "    mask = torch.tril(torch.ones(1, K.shape[-2], dtype=torch.bool))  # causal, to be safe\n"
+        "    p = torch.softmax(s.masked_fill(~mask, float(\"-inf\")), dim=-1)\n")),
+            lose=("test_cached_step",), words=("只看见了第一个 token", "用不着掩码")),
+    # kv_cache_bytes
+    Variant("kv_default_float32", {"kv_bytes": KV_HEAD.replace("bytes_per_value=2", "bytes_per_value=4")
+                                   + "    return 2 * n_layer * n_tokens * n_kv_head * d_k * bytes_per_value * batch\n"},
+            lose=("test_kv_bytes",), words=("默认值不对", "bytes_per_value=2"), breaks=("kvb-defaults",)),
+    Variant("kv_torch_prod", kv("    return torch.prod(torch.tensor([2, n_layer, n_tokens, n_kv_head, d_k, bytes_per_value, batch]))\n"),
+            lose=("test_kv_bytes",), words=("返回的是张量", "Python int"), breaks=("kvb-int",)),
+    # online_softmax_attention
+    Variant("online_o_like_q", online(ONLINE_OK.replace("o = torch.zeros(q.shape[:-1] + v.shape[-1:], dtype=q.dtype)",
+                                                        "o = torch.zeros_like(q)")),
+            lose=("test_online_softmax",), words=("和 v 一样宽", "d_v"), breaks=("osa-shapes",)),
+    Variant("online_blocks_up_to_n_q", online(ONLINE_OK.replace("for start in range(0, n_k, block_size):",
+                                                                "for start in range(0, n_q, block_size):")),
+            lose=("test_online_softmax",), words=("只走到了 n_q",), breaks=("osa-shapes",)),
+    Variant("online_no_scaling", online(ONLINE_OK.replace("s = q @ kb.transpose(-2, -1) * scale", "s = q @ kb.transpose(-2, -1)")),
+            lose=("test_online_softmax",), words=("没有除以 √d_k",), breaks=("osa-formula",)),
+    Variant("online_computes_in_float32", online(ONLINE_OK.replace(
+        "    n_q, n_k = q.shape[-2], k.shape[-2]\n",
+        "    q, k, v = q.float(), k.float(), v.float()\n    n_q, n_k = q.shape[-2], k.shape[-2]\n")),
+            lose=("test_online_softmax",), words=("out 要和 q 的 dtype 相同",), breaks=("osa-dtype",)),
+    Variant("online_chunk_into_block_size_blocks", online(ONLINE_OK.replace(
+        "    for start in range(0, n_k, block_size):\n"
+        "        kb, vb = k[..., start:start + block_size, :], v[..., start:start + block_size, :]\n",
+        "    start = 0\n"
+        "    for kb, vb in zip(torch.chunk(k, block_size, dim=-2), torch.chunk(v, block_size, dim=-2)):\n").replace(
+        "        m = m_new\n", "        m = m_new\n        start += kb.shape[-2]\n")),
+            lose=("test_online_softmax",), words=("不是按每块 block_size 个来分的", "torch.chunk"),
+            breaks=("osa-block-size",)),
+    Variant("online_causal_forgotten", online(ONLINE_OK.replace(
+        "        if causal:\n"
+        "            cols = torch.arange(start, start + kb.shape[-2]).unsqueeze(0)\n"
+        "            s = s.masked_fill(cols > rows, float(\"-inf\"))\n", "")),
+            lose=("test_online_softmax",), words=("没有屏蔽未来的键",), breaks=("osa-causal",)),
+    Variant("online_checked_against_sdpa", online(ONLINE_OK.replace(
+        "    return o / l\n",
+        "    out = o / l\n"
+        "    assert torch.allclose(out, F.scaled_dot_product_attention(q, k, v, is_causal=causal), atol=1e-4)\n"
+        "    return out\n")),
+            lose=("test_online_softmax",), words=("要求从零实现", "scaled_dot_product_attention"),
+            breaks=("osa-from-scratch",)),
+    Variant("online_mask_built_once", online(ONLINE_OK.replace(
+        "    rows = torch.arange(n_q).unsqueeze(-1)\n",
+        "    future = torch.ones(n_q, n_k, dtype=torch.bool).triu(1)          # built once, sliced per block\n").replace(
+        "            cols = torch.arange(start, start + kb.shape[-2]).unsqueeze(0)\n"
+        "            s = s.masked_fill(cols > rows, float(\"-inf\"))\n",
+        "            s = s.masked_fill(future[:, start:start + block_size], float(\"-inf\"))\n")),
+            lose=("test_online_softmax",), words=("生成了 n×n 的矩阵",), breaks=("osa-no-nxn",)),
 ]
 
+# blocks cut with Tensor.split: block_size keys each, the last one shorter
+CORRECT += [
+    Variant("ok_split_blocks", online('''def online_softmax_attention(q, k, v, block_size, causal=False):
+    n_q = q.shape[-2]
+    out_shape = q.shape[:-1] + (v.shape[-1],)
+    m = q.new_full(q.shape[:-1] + (1,), float("-inf"))
+    l = q.new_zeros(q.shape[:-1] + (1,))
+    o = q.new_zeros(out_shape)
+    i = torch.arange(n_q).view(-1, 1)
+    start = 0
+    for kb, vb in zip(k.split(block_size, dim=-2), v.split(block_size, dim=-2)):
+        s = (q @ kb.mT) / q.shape[-1] ** 0.5
+        if causal:
+            j = torch.arange(start, start + kb.shape[-2]).view(1, -1)
+            s = s.masked_fill(j > i, float("-inf"))
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        p = (s - m_new).exp()
+        c = (m - m_new).exp()
+        l = c * l + p.sum(-1, keepdim=True)
+        o = c * o + p @ vb
+        m = m_new
+        start += kb.shape[-2]
+    return o / l
+''')),
+]
+
+# The sentence of exercise 2 that says no mask is needed was reworded as an explanation (a correct mask for the
+# new token's row masks nothing); a wrong one is caught by the outputs (step_masks_a_score_row above).
+WAIVED: dict[str, str] = {}
 
 # ------------------------------------------------------------------ browser test
 

@@ -50,78 +50,78 @@ A = ("test_ablate_heads",)
 BUGS = [
     # prev_token_score
     Variant("prev_divides_by_n", prev("    n = attn.shape[-1]\n    return attn.diagonal(-1, -2, -1).sum(-1).mean(1) / n\n"),
-            lose=P, words=("位置 0 也算进了平均",)),
+            lose=P, words=("位置 0 也算进了平均",), breaks=("prev-skip-0",)),
     Variant("prev_wraps_position_0", prev("    n = attn.shape[-1]\n    i = torch.arange(n)\n"
                                           "    return attn[..., i, i - 1].mean(dim=(1, 3))\n"),
-            lose=P, words=("位置 0 也算进了平均",)),
+            lose=P, words=("位置 0 也算进了平均",), breaks=("prev-skip-0",)),
     Variant("prev_main_diagonal", prev("    return attn.diagonal(0, -2, -1).mean(dim=(1, 3))\n"),
-            lose=P, words=("位置 i 看自己",)),
+            lose=P, words=("位置 i 看自己",), breaks=("prev-i-to-i-1",)),
     Variant("prev_query_key_swapped", prev("    n = attn.shape[-1]\n    i = torch.arange(1, n)\n"
                                            "    return attn[..., i - 1, i].mean(dim=(1, 3))\n"),
-            lose=P, words=("query 和 key 的位置反了",)),
+            lose=P, words=("query 和 key 的位置反了",), breaks=("prev-query-key",)),
     Variant("prev_two_back", prev("    return attn.diagonal(-2, -2, -1).mean(dim=(1, 3))\n"),
-            lose=P, words=("往前两个位置",)),
+            lose=P, words=("往前两个位置",), breaks=("prev-i-to-i-1",)),
     Variant("prev_mean_over_heads", prev("    return attn.diagonal(-1, -2, -1).mean(dim=(2, 3))\n"),
-            lose=P, words=("平均的轴不对",)),
+            lose=P, words=("平均的轴不对",), breaks=("prev-batch",)),
     Variant("prev_sum", prev("    return attn.diagonal(-1, -2, -1).sum(dim=(1, 3))\n"),
-            lose=P, words=("求的是和而不是平均",)),
+            lose=P, words=("求的是和而不是平均",), breaks=("prev-perfect-1",)),
     Variant("prev_block_mean", prev("    return attn[..., 1:, :-1].mean(dim=(1, 3, 4))\n"),
-            lose=P, words=("整块",)),
+            lose=P, words=("整块",), breaks=("prev-i-to-i-1",)),
     Variant("prev_argmax", prev("    n = attn.shape[-1]\n    best = attn[..., 1:, :].argmax(dim=-1)\n"
                                 "    return (best == torch.arange(n - 1)).float().mean(dim=(1, 3))\n"),
-            lose=P, words=("最大权重落在 i−1",)),
+            lose=P, words=("最大权重落在 i−1",), breaks=("prev-i-to-i-1",)),
     Variant("prev_loop_drops_last", prev('''    L, B, H, n, _ = attn.shape
     total = torch.zeros(L, H)
     for i in range(1, n - 1):
         total += attn[:, :, :, i, i - 1].mean(dim=1)
     return total / (n - 2)
-'''), lose=P, words=("最后一个位置",)),
+'''), lose=P, words=("最后一个位置",), breaks=("prev-positions",)),
     Variant("prev_keeps_batch", prev("    return attn.diagonal(-1, -2, -1).mean(dim=-1)\n"),
-            lose=P, words=("batch 这一维",)),
+            lose=P, words=("batch 这一维",), breaks=("prev-shape",)),
     # induction_score
     Variant("ind_earlier_occurrence", ind("    i = torch.arange(period, n)\n"
                                           "    return attn[..., i, i - period].mean(dim=(1, 3))\n"),
-            lose=I, words=("前一次出现的那个 token 本身",)),
+            lose=I, words=("前一次出现的那个 token 本身",), breaks=("ind-offset",)),
     Variant("ind_two_after", ind("    i = torch.arange(period, n)\n"
                                  "    return attn[..., i, i - period + 2].mean(dim=(1, 3))\n"),
-            lose=I, words=("偏了一格",)),
+            lose=I, words=("偏了一格",), breaks=("ind-offset",)),
     Variant("ind_whole_diagonal", ind("    return attn.diagonal(-(period - 1), -2, -1).mean(dim=(1, 3))\n"),
-            lose=I, words=("第一半的位置也算进来了",)),
+            lose=I, words=("第一半的位置也算进来了",), breaks=("ind-positions",)),
     Variant("ind_ignores_period", ind("    i = torch.arange(period, n)\n"
                                       "    return attn[..., i, i - 1].mean(dim=(1, 3))\n"),
-            lose=I, words=("没有用 period",)),
+            lose=I, words=("没有用 period",), breaks=("ind-offset",)),
     Variant("ind_future", ind("    return attn.diagonal(period - 1, -2, -1).mean(dim=(1, 3))\n"),
-            lose=I, words=("符号反了",)),
+            lose=I, words=("符号反了",), breaks=("ind-offset",)),
     Variant("ind_mean_over_heads", ind("    i = torch.arange(period, n)\n"
                                        "    return attn[..., i, i - period + 1].mean(dim=(2, 3))\n"),
-            lose=I, words=("平均的轴不对",)),
+            lose=I, words=("平均的轴不对",), breaks=("ind-batch",)),
     Variant("ind_sum", ind("    i = torch.arange(period, n)\n"
                            "    return attn[..., i, i - period + 1].sum(dim=(1, 3))\n"),
-            lose=I, words=("求的是和而不是平均",)),
+            lose=I, words=("求的是和而不是平均",), breaks=("ind-average",)),
     Variant("ind_block_mean", ind("    return attn[..., period:, :n - period + 1].mean(dim=(1, 3, 4))\n"),
-            lose=I, words=("整块",)),
+            lose=I, words=("整块",), breaks=("ind-offset",)),
     Variant("ind_two_copies_only", ind("    i = torch.arange(period, min(n, 2 * period))\n"
                                        "    return attn[..., i, i - period + 1].mean(dim=(1, 3))\n"),
-            lose=I, words=("重复不止一次",)),
+            lose=I, words=("重复不止一次",), breaks=("ind-repeats",)),
     Variant("ind_no_valueerror", {"induction_score": '''def induction_score(attn, period):
     n = attn.shape[-1]
     i = torch.arange(period, n)
     return attn[..., i, i - period + 1].mean(dim=(1, 3))
-'''}, lose=I, words=("ValueError",)),
+'''}, lose=I, words=("ValueError",), breaks=("ind-valueerror",)),
     # ablate_heads
     Variant("abl_hooks_left", abl(ABL_HEAD + HOOK + "    with torch.no_grad():\n        return model(x, y)[1].item()\n"),
-            lose=A, words=("钩子没有移除",)),
+            lose=A, words=("钩子没有移除",), breaks=("abl-remove",)),
     Variant("abl_weights_zeroed", abl('''def ablate_heads(model, heads, x, y):
     dh = model.config.d_model // model.config.n_head
     with torch.no_grad():
         for layer, head in heads:
             model.blocks[layer].attn.c_proj.weight[:, head * dh:(head + 1) * dh] = 0.0
         return model(x, y)[1].item()
-'''), lose=A, words=("改了模型的权重",)),
+'''), lose=A, words=("改了模型的权重",), breaks=("abl-weights",)),
     Variant("abl_position_axis", abl(ABL_OK.replace("output[:, head] = 0.0", "output[:, :, head] = 0.0")),
-            lose=A, words=("去掉的是位置 h",)),
+            lose=A, words=("去掉的是位置 h",), breaks=("abl-head-index",)),
     Variant("abl_channel_axis", abl(ABL_OK.replace("output[:, head] = 0.0", "output[..., head] = 0.0")),
-            lose=A, words=("第 h 个通道",)),
+            lose=A, words=("第 h 个通道",), breaks=("abl-head-index",)),
     Variant("abl_interleaved", abl(ABL_HEAD + '''    n_head = model.config.n_head
     for layer, head in heads:
         def drop(module, args, head=head):
@@ -129,36 +129,36 @@ BUGS = [
             z[..., head::n_head] = 0.0
             return (z,)
         handles.append(model.blocks[layer].attn.c_proj.register_forward_pre_hook(drop))
-''' + RUN), lose=A, words=("交错",)),
+''' + RUN), lose=A, words=("交错",), breaks=("abl-head-index",)),
     Variant("abl_every_layer", abl(ABL_OK.replace(
         "        handles.append(model.blocks[layer].attn.heads.register_forward_hook(zero_head))\n",
         "        for block in model.blocks:\n"
         "            handles.append(block.attn.heads.register_forward_hook(zero_head))\n")),
-            lose=A, words=("没有看层号",)),
+            lose=A, words=("没有看层号",), breaks=("abl-pairs",)),
     Variant("abl_pair_swapped", abl(ABL_OK.replace("    for layer, head in heads:\n", "    for head, layer in heads:\n")),
-            lose=A, words=("顺序读反了",)),
+            lose=A, words=("顺序读反了",), breaks=("abl-pairs",)),
     Variant("abl_late_binding", abl(ABL_OK.replace("def zero_head(module, inputs, output, head=head):",
                                                    "def zero_head(module, inputs, output):")),
             lose=A, words=("最后一个值",)),
     Variant("abl_first_pair_only", abl(ABL_OK.replace(
         "        handles.append(model.blocks[layer].attn.heads.register_forward_hook(zero_head))\n",
         "        handles.append(model.blocks[layer].attn.heads.register_forward_hook(zero_head))\n"
-        "        break\n")), lose=A, words=("第一个头",)),
+        "        break\n")), lose=A, words=("第一个头",), breaks=("abl-pairs",)),
     Variant("abl_mean_ablation", abl(ABL_OK.replace("output[:, head] = 0.0",
                                                     "output[:, head] = output[:, head].mean(dim=(0, 1), keepdim=True)")),
-            lose=A, words=("均值消融",)),
+            lose=A, words=("均值消融",), breaks=("abl-zero",)),
     Variant("abl_returns_difference", abl(ABL_OK.replace("    return loss.item()\n", '''    with torch.no_grad():
         full = model(x, y)[1]
     return (loss - full).item()
-''')), lose=A, words=("损失的变化",)),
+''')), lose=A, words=("损失的变化",), breaks=("abl-loss",)),
     Variant("abl_returns_tensor", abl(ABL_OK.replace("    return loss.item()\n", "    return loss\n")),
-            lose=A, words=("float",)),
+            lose=A, words=("float",), breaks=("abl-float",)),
     Variant("abl_no_finally", abl(ABL_HEAD + HOOK + '''    with torch.no_grad():
         _, loss = model(x, y)
     for handle in handles:
         handle.remove()
     return loss.item()
-'''), lose=A, words=("finally", "出错时钩子没有移除")),
+'''), lose=A, words=("finally", "出错时钩子没有移除"), breaks=("abl-finally",)),
     Variant("abl_hooks_on_attention_output", abl(ABL_OK.replace("model.blocks[layer].attn.heads.register_forward_hook",
                                                                 "model.blocks[layer].attn.register_forward_hook")),
             lose=A, words=("整个注意力模块",)),
@@ -278,56 +278,61 @@ def ablate_heads(model, heads, x, y):
 '''}),
 ]
 
-# (the rule as the exercise states it, the check that enforces it, the wrong answer that breaks it)
-RULES = [
-    ("prev_token_score: returns (n_layer, n_head)", "check_prev_token_score: the shape, with B != n_head",
-     "prev_keeps_batch"),
-    ("prev_token_score: averaged over the batch (dim=1)", "check_prev_token_score: cases with B = n_head and "
-     "n_layer = B", "prev_mean_over_heads"),
-    ("prev_token_score: positions i = 1 … n−1, position 0 does not count", "check_prev_token_score: against the "
-     "float64 loop reference", "prev_divides_by_n"),
-    ("prev_token_score: the weight from position i to i − 1", "check_prev_token_score: against the reference and a "
-     "hand-made previous-token head", "prev_main_diagonal"),
-    ("prev_token_score: attn[l, b, h, i, j] is query i's weight on key j", "check_prev_token_score: against the "
-     "reference", "prev_query_key_swapped"),
-    ("prev_token_score: the mean, a perfect head scores 1", "check_prev_token_score: the hand-made head scores 1",
-     "prev_sum"),
-    ("prev_token_score: every position up to n − 1", "check_prev_token_score: against the reference",
-     "prev_loop_drops_last"),
-    ("induction_score: the weight from i to i − period + 1", "check_induction_score: against the float64 loop "
-     "reference", "ind_earlier_occurrence"),
-    ("induction_score: positions i = period … n − 1 only", "check_induction_score: against the reference",
-     "ind_whole_diagonal"),
-    ("induction_score: a sequence may repeat more than once", "check_induction_score: n = 3·period",
-     "ind_two_copies_only"),
-    ("induction_score: averaged over the batch", "check_induction_score: against the reference",
-     "ind_mean_over_heads"),
-    ("induction_score: a mean, not a sum", "check_induction_score: against the reference", "ind_sum"),
-    ("induction_score: ValueError when period is not between 1 and n − 1", "check_induction_score: period = 0, n, "
-     "n + 3", "ind_no_valueerror"),
-    ("ablate_heads: zero the heads' outputs (zero ablation)", "check_ablate_heads: against zeroed W_O columns in "
-     "float64", "abl_mean_ablation"),
-    ("ablate_heads: return a Python float with .item()", "check_ablate_heads: the type of the result",
-     "abl_returns_tensor"),
-    ("ablate_heads: the ablated loss itself", "check_ablate_heads: against the reference", "abl_returns_difference"),
-    ("ablate_heads: hooks on model.blocks[layer].attn.heads", "check_ablate_heads: against the reference",
-     "abl_hooks_on_attention_output"),
-    ("ablate_heads: head h is output[:, h] of (B, n_head, n, d_head)", "check_ablate_heads: against the reference",
-     "abl_position_axis"),
-    ("ablate_heads: heads is a list of (layer, head) pairs", "check_ablate_heads: pairs with layer != head",
-     "abl_pair_swapped"),
-    ("ablate_heads: each head removed in its own layer only", "check_ablate_heads: against the reference",
-     "abl_every_layer"),
-    ("ablate_heads: remove the hooks with handle.remove() when done", "check_ablate_heads: no hook left and the full "
-     "loss unchanged afterwards", "abl_hooks_left"),
-    ("ablate_heads: remove them in a finally block, even after an error", "check_ablate_heads: a sequence longer "
-     "than n_ctx makes the model raise; no hook may be left", "abl_no_finally"),
-    ("ablate_heads: do not change the model's weights", "check_ablate_heads: the state dict compared after the call",
-     "abl_weights_zeroed"),
-    ("ablate_heads: a hook in a loop reads the loop variable when it runs", "check_ablate_heads: two heads in one "
-     "layer", "abl_late_binding"),
+# The rule ledger (notebooks/ch09_inside_gpt.md marks the rules): wrong answers that break one stated rule each,
+# and mistakes seen in answers written apart from this catalogue (bench/wild), the way students write them.
+BUGS += [
+    Variant("prev_diagonal_without_dims", prev("    return attn.diagonal(-1).mean(dim=(1, 3))\n"),
+            lose=P, words=("不写 dim1、dim2", "dim1=-2, dim2=-1")),
+    Variant("prev_numpy_round_trip", prev('''    import numpy as np
+    a = attn.detach().numpy()
+    n = a.shape[-1]
+    vals = np.stack([a[..., i, i - 1] for i in range(1, n)], axis=-1)
+    return vals.mean(axis=(1, 3))
+'''), lose=P, words=("返回的不是 torch.Tensor", "numpy")),
+    Variant("ind_last_layer_only", ind("    i = torch.arange(period, n)\n"
+                                       "    return attn[-1][..., i, i - period + 1].mean(dim=(0, 2))\n"),
+            lose=I, words=("没有层这一维",), breaks=("ind-shape",)),
+    Variant("ind_assert_not_valueerror", {"induction_score": '''def induction_score(attn, period):
+    n = attn.shape[-1]
+    assert 1 <= period < n, "no repeat"
+    i = torch.arange(period, n)
+    return attn[..., i, i - period + 1].mean(dim=(1, 3))
+'''}, lose=I, words=("抛出的不是 ValueError", "raise ValueError"), breaks=("ind-valueerror",)),
+    Variant("ind_period_zero_let_through", {"induction_score": '''def induction_score(attn, period):
+    n = attn.shape[-1]
+    if period < 0 or period >= n:
+        raise ValueError(f"period={period} out of range")
+    i = torch.arange(period, n)
+    return attn[..., i, i - period + 1].mean(dim=(1, 3))
+'''}, lose=I, words=("不是 ValueError",), breaks=("ind-valueerror",)),
+    Variant("abl_weights_zeroed_and_restored", abl('''def ablate_heads(model, heads, x, y):
+    dh = model.config.d_model // model.config.n_head
+    saved = {}
+    try:
+        with torch.no_grad():
+            for layer, head in heads:
+                w = model.blocks[layer].attn.c_proj.weight
+                saved.setdefault(layer, w.clone())
+                w[:, head * dh:(head + 1) * dh] = 0.0
+            return model(x, y)[1].item()
+    finally:
+        with torch.no_grad():
+            for layer, w in saved.items():
+                model.blocks[layer].attn.c_proj.weight.copy_(w)
+'''), lose=A, words=("没有挂任何钩子", "用钩子去掉头"), breaks=("abl-hooks",)),
+    Variant("abl_calls_model_eval", abl(ABL_HEAD.replace("    handles = []\n", "    model.eval()\n    handles = []\n")
+                                        + HOOK + RUN),
+            lose=A, words=("model.training 从 True 变成了 False", "和原来一模一样"), breaks=("abl-unchanged",)),
+    Variant("abl_turns_off_requires_grad", abl(ABL_HEAD.replace(
+        "    handles = []\n", "    for p in model.parameters():\n        p.requires_grad_(False)          # no gradients needed\n"
+        "    handles = []\n") + HOOK + RUN),
+            lose=A, words=("requires_grad 变了",), breaks=("abl-unchanged",)),
+    Variant("abl_halves_the_head", abl(ABL_OK.replace("output[:, head] = 0.0", "output[:, head] *= 0.5")),
+            lose=A, words=("只乘了 0.5",), breaks=("abl-zero",)),
 ]
 
+# Every rule of the exercises is broken by a wrong answer above; none is waived.
+WAIVED: dict[str, str] = {}
 
 WIDGET = dict(cell="inside.head_explorer(model", labels=("层", "头", "文本", "前一个 token 得分"), ipywidgets=True,
               keep=("inside.Config()", "inside.train_toy("), edits={"TOY_STEPS = 1000": "TOY_STEPS = 100"})
