@@ -94,6 +94,11 @@ B_PAD_AXES = Bug("padding_mask_no_new_axes", "arange(n) 和 lengths 没有各加
                  "torch.arange(n)[None, :] < lengths[:, None]，广播成 (B, n)。", "arange(n) and lengths each need one "
                  "more axis: (n,) and (B,) cannot be compared directly. Write torch.arange(n)[None, :] < "
                  "lengths[:, None], which broadcasts to (B, n).")
+B_PAD_NOT_TENSOR = Bug("padding_mask_not_a_tensor", "返回的不是张量（Python 列表、NumPy 数组……）：掩码要直接用在分数张量上，"
+                       "应返回 (B, n) 的 bool torch.Tensor，一个比较运算就够了：torch.arange(n)[None, :] < lengths[:, None]。",
+                       "the result is not a tensor (a Python list, a NumPy array, ...): the mask goes straight onto score "
+                       "tensors, so return a (B, n) bool torch.Tensor; one comparison does it: "
+                       "torch.arange(n)[None, :] < lengths[:, None].")
 PAD_HINTS = [(lambda exc, line: "must match the size of tensor" in str(exc), B_PAD_AXES)]
 B_PAD_SHAPE_MAX = Bug("padding_mask_uses_max_length",
                       "宽度用了 lengths.max() 而不是参数 n：批次被填充到 n，掩码也必须有 n 列（哪怕最长的序列比 n 短）。",
@@ -121,8 +126,7 @@ def _padding_checks(padding_mask) -> int:
         B = len(lengths)
         if not isinstance(out, torch.Tensor):
             raise failure(t(f"{label}：返回值", f"{label}: the result"), t("一个 torch.Tensor", "a torch.Tensor"),
-                          type(out).__name__, hint=t("应返回 torch.Tensor（一个比较运算的结果），不是 Python 列表。",
-                                                     "return a torch.Tensor (the result of a comparison), not a Python list."))
+                          type(out).__name__, B_PAD_NOT_TENSOR)
         if tuple(out.shape) != (B, n):
             got = tuple(out.shape)
             bug = B_PAD_SHAPE_T if got == (n, B) else B_PAD_SHAPE_MAX if got == (B, max(lengths)) else None
@@ -154,7 +158,7 @@ def _softmax64(s):
 
 
 def ref_cross(x, memory, w_q, w_k, w_v, memory_mask=None, *, swap=False, scale="d_k", mask_mode="keys",
-              causal=False, softmax_dim=-1, values="memory"):
+              causal=False, softmax_dim=-1, values="memory", scores_out=False):
     """Single-head cross-attention in float64; the keywords switch on known bugs."""
     x, memory, w_q, w_k, w_v = (as_f64(a) for a in (x, memory, w_q, w_k, w_v))
     if swap:
@@ -179,7 +183,7 @@ def ref_cross(x, memory, w_q, w_k, w_v, memory_mask=None, *, swap=False, scale="
     else:
         s = s.masked_fill(~allowed, float("-inf"))
         w = _softmax64(s) if softmax_dim == -1 else torch.softmax(s, dim=softmax_dim)
-    return w @ v, w
+    return (w @ v, s) if scores_out else (w @ v, w)
 
 
 def _cross_bug(key, zh, en, **kw):
@@ -227,6 +231,11 @@ CROSS_BUGS = [
                "softmax 沿错误的维度：每个 query 的一行权重（沿源位置，dim=-1）要加起来等于 1。",
                "softmax runs over the wrong dimension: each query's row of weights (over the source positions, "
                "dim=-1) must add up to 1.", softmax_dim=-2),
+    _cross_bug("cross_weights_before_softmax",
+               "返回的 weights 是 softmax 之前的分数（屏蔽处是 -inf）：要返回的是 softmax 之后、每行加起来等于 1 的权重，"
+               "也就是算 out = weights @ v 用的那个张量。", "the weights you return are the scores before softmax (-inf "
+               "where masked): return the weights after softmax, each row adding up to 1 — the tensor that gives "
+               "out = weights @ v.", scores_out=True),
     _cross_bug("cross_values_from_x",
                "value 也取自 x：key 和 value 都来自编码器的输出，v = memory @ w_v；权重是对源位置的，要加权的也是源位置的 value。",
                "the values are taken from x too: keys and values both come from the encoder's output, "
@@ -586,6 +595,21 @@ B_LAYER_PARAMS = Bug("layer_parameters", "参数个数不对：层里正好是�
 B_MHA_TUPLE = Bug("mha_returns_a_tuple", "nn.MultiheadAttention 返回 (输出, 权重) 两个值：取 [0]（或 out, _ = ...）"
                   "再加到残差上。", "nn.MultiheadAttention returns two values, (output, weights): take [0] (or "
                   "out, _ = ...) before adding it to the residual.")
+B_LAYER_NAMES = Bug("layer_attribute_names", "子模块的名字不是练习给的那些：评分（和 torch 的对照层）按 self.norm1、"
+                    "self.self_attn、self.norm2、self.ffn（解码器还有 self.cross_attn、self.norm3）找它们，名字要一字不差。",
+                    "the submodules are not named as the exercise says: the grader (and torch's reference layer) looks up "
+                    "self.norm1, self.self_attn, self.norm2, self.ffn (and, in the decoder, self.cross_attn, self.norm3) "
+                    "by these exact names.")
+B_FFN_WIDTH = Bug("ffn_width_not_d_ff", "FFN 的形状不对：self.ffn 是 nn.Sequential(nn.Linear(d, d_ff), nn.GELU(), "
+                  "nn.Linear(d_ff, d))，隐藏宽度是参数 d_ff（不是 4·d 或别的数），两个线性层各带 bias。",
+                  "the FFN has the wrong shape: self.ffn is nn.Sequential(nn.Linear(d, d_ff), nn.GELU(), nn.Linear(d_ff, "
+                  "d)), whose hidden width is the argument d_ff (not 4·d or another number), each linear layer with "
+                  "its bias.")
+B_MASK_FIXED = Bug("causal_mask_fixed_size", "因果掩码是按一个固定的大小建的（在 __init__ 里，或者第一次调用时建好就一直用）："
+                   "目标序列比它长（或者长短变了）就对不上。在 forward 里按这一次的 n_t 现做："
+                   "torch.ones(n_t, n_t, dtype=torch.bool).triu(1)。", "the causal mask is built at a fixed size (in "
+                   "__init__, or on the first call and then kept): a target longer than that (or of another length) no "
+                   "longer fits. Build it in forward for this call's n_t: torch.ones(n_t, n_t, dtype=torch.bool).triu(1).")
 MHA_HINTS = [
     (lambda exc, line: "'tuple'" in str(exc) and ("+" in str(exc) or "unsupported operand" in str(exc)), B_MHA_TUPLE),
     (lambda exc, line: "2D attn_mask" in str(exc), Bug("encoder_padding_mask_as_attn_mask", _AS_ATTN[0], _AS_ATTN[1])),
@@ -604,6 +628,9 @@ def _build_layer(cls, d, h, d_ff, decoder, what):
     norms = ("norm1", "norm2", "norm3") if decoder else ("norm1", "norm2")
     for name in attns:
         a = getattr(m, name, None)
+        if a is None:
+            raise failure(t(f"{what}：self.{name}", f"{what}: self.{name}"), "nn.MultiheadAttention(d, h, batch_first=True)",
+                          t("没有这个属性", "no such attribute"), B_LAYER_NAMES)
         if not isinstance(a, nn.MultiheadAttention) or a.embed_dim != d or a.num_heads != h:
             raise GradingFailure(t(f"{what}：需要 self.{name} = nn.MultiheadAttention(d, h, batch_first=True)。",
                                    f"{what}: needs self.{name} = nn.MultiheadAttention(d, h, batch_first=True)."))
@@ -614,6 +641,9 @@ def _build_layer(cls, d, h, d_ff, decoder, what):
             raise failure(t(f"{what}：self.{name}.dropout", f"{what}: self.{name}.dropout"), "0.0", str(a.dropout),
                           B_DROPOUT)
     for name in norms:
+        if getattr(m, name, None) is None:
+            raise failure(t(f"{what}：self.{name}", f"{what}: self.{name}"), "nn.LayerNorm(d)",
+                          t("没有这个属性", "no such attribute"), B_LAYER_NAMES)
         if not isinstance(getattr(m, name, None), nn.LayerNorm):
             raise GradingFailure(t(f"{what}：需要 self.{name} = nn.LayerNorm(d)。", f"{what}: needs self.{name} = "
                                    "nn.LayerNorm(d)."))
@@ -624,7 +654,8 @@ def _build_layer(cls, d, h, d_ff, decoder, what):
     shapes = [tuple(x.weight.shape) for x in lin]
     if shapes != [(d_ff, d), (d, d_ff)]:
         raise failure(t(f"{what}：self.ffn 里的线性层", f"{what}: the linear layers in self.ffn"),
-                      f"nn.Linear(d, d_ff), nn.Linear(d_ff, d) → {[(d_ff, d), (d, d_ff)]}", str(shapes))
+                      f"nn.Linear(d, d_ff), nn.Linear(d_ff, d) → {[(d_ff, d), (d, d_ff)]}", str(shapes),
+                      B_LAYER_NAMES if getattr(m, "ffn", None) is None else B_FFN_WIDTH)
     total = sum(p.numel() for p in m.parameters())
     want = (2 if decoder else 1) * (4 * d * d + 4 * d) + (3 if decoder else 2) * 2 * d + 2 * d * d_ff + d_ff + d
     if total != want:
@@ -839,6 +870,11 @@ DEC_HINTS = MHA_HINTS + [(lambda exc, line: "must match the size" in str(exc) or
                           or "key_padding_mask" in str(exc), DEC_BUGS[4])] + SUPER_HINTS + COMMON_HINTS
 
 
+LONG_TARGET = 1100          # longer than any fixed size a student is likely to pick for a causal mask (512, 1024)
+# the layer ran at n_t = 6 already: an error that names the long length (or the mask) comes from a mask of a fixed size
+FIXED_MASK_HINTS = [(lambda exc, line: str(LONG_TARGET) in str(exc) or "attn_mask" in str(exc), B_MASK_FIXED)]
+
+
 def _decoder_property(m, y, mem, mask, label, gen):
     with torch.no_grad():
         base = call(m, y.clone(), mem.clone(), mask.clone(), what=label)
@@ -894,7 +930,19 @@ def check_decoder_layer(cls) -> None:
             "memory_mask=None means the cross-attention masks nothing: write blocked = None if memory_mask is None "
             "else ~memory_mask."))
     _compare(out, ref_decoder(m, y, mem, None), None, None, f"{label}(y, memory)", DEC_BUGS, (m, y, mem, None))
-    passed(what, n + 4)
+    # the same layer again on a much longer target: the causal mask is made for each call's n_t
+    long_label = t(f"{label}：同一层再处理一个长得多的目标（n_t = {LONG_TARGET}）",
+                   f"{label}: the same layer on a much longer target (n_t = {LONG_TARGET})")
+    y_long = torch.randn(1, LONG_TARGET, 8, generator=gen, dtype=torch.float64)
+    mem_long, mask_long = mem[:1].clone(), mask[:1].clone()
+    with torch.no_grad():
+        out = call(m, y_long.clone(), mem_long, mask_long, what=long_label, hints=FIXED_MASK_HINTS + DEC_HINTS)
+    expected = ref_decoder(m, y_long, mem_long, mask_long)
+    if isinstance(out, torch.Tensor) and out.shape == expected.shape and not close(out, expected, atol=1e-9, rtol=1e-7) \
+            and close(out[:, :6], expected[:, :6], atol=1e-9, rtol=1e-7):
+        raise failure(long_label, show(expected[:, -1]), show(as_f64(out)[:, -1]), B_MASK_FIXED)
+    _compare(out, expected, None, None, long_label, DEC_BUGS, (m, y_long, mem_long, mask_long))
+    passed(what, n + 5)
 
 
 # ================================================================ greedy_decode
@@ -915,6 +963,7 @@ def _mock_model():
             self.eos, self.bos = eos, bos
             self.tokens = [i for i in range(V_MOCK) if i not in (eos, bos)]
             self.encodes = 0
+            self.decode_masks = []                                  # the src_mask of every decode call
 
         def encode(self, src, src_mask):
             self.encodes += 1
@@ -925,6 +974,7 @@ def _mock_model():
             return torch.where(src_mask, src, torch.zeros_like(src)).double()[..., None]   # (B, n_s, 1)
 
         def decode(self, tgt, memory, src_mask):
+            self.decode_masks.append(src_mask.clone() if isinstance(src_mask, torch.Tensor) else src_mask)
             key = memory[..., 0].sum(1).long()                                          # (B,)
             stop = 2 + key % 5                                                          # steps until <eos>
             pos = torch.arange(tgt.shape[1])[None, :]
@@ -1042,6 +1092,12 @@ B_GREEDY_ENCODES = Bug("greedy_encodes_every_step", "编码器跑了不止一次
                        "只在循环之前算一次，每一步只调用 model.decode。", "the encoder runs more than once: the source does "
                        "not change while decoding, so compute memory = model.encode(src, src_mask) once before the loop "
                        "and call only model.decode at each step.")
+B_GREEDY_DECODE_MASK = Bug("greedy_decode_without_src_mask", "model.decode 没有拿到源序列的填充掩码（传了 None、全 True 的掩码，"
+                           "或者别的张量）：解码器的交叉注意力要靠它忽略源序列里的 <pad>。每一步都传同一个 "
+                           "src_mask = padding_mask(src_lengths, src.shape[1])。", "model.decode does not get the source's "
+                           "padding mask (None, an all-True mask or another tensor was passed): the decoder's "
+                           "cross-attention needs it to ignore the source's <pad>. Pass the same "
+                           "src_mask = padding_mask(src_lengths, src.shape[1]) at every step.")
 B_GREEDY_DTYPE = Bug("greedy_not_long", "返回的不是整数（LongTensor）：token 是编号。tgt 用 torch.full((B, 1), bos, "
                      "dtype=torch.long) 建，argmax 的结果本来就是 long；不要拼接到 float 的张量上。", "the result is not "
                      "a LongTensor: tokens are ids. Build tgt with torch.full((B, 1), bos, dtype=torch.long); argmax "
@@ -1080,7 +1136,7 @@ def _greedy_checks(greedy_decode) -> int:
         with torch.no_grad():
             out = call(greedy_decode, args[0], src.clone(), lengths.clone(), max_len, bos, eos, what=full,
                        hints=GREEDY_HINTS)
-        encodes = args[0].encodes
+        encodes, masks = args[0].encodes, list(args[0].decode_masks)     # before the reference adds its own
         expected = ref_greedy(*args)
         n += 1
         if not _greedy_ok(out, expected, max_len, eos):
@@ -1094,6 +1150,12 @@ def _greedy_checks(greedy_decode) -> int:
         if encodes != 1:
             raise failure(t(f"{full}：model.encode 的调用次数", f"{full}: calls of model.encode"), "1",
                           str(encodes), B_GREEDY_ENCODES)
+        real = torch.arange(width)[None] < lengths[:, None]
+        wrong = [m for m in masks if not (isinstance(m, torch.Tensor) and torch.equal(m, real))]
+        if wrong:
+            got = wrong[0] if not isinstance(wrong[0], torch.Tensor) else wrong[0].int().tolist()
+            raise failure(t(f"{full}：传给 model.decode 的 src_mask", f"{full}: the src_mask passed to model.decode"),
+                          str(real.int().tolist()), str(got), B_GREEDY_DECODE_MASK)
         if out.dtype != torch.long:
             raise failure(t(f"{full}：dtype", f"{full}: dtype"), "torch.int64 (long)", str(out.dtype), B_GREEDY_DTYPE)
     return n

@@ -333,6 +333,9 @@ QUESTIONS: dict[str, Question] = {
         lambda: 64 / 8, wrong_values=(
             (lambda: 64, Note("GQA 还保留着 8 组 K/V 头，不是只有 1 组（那是 MQA）。",
                               "GQA still keeps 8 K/V heads, not 1 (that would be MQA).")),
+            (lambda: 8 / 64, Note("这是缩小后占原来的比例（一个小于 1 的数）；题目要的是缩小的倍数，例如缩小到 1/3 就填 3。",
+                                  "that is the share that is left (a number below 1); the question asks for the factor, "
+                                  "for example 3 if it shrank to a third.")),
         )),
     "q25_flash": Question(
         25, "choice", "ch08_efficiency", ("FlashAttention 的思路：分块与在线 softmax", "FlashAttention's idea: blocks and an online softmax"),
@@ -393,6 +396,9 @@ QUESTIONS: dict[str, Question] = {
     "q33_repeat_kv": Question(
         33, "number", "ch10_llama_block", ("repeat_kv：query 头 i 用 K/V 头 i // n_rep", "repeat_kv: query head i uses K/V head i // n_rep"),
         lambda: repeat_kv_source(6, n_head=8, n_kv_head=2), wrong_values=(
+            (lambda: repeat_kv_source(6, n_head=8, n_kv_head=2) + 1,
+             Note("头从 0 开始编号：第一个 K/V 头是 0 号。",
+                  "heads are numbered from 0: the first K/V head is head 0.")),
             (lambda: 6 % 2, Note("这是 `repeat`（整块重复）的顺序：头 i 用 K/V 头 i % n_kv_head；LLaMA 用的是 "
                                  "`repeat_interleave`，相邻的头共享同一个 K/V 头。",
                                  "that is the order of `repeat` (whole blocks): head i uses K/V head i % n_kv_head; "

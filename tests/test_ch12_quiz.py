@@ -262,3 +262,27 @@ def test_chapter_7_misconceptions_are_named(lang):
             check(name, {name: answer})
         assert all(w in str(err.value) for w in words), (name, str(err.value))
         assert "ch07_gpt" in str(err.value)
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_each_numeric_questions_stated_tolerance_is_the_one_graded(lang):
+    """The tolerance a question states ("±2%", "within 1 %", "must be exact") is the one its key uses:
+    a check looser or tighter than the text would grade a different question."""
+    from coursekit.author import ledger
+    from grading.ch12_quiz import QUESTIONS
+    text: dict[int, str] = {}
+    for s in ledger.exercise_sentences(CHAPTER):
+        m = re.search(r"(?:第 |Question )(\d+)", s.exercise)
+        if s.lang == lang and m:
+            text[int(m.group(1))] = text.get(int(m.group(1)), "") + " " + s.text
+    for name, q in QUESTIONS.items():
+        if q.kind != "number" or q.number == 20:
+            continue
+        said = text[q.number]
+        pct = re.findall(r"±(\d+)%|(\d+)% 以内|within (\d+) ?%", said)
+        exact = ("必须完全正确" in said) if lang == "zh" else ("must be exact" in said)
+        if q.rtol == 0:
+            assert exact and not pct, f"{name}: graded exactly, the text says {said!r}"
+        else:
+            stated = {int(next(g for g in groups if g)) for groups in pct}
+            assert stated == {round(q.rtol * 100)} and not exact, f"{name}: rtol {q.rtol}, the text says {said!r}"

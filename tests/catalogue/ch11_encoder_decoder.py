@@ -24,113 +24,113 @@ GREEDY_OK_SRC = edit("greedy_decode")["greedy_decode"]
 BUGS = [
     # padding_mask
     Variant("pad_inverted", edit("padding_mask", (PAD_RET, PAD_RET.replace(" < ", " >= "))),
-            lose=("test_padding_mask",), words=("掩码反了",), said=KEPT_PAD),
+            lose=("test_padding_mask",), words=("掩码反了",), said=KEPT_PAD, breaks=("pad-true-real",)),
     Variant("pad_off_by_one", edit("padding_mask", (PAD_RET, PAD_RET.replace(" < ", " <= "))),
-            lose=("test_padding_mask",), words=("差一位",), said=KEPT_PAD),
+            lose=("test_padding_mask",), words=("差一位",), said=KEPT_PAD, breaks=("pad-rule",)),
     Variant("pad_max_length", edit("padding_mask", ("torch.arange(n, ", "torch.arange(int(lengths.max()), ")),
-            lose=("test_padding_mask",), words=("lengths.max()",)),
+            lose=("test_padding_mask",), words=("lengths.max()",), breaks=("pad-shape",)),
     Variant("pad_float", edit("padding_mask", (PAD_RET, f"({PAD_RET}).float()")),
-            lose=("test_padding_mask",), words=("torch.bool",), said=KEPT_PAD),
+            lose=("test_padding_mask",), words=("torch.bool",), said=KEPT_PAD, breaks=("pad-bool",)),
     Variant("pad_int", edit("padding_mask", (PAD_RET, f"({PAD_RET}).int()")),
-            lose=("test_padding_mask",), words=("torch.bool", ".int()")),
+            lose=("test_padding_mask",), words=("torch.bool", ".int()"), breaks=("pad-bool",)),
     Variant("pad_transposed", edit("padding_mask", (PAD_RET, f"({PAD_RET}).T")),
-            lose=("test_padding_mask",), words=("形状转置了",), said=KEPT_PAD),
+            lose=("test_padding_mask",), words=("形状转置了",), said=KEPT_PAD, breaks=("pad-shape",)),
     Variant("pad_left_padded", edit("padding_mask", (PAD_RET, "torch.arange(n)[None, :] >= n - lengths[:, None]")),
-            lose=("test_padding_mask",), words=("左边",), said=KEPT_PAD),
+            lose=("test_padding_mask",), words=("左边",), said=KEPT_PAD, breaks=("pad-rule",)),
     Variant("pad_from_one", edit("padding_mask", (PAD_RET, "torch.arange(1, n + 1)[None, :] < lengths[:, None]")),
-            lose=("test_padding_mask",), words=("最后一个真实 token",), said=KEPT_PAD),
+            lose=("test_padding_mask",), words=("最后一个真实 token",), said=KEPT_PAD, breaks=("pad-rule",)),
     Variant("pad_length_zero_crashes", {"padding_mask": '''def padding_mask(lengths, n):
     last = F.one_hot(lengths - 1, n)
     return last.flip(-1).cumsum(-1).flip(-1).bool()
-'''}, lose=("test_padding_mask",), words=("长度是 0", "允许"), said=KEPT_PAD),
+'''}, lose=("test_padding_mask",), words=("长度是 0", "允许"), said=KEPT_PAD, breaks=("pad-rule",)),
     # cross_attention
     Variant("cross_queries_from_memory", edit("cross_attention", ("q, k, v = x @ w_q, memory @ w_k, memory @ w_v",
                                                                   "q, k, v = memory @ w_q, x @ w_k, x @ w_v")),
-            lose=("test_cross_attention",), words=("query 和 key/value 的来源弄反了",)),
+            lose=("test_cross_attention",), words=("query 和 key/value 的来源弄反了",), breaks=("cross-q-from-x",)),
     Variant("cross_mask_inverted", edit("cross_attention", (CROSS_MASK, CROSS_MASK.replace("~memory_mask", "memory_mask"))),
-            lose=("test_cross_attention",), words=("memory_mask 用反了",)),
+            lose=("test_cross_attention",), words=("memory_mask 用反了",), breaks=("cross-mask-true-real",)),
     Variant("cross_mask_on_queries", edit("cross_attention", (CROSS_MASK, CROSS_MASK.replace("[:, None, :]", "[:, :, None]"))),
-            lose=("test_cross_attention",), words=("query（行）",)),
+            lose=("test_cross_attention",), words=("query（行）",), breaks=("cross-mask-keys",)),
     Variant("cross_mask_forgotten", edit("cross_attention", (
         "    if memory_mask is not None:\n        " + CROSS_MASK + "\n", "")),
-            lose=("test_cross_attention",), words=("没有使用 memory_mask",)),
+            lose=("test_cross_attention",), words=("没有使用 memory_mask",), breaks=("cross-mask-keys",)),
     Variant("cross_mask_after_softmax", edit("cross_attention", (
         "    if memory_mask is not None:\n        " + CROSS_MASK + "\n    weights = torch.softmax(scores, dim=-1)\n",
         "    weights = torch.softmax(scores, dim=-1)\n    if memory_mask is not None:\n"
         "        weights = weights * memory_mask[:, None, :]\n")),
-            lose=("test_cross_attention",), words=("softmax 之后",)),
+            lose=("test_cross_attention",), words=("softmax 之后",), breaks=("cross-mask-before-softmax",)),
     Variant("cross_scale_sqrt_d", edit("cross_attention", ("math.sqrt(q.shape[-1])", "math.sqrt(x.shape[-1])")),
-            lose=("test_cross_attention",), words=("√d_k",)),
+            lose=("test_cross_attention",), words=("√d_k",), breaks=("cross-scale",)),
     Variant("cross_uses_sdpa", {"cross_attention": '''def cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None):
     q, k, v = x @ w_q, memory @ w_k, memory @ w_v
     m = None if memory_mask is None else memory_mask[:, None, :]
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
     w = torch.softmax((q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~m, float("-inf")), -1)
     return out, w
-'''}, lose=("test_cross_attention",), words=("scaled_dot_product_attention",)),
+'''}, lose=("test_cross_attention",), words=("scaled_dot_product_attention",), breaks=("cross-no-sdpa",)),
     Variant("cross_no_scaling", edit("cross_attention", (" / math.sqrt(q.shape[-1])", "")),
-            lose=("test_cross_attention",), words=("没有除以 √d_k",)),
+            lose=("test_cross_attention",), words=("没有除以 √d_k",), breaks=("cross-scale",)),
     Variant("cross_softmax_query_axis", edit("cross_attention", ("torch.softmax(scores, dim=-1)",
                                                                  "torch.softmax(scores, dim=1)")),
-            lose=("test_cross_attention",), words=("softmax 沿错误的维度",)),
+            lose=("test_cross_attention",), words=("softmax 沿错误的维度",), breaks=("cross-softmax-last",)),
     Variant("cross_values_from_x", edit("cross_attention", ("memory @ w_v", "x @ w_v")),
-            lose=("test_cross_attention",), words=("value 也取自 x",)),
+            lose=("test_cross_attention",), words=("value 也取自 x",), breaks=("cross-kv-from-memory",)),
     Variant("cross_mask_none_crashes", edit("cross_attention", (
         "    if memory_mask is not None:\n        " + CROSS_MASK + "\n", "    " + CROSS_MASK + "\n")),
-            lose=("test_cross_attention",), words=("memory_mask=None", "允许")),
+            lose=("test_cross_attention",), words=("memory_mask=None", "允许"), breaks=("cross-mask-none",)),
     Variant("cross_divided_by_d_k", edit("cross_attention", ("math.sqrt(q.shape[-1])", "q.shape[-1]")),
-            lose=("test_cross_attention",), words=("不是 √d_k",)),
+            lose=("test_cross_attention",), words=("不是 √d_k",), breaks=("cross-scale",)),
     # EncoderLayer
     Variant("enc_mask_not_inverted_for_torch", edit("encoder_layer", ("else ~src_mask", "else src_mask")),
-            lose=("test_encoder_layer",), words=("填充掩码反了", "True 表示“屏蔽”")),
+            lose=("test_encoder_layer",), words=("填充掩码反了", "True 表示“屏蔽”"), breaks=("enc-mask-true-real",)),
     Variant("enc_causal_mask", edit("encoder_layer", (ENC_ATTN, ENC_ATTN + ",\n                               attn_mask="
                                                       "torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).triu(1)")),
-            lose=("test_encoder_layer",), words=("编码器里加了因果掩码",)),
+            lose=("test_encoder_layer",), words=("编码器里加了因果掩码",), breaks=("enc-no-causal",)),
     Variant("enc_mask_forgotten", edit("encoder_layer", ("key_padding_mask=blocked, ", "")),
-            lose=("test_encoder_layer",), words=("没有用 src_mask",)),
+            lose=("test_encoder_layer",), words=("没有用 src_mask",), breaks=("enc-key-padding",)),
     Variant("enc_post_ln", edit("encoder_layer", (
         "        a = self.norm1(x)\n        x = x + self.self_attn(a, a, a, key_padding_mask=blocked, need_weights=False)[0]\n"
         "        return x + self.ffn(self.norm2(x))",
         "        x = self.norm1(x + self.self_attn(x, x, x, key_padding_mask=blocked, need_weights=False)[0])\n"
         "        return self.norm2(x + self.ffn(x))\n")),
-            lose=("test_encoder_layer",), words=("Post-LN",)),
+            lose=("test_encoder_layer",), words=("Post-LN",), breaks=("enc-prenorm",)),
     Variant("enc_no_ffn_residual", edit("encoder_layer", ("return x + self.ffn(self.norm2(x))", "return self.ffn(self.norm2(x))")),
-            lose=("test_encoder_layer",), words=("FFN 周围没有残差",)),
+            lose=("test_encoder_layer",), words=("FFN 周围没有残差",), breaks=("enc-ffn-residual",)),
     Variant("enc_no_attention_residual", edit("encoder_layer", ("x = x + self.self_attn(a, a, a, key_padding_mask=blocked, need_weights=False)[0]", "x = self.self_attn(a, a, a, key_padding_mask=blocked, need_weights=False)[0]")),
-            lose=("test_encoder_layer",), words=("自注意力周围没有残差",)),
+            lose=("test_encoder_layer",), words=("自注意力周围没有残差",), breaks=("enc-prenorm",)),
     Variant("enc_residual_from_normed", edit("encoder_layer", ("x = x + self.self_attn(a, a, a, key_padding_mask=blocked, need_weights=False)[0]", "x = a + self.self_attn(a, a, a, key_padding_mask=blocked, need_weights=False)[0]")),
-            lose=("test_encoder_layer",), words=("残差加的是 norm1(x)",)),
+            lose=("test_encoder_layer",), words=("残差加的是 norm1(x)",), breaks=("enc-prenorm",)),
     Variant("enc_norm_reused", edit("encoder_layer", ("return x + self.ffn(self.norm2(x))", "return x + self.ffn(self.norm1(x))")),
-            lose=("test_encoder_layer",), words=("norm1 用了两次",)),
+            lose=("test_encoder_layer",), words=("norm1 用了两次",), breaks=("enc-ffn-residual",)),
     Variant("enc_relu", edit("encoder_layer", ("nn.GELU()", "nn.ReLU()")),
-            lose=("test_encoder_layer",), words=("ReLU", "nn.GELU()")),
+            lose=("test_encoder_layer",), words=("ReLU", "nn.GELU()"), breaks=("enc-gelu",)),
     Variant("enc_not_batch_first", edit("encoder_layer", ("nn.MultiheadAttention(d, h, batch_first=True)",
                                                           "nn.MultiheadAttention(d, h)")),
-            lose=("test_encoder_layer",), words=("batch_first=True",)),
+            lose=("test_encoder_layer",), words=("batch_first=True",), breaks=("enc-batch-first",)),
     Variant("enc_mha_without_bias", edit("encoder_layer", ("nn.MultiheadAttention(d, h, batch_first=True)",
                                                            "nn.MultiheadAttention(d, h, batch_first=True, bias=False)")),
-            lose=("test_encoder_layer",), words=("参数个数", "bias=False")),
+            lose=("test_encoder_layer",), words=("参数个数", "bias=False"), breaks=("enc-modules",)),
     Variant("enc_dropout", edit("encoder_layer", ("nn.MultiheadAttention(d, h, batch_first=True)",
                                                   "nn.MultiheadAttention(d, h, dropout=0.1, batch_first=True)")),
-            lose=("test_encoder_layer",), words=("dropout",)),
+            lose=("test_encoder_layer",), words=("dropout",), breaks=("enc-no-dropout",)),
     Variant("enc_mask_none_crashes", edit("encoder_layer", ("blocked = None if src_mask is None else ~src_mask",
                                                             "blocked = ~src_mask")),
-            lose=("test_encoder_layer",), words=("src_mask=None", "允许")),
+            lose=("test_encoder_layer",), words=("src_mask=None", "允许"), breaks=("enc-mask-none",)),
     Variant("enc_norms_swapped", edit("encoder_layer", ("        a = self.norm1(x)\n", "        a = self.norm2(x)\n"), (
         "return x + self.ffn(self.norm2(x))", "return x + self.ffn(self.norm1(x))")),
-            lose=("test_encoder_layer",), words=("self_attn 的输入是 norm2(x)",)),
+            lose=("test_encoder_layer",), words=("self_attn 的输入是 norm2(x)",), breaks=("enc-prenorm",)),
     # DecoderLayer
     Variant("dec_no_causal_mask", edit("decoder_layer", ("attn_mask=future, ", "")),
-            lose=("test_decoder_layer",), words=("没有因果掩码",)),
+            lose=("test_decoder_layer",), words=("没有因果掩码",), breaks=("dec-causal",)),
     Variant("dec_causal_mask_inverted", edit("decoder_layer", (CAUSAL, CAUSAL.replace("triu(1)", "tril()"))),
-            lose=("test_decoder_layer",), words=("因果掩码反了",)),
+            lose=("test_decoder_layer",), words=("因果掩码反了",), breaks=("dec-causal",)),
     Variant("dec_memory_mask_forgotten", edit("decoder_layer", (CROSS_CALL, CROSS_CALL.replace("key_padding_mask=blocked, ", ""))),
-            lose=("test_decoder_layer",), words=("没有用 memory_mask",)),
+            lose=("test_decoder_layer",), words=("没有用 memory_mask",), breaks=("dec-cross-mask",)),
     Variant("dec_queries_from_memory", edit("decoder_layer", (CROSS_CALL, CROSS_CALL.replace("(a, memory, memory,", "(memory, a, a,"))),
-            lose=("test_decoder_layer",), words=("query 取自 memory",)),
+            lose=("test_decoder_layer",), words=("query 取自 memory",), breaks=("dec-cross-inputs",)),
     Variant("dec_memory_normalised", edit("decoder_layer", (CROSS_CALL, CROSS_CALL.replace(
         "(a, memory, memory,", "(a, self.norm2(memory), self.norm2(memory),"))),
-            lose=("test_decoder_layer",), words=("memory 也过了 norm2",)),
+            lose=("test_decoder_layer",), words=("memory 也过了 norm2",), breaks=("dec-cross-inputs",)),
     Variant("dec_cross_before_self", edit("decoder_layer", (
         "        a = self.norm1(y)\n        y = y + self.self_attn(a, a, a, attn_mask=future, need_weights=False)[0]\n"
         "        blocked = None if memory_mask is None else ~memory_mask\n"
@@ -138,49 +138,95 @@ BUGS = [
         "        blocked = None if memory_mask is None else ~memory_mask\n"
         "        a = self.norm2(y)\n        y = y + " + CROSS_CALL + "[0]\n"
         "        a = self.norm1(y)\n        y = y + self.self_attn(a, a, a, attn_mask=future, need_weights=False)[0]\n")),
-            lose=("test_decoder_layer",), words=("交叉注意力放在了自注意力之前",)),
+            lose=("test_decoder_layer",), words=("交叉注意力放在了自注意力之前",), breaks=("dec-order",)),
     Variant("dec_causal_diagonal", edit("decoder_layer", (CAUSAL, CAUSAL.replace("triu(1)", "triu(0)"))),
-            lose=("test_decoder_layer",), words=("对角线",)),
+            lose=("test_decoder_layer",), words=("对角线",), breaks=("dec-causal",)),
     Variant("dec_no_cross_residual", edit("decoder_layer", ("y = y + " + CROSS_CALL, "y = " + CROSS_CALL)),
-            lose=("test_decoder_layer",), words=("交叉注意力周围没有残差",)),
+            lose=("test_decoder_layer",), words=("交叉注意力周围没有残差",), breaks=("dec-residuals",)),
     Variant("dec_float_causal_mask", edit("decoder_layer", (CAUSAL, "torch.tril(torch.ones(n_t, n_t))")),
-            lose=("test_decoder_layer",), words=("浮点", "triu(1)")),
+            lose=("test_decoder_layer",), words=("浮点", "triu(1)"), breaks=("dec-causal",)),
     # greedy_decode
     Variant("greedy_eos_never_stops", edit("greedy_decode", (
         "        nxt = torch.where(done, torch.full_like(nxt, eos), nxt)\n", ""), (
         "        if done.all():\n            break\n", "")),
-            lose=("test_greedy_decode",), words=("遇到 <eos> 没有停",)),
+            lose=("test_greedy_decode",), words=("遇到 <eos> 没有停",), breaks=("greedy-eos-after",)),
     Variant("greedy_stops_at_first", edit("greedy_decode", ("if done.all():", "if done.any():")),
-            lose=("test_greedy_decode",), words=("done.all()",)),
+            lose=("test_greedy_decode",), words=("done.all()",), breaks=("greedy-stop-all",)),
     Variant("greedy_no_feedback", edit("greedy_decode", ("model.decode(tgt, memory", "model.decode(tgt[:, :1], memory")),
-            lose=("test_greedy_decode",), words=("没有把自己的输出喂回去",)),
+            lose=("test_greedy_decode",), words=("没有把自己的输出喂回去",), breaks=("greedy-feed-back",)),
     Variant("greedy_first_position", edit("greedy_decode", ("[:, -1].argmax(-1)", "[:, 0].argmax(-1)")),
-            lose=("test_greedy_decode",), words=("logits[:, -1]",)),
+            lose=("test_greedy_decode",), words=("logits[:, -1]",), breaks=("greedy-last-argmax",)),
     Variant("greedy_returns_bos", edit("greedy_decode", ("return tgt[:, 1:]", "return tgt")),
-            lose=("test_greedy_decode",), words=("<bos>",)),
+            lose=("test_greedy_decode",), words=("<bos>",), breaks=("greedy-no-bos",)),
     Variant("greedy_ignores_lengths", edit("greedy_decode", (
         "src_mask = padding_mask(src_lengths, src.shape[1])", "src_mask = torch.ones_like(src, dtype=torch.bool)")),
-            lose=("test_greedy_decode",), words=("没有用 src_lengths",)),
+            lose=("test_greedy_decode",), words=("没有用 src_lengths",), breaks=("greedy-src-mask",)),
     Variant("greedy_max_len_short", edit("greedy_decode", ("range(max_len)", "range(max_len - 1)")),
-            lose=("test_greedy_decode",), words=("max_len 差一位",)),
+            lose=("test_greedy_decode",), words=("max_len 差一位",), breaks=("greedy-stop-all",)),
     Variant("greedy_max_len_long", edit("greedy_decode", ("range(max_len)", "range(max_len + 1)")),
-            lose=("test_greedy_decode",), words=("max_len 差一位",)),
+            lose=("test_greedy_decode",), words=("max_len 差一位",), breaks=("greedy-max-len",)),
     Variant("greedy_argmax_positions", edit("greedy_decode", ("[:, -1].argmax(-1)", ".argmax(1)[:, -1]")),
-            lose=("test_greedy_decode",), words=("argmax 沿错了轴",)),
+            lose=("test_greedy_decode",), words=("argmax 沿错了轴",), breaks=("greedy-last-argmax",)),
     Variant("greedy_no_eos_padding", edit("greedy_decode", (
         "        nxt = torch.where(done, torch.full_like(nxt, eos), nxt)\n", "")),
-            lose=("test_greedy_decode",), words=("没有一直填 eos",)),
+            lose=("test_greedy_decode",), words=("没有一直填 eos",), breaks=("greedy-eos-after",)),
     Variant("greedy_stops_on_first_row", edit("greedy_decode", ("if done.all():", "if done[0]:")),
-            lose=("test_greedy_decode",), words=("只看了第 0 个序列",)),
+            lose=("test_greedy_decode",), words=("只看了第 0 个序列",), breaks=("greedy-stop-all",)),
     Variant("greedy_encodes_every_step", edit("greedy_decode", (
         "        nxt = model.decode(tgt, memory, src_mask)",
         "        memory = model.encode(src, src_mask)\n        nxt = model.decode(tgt, memory, src_mask)")),
-            lose=("test_greedy_decode",), words=("编码器跑了不止一次",)),
+            lose=("test_greedy_decode",), words=("编码器跑了不止一次",), breaks=("greedy-encode-once",)),
     Variant("greedy_float_tokens", edit("greedy_decode", ("torch.full((B, 1), bos, dtype=torch.long, device=src.device)",
                                                           "torch.full((B, 1), float(bos), device=src.device)"), (
         "tgt = torch.cat([tgt, nxt[:, None]], dim=1)", "tgt = torch.cat([tgt, nxt[:, None].float()], dim=1)"), (
         "model.decode(tgt, memory", "model.decode(tgt.long(), memory")),
-            lose=("test_greedy_decode",), words=("LongTensor",)),
+            lose=("test_greedy_decode",), words=("LongTensor",), breaks=("greedy-long",)),
+    # rules the ledger found unchecked or unnamed
+    Variant("cross_returns_swapped", edit("cross_attention", ("return weights @ v, weights", "return weights, weights @ v")),
+            lose=("test_cross_attention",), words=("返回值的顺序反了",), breaks=("cross-returns-pair",)),
+    Variant("cross_returns_scores", edit("cross_attention", ("return weights @ v, weights", "return weights @ v, scores")),
+            lose=("test_cross_attention",), words=("softmax 之前的分数",), breaks=("cross-weights-out",)),
+    Variant("enc_attn_named_attn", edit("encoder_layer", ("self.self_attn = nn.MultiheadAttention", "self.attn = nn.MultiheadAttention"),
+                                        ("self.self_attn(a, a, a,", "self.attn(a, a, a,")),
+            lose=("test_encoder_layer",), words=("子模块的名字",), breaks=("enc-modules",)),
+    Variant("enc_ffn_4d", edit("encoder_layer", ("nn.Linear(d, d_ff), nn.GELU(), nn.Linear(d_ff, d)",
+                                                 "nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d)")),
+            lose=("test_encoder_layer",), words=("隐藏宽度是参数 d_ff",), breaks=("enc-ffn-width",)),
+    Variant("enc_layer_scale", edit("encoder_layer", (
+        "        self.ffn = nn.Sequential(nn.Linear(d, d_ff), nn.GELU(), nn.Linear(d_ff, d))\n",
+        "        self.ffn = nn.Sequential(nn.Linear(d, d_ff), nn.GELU(), nn.Linear(d_ff, d))\n"
+        "        self.gamma = nn.Parameter(torch.ones(d))             # LayerScale, as in CaiT\n"), (
+        "return x + self.ffn(self.norm2(x))", "return x + self.gamma * self.ffn(self.norm2(x))")),
+            lose=("test_encoder_layer",), words=("参数个数不对",), breaks=("enc-no-other-params",)),
+    Variant("dec_cross_not_batch_first", edit("decoder_layer", (
+        "self.cross_attn = nn.MultiheadAttention(d, h, batch_first=True)", "self.cross_attn = nn.MultiheadAttention(d, h)")),
+            lose=("test_decoder_layer",), words=("batch_first=True",), breaks=("dec-modules",)),
+    Variant("dec_mask_none_crashes", edit("decoder_layer", ("blocked = None if memory_mask is None else ~memory_mask",
+                                                            "blocked = ~memory_mask")),
+            lose=("test_decoder_layer",), words=("memory_mask=None", "允许"), breaks=("dec-mask-none",)),
+    Variant("dec_mask_fixed_size", edit("decoder_layer", (
+        "        self.ffn = nn.Sequential(nn.Linear(d, d_ff), nn.GELU(), nn.Linear(d_ff, d))\n",
+        "        self.ffn = nn.Sequential(nn.Linear(d, d_ff), nn.GELU(), nn.Linear(d_ff, d))\n"
+        "        self.register_buffer(\"future\", torch.ones(512, 512, dtype=torch.bool).triu(1))\n"), (
+        CAUSAL, "self.future[:n_t, :n_t]")),
+            lose=("test_decoder_layer",), words=("固定的大小",), breaks=("dec-mask-in-forward",)),
+    Variant("dec_mask_cached_at_first_call", edit("decoder_layer", (
+        "        self.ffn = nn.Sequential(nn.Linear(d, d_ff), nn.GELU(), nn.Linear(d_ff, d))\n",
+        "        self.ffn = nn.Sequential(nn.Linear(d, d_ff), nn.GELU(), nn.Linear(d_ff, d))\n"
+        "        self.future = None\n"), (
+        "        future = " + CAUSAL + "   # torch: True = blocked\n",
+        "        if self.future is None:\n"
+        "            self.future = " + CAUSAL + "\n"
+        "        future = self.future\n")),
+            lose=("test_decoder_layer",), words=("固定的大小",), breaks=("dec-mask-in-forward",)),
+    Variant("greedy_decode_mask_none", edit("greedy_decode", ("model.decode(tgt, memory, src_mask)", "model.decode(tgt, memory, None)")),
+            lose=("test_greedy_decode",), words=("没有拿到源序列的填充掩码",), breaks=("greedy-src-mask",)),
+    Variant("greedy_decode_mask_all_true", edit("greedy_decode", (
+        "model.decode(tgt, memory, src_mask)", "model.decode(tgt, memory, torch.ones_like(src_mask))")),
+            lose=("test_greedy_decode",), words=("没有拿到源序列的填充掩码",), breaks=("greedy-src-mask",)),
+    Variant("greedy_starts_with_zeros", edit("greedy_decode", (
+        "torch.full((B, 1), bos, dtype=torch.long, device=src.device)", "torch.zeros((B, 1), dtype=torch.long)")),
+            lose=("test_greedy_decode",), words=("tgt 的开头不是 bos",), breaks=("greedy-start-bos",)),
     # each exercise graded on its own
     Variant("pad_not_done_greedy_right", {"padding_mask": "def padding_mask(lengths, n):\n    raise NotImplementedError()\n"},
             lose=("test_padding_mask",), words=("还没有实现",), said=KEPT_PAD),
@@ -316,80 +362,6 @@ CORRECT = [
 ]
 
 WORDS_ARE_NOT_CALLS = ("ok_cross_comments_name_the_library",)
-
-# (the rule as the exercise states it, the check that enforces it, the wrong answer that breaks it)
-RULES = [
-    ("padding_mask: a bool tensor", "check_padding_mask: the dtype of every result", "pad_float"),
-    ("padding_mask: shape (B, n), n the argument", "check_padding_mask: cases where n exceeds the longest length",
-     "pad_max_length"),
-    ("padding_mask: one row per sequence, (B, n) not (n, B)", "check_padding_mask: the shape", "pad_transposed"),
-    ("padding_mask: True = a real token", "check_padding_mask: exact comparison", "pad_inverted"),
-    ("padding_mask: position j is True exactly when j < lengths[b]", "check_padding_mask: exact comparison",
-     "pad_off_by_one"),
-    ("padding_mask: real tokens first, padded on the right", "check_padding_mask: exact comparison", "pad_left_padded"),
-    ("padding_mask: any length 0 … n, a length of 0 included", "check_padding_mask: lengths [0, 3]",
-     "pad_length_zero_crashes"),
-    ("cross_attention: q = x @ w_q; k, v from memory", "check_cross_attention: against the float64 reference, "
-     "n_t != n_s", "cross_queries_from_memory"),
-    ("cross_attention: v = memory @ w_v", "check_cross_attention: against the float64 reference",
-     "cross_values_from_x"),
-    ("cross_attention: scores q kᵀ / sqrt(d_k)", "check_cross_attention: d_k != d", "cross_scale_sqrt_d"),
-    ("cross_attention: divide by sqrt(d_k), not d_k", "check_cross_attention: against the float64 reference",
-     "cross_divided_by_d_k"),
-    ("cross_attention: memory_mask hides keys, ~memory_mask[:, None, :]", "check_cross_attention: padded memory "
-     "positions changed freely", "cross_mask_on_queries"),
-    ("cross_attention: True in memory_mask = a real source token", "check_cross_attention: against the reference",
-     "cross_mask_inverted"),
-    ("cross_attention: masked to -inf before softmax", "check_cross_attention: rows add up to 1",
-     "cross_mask_after_softmax"),
-    ("cross_attention: memory_mask=None means no masking", "check_cross_attention: the memory_mask=None case",
-     "cross_mask_none_crashes"),
-    ("cross_attention: softmax over the last axis", "check_cross_attention: weights against the reference",
-     "cross_softmax_query_axis"),
-    ("cross_attention: no F.scaled_dot_product_attention, no nn.MultiheadAttention",
-     "check_cross_attention runs inside core.forbidden: the call itself raises", "cross_uses_sdpa"),
-    ("EncoderLayer: nn.MultiheadAttention(d, h, batch_first=True)", "check_encoder_layer: self_attn.batch_first",
-     "enc_not_batch_first"),
-    ("EncoderLayer: exactly the listed modules with their defaults, no other parameters", "check_encoder_layer: the "
-     "parameter count", "enc_mha_without_bias"),
-    ("EncoderLayer: no dropout", "check_encoder_layer: no dropout in the attention or as a module", "enc_dropout"),
-    ("EncoderLayer: the FFN uses nn.GELU()", "check_encoder_layer: against the float64 reference and "
-     "nn.TransformerEncoderLayer", "enc_relu"),
-    ("EncoderLayer: key_padding_mask=~src_mask (torch's True = blocked)", "check_encoder_layer: changing the padding "
-     "leaves the real tokens' outputs alone", "enc_mask_not_inverted_for_torch"),
-    ("EncoderLayer: src_mask may be None", "check_encoder_layer: a call without src_mask", "enc_mask_none_crashes"),
-    ("EncoderLayer: no causal mask (bidirectional)", "check_encoder_layer: against the reference", "enc_causal_mask"),
-    ("EncoderLayer: pre-LN, x = x + self_attn(norm1(x))", "check_encoder_layer: against the reference", "enc_post_ln"),
-    ("EncoderLayer: then x = x + ffn(norm2(x))", "check_encoder_layer: against the reference", "enc_no_ffn_residual"),
-    ("DecoderLayer: a causal mask on the self-attention, triu(1) as attn_mask", "check_decoder_layer: later target "
-     "tokens never reach earlier outputs", "dec_no_causal_mask"),
-    ("DecoderLayer: the mask marks where to block (torch's convention)", "check_decoder_layer: against the reference",
-     "dec_causal_mask_inverted"),
-    ("DecoderLayer: a bool mask (a float 0/1 mask is added, not blocked)", "check_decoder_layer: against the reference",
-     "dec_float_causal_mask"),
-    ("DecoderLayer: cross_attn(norm2(y), memory, memory, key_padding_mask=~memory_mask)", "check_decoder_layer: "
-     "changing padded memory positions leaves the output alone", "dec_memory_mask_forgotten"),
-    ("DecoderLayer: only the query side goes through norm2", "check_decoder_layer: against the reference",
-     "dec_memory_normalised"),
-    ("DecoderLayer: self-attention, then cross-attention, then the FFN", "check_decoder_layer: against the reference",
-     "dec_cross_before_self"),
-    ("greedy_decode: the encoder runs once", "check_greedy_decode: the fixed model counts its encode calls",
-     "greedy_encodes_every_step"),
-    ("greedy_decode: src_mask = padding_mask(src_lengths, src.shape[1])", "check_greedy_decode: the fixed model's "
-     "next token depends on the real source tokens only", "greedy_ignores_lengths"),
-    ("greedy_decode: the argmax at the last position", "check_greedy_decode: every token against the reference",
-     "greedy_first_position"),
-    ("greedy_decode: without the leading <bos>", "check_greedy_decode: every token", "greedy_returns_bos"),
-    ("greedy_decode: eos after a sequence's first eos", "check_greedy_decode: sequences ending at different steps",
-     "greedy_no_eos_padding"),
-    ("greedy_decode: stop when every sequence has finished", "check_greedy_decode: every token",
-     "greedy_stops_at_first"),
-    ("greedy_decode: L <= max_len", "check_greedy_decode: a case cut off by max_len", "greedy_max_len_long"),
-    ("greedy_decode: returns a LongTensor", "check_greedy_decode: the result's dtype", "greedy_float_tokens"),
-    ("each exercise on its own: a wrong padding_mask costs exercise 1 alone", "check_greedy_decode runs with a "
-     "correct padding_mask in place of a wrong one", "pad_int"),
-]
-
 
 WIDGET = dict(cell="ed.explorer(", labels=("数字", "例子", "模型输出"),
               keep=("model = ed.Seq2Seq(",),

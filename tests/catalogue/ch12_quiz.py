@@ -40,13 +40,14 @@ BUGS = [
     Variant("q13_post_ln", ans(q13_pre_ln='"A"'), lose=("test_q13_pre_ln",), words=("第 13 题", "Post-LN")),
     # several answers: partly right (a subset and a superset)
     Variant("q06_subset", ans(q06_bert_gpt='"AB"'), lose=("test_q06_bert_gpt",),
-            words=("第 6 题", "不完全一致", "第 2 章")),
+            words=("第 6 题", "不完全一致", "第 2 章"), breaks=("q06-all",)),
     Variant("q08_superset", ans(q08_heads='["A", "B", "C", "E"]'), lose=("test_q08_heads",),
-            words=("第 8 题", "不完全一致", "第 3 章（ch03_multi_head")),
+            words=("第 8 题", "不完全一致", "第 3 章（ch03_multi_head"), breaks=("q08-all",)),
     # numbers out of tolerance, with the misconception named
     Variant("q02_std", ans(q02_dot_variance="8"), lose=("test_q02_dot_variance",), words=("第 2 题", "标准差")),
     Variant("q05_diagonal", ans(q05_masked_zeros="15"), lose=("test_q05_masked_zeros",), words=("对角线",)),
-    Variant("q15_percent", ans(q15_ffn_share="66.7"), lose=("test_q15_ffn_share",), words=("百分数",)),
+    Variant("q15_percent", ans(q15_ffn_share="66.7"), lose=("test_q15_ffn_share",), words=("百分数",),
+            breaks=("q15-fraction",)),
     Variant("q16_attention_only", ans(q16_12Ld2="4 * 24 * 1024**2"), lose=("test_q16_12Ld2",),
             words=("第 16 题", "漏了 FFN", "第 6 章（ch06_param_count")),
     Variant("q16_off_by_10pct", ans(q16_12Ld2="3.3e8"), lose=("test_q16_12Ld2",), words=("±2%",)),
@@ -90,7 +91,46 @@ BUGS = [
     Variant("q36_bert_causal", ans(q36_bert_gpt_t5='"ABCD"'), lose=("test_q36_bert_gpt_t5",), words=("第 36 题",)),
 ]
 
+# The answer-format rules each question states (the rule ledger): a tolerance, "must be exact", "between
+# 0 and 1", "natural logarithm", "the factor", "numbered from 0", "choose all that are". Each is broken by
+# an answer just past it, with the words of the message that name the rule; CORRECT below holds answers
+# just inside each tolerance, so the check is neither looser nor tighter than the text.
+JUST_OUTSIDE = {   # question: (answer just past the stated tolerance, its words)
+    "q15_ffn_share": ("0.684", "±2%"), "q16_12Ld2": ("3.1e8", "±2%"), "q17_gpt2_medium": ("3.59e8", "±1%"),
+    "q18_initial_loss": ("4.27", "±2%"), "q19_clipped_component": ("0.607", "±1%"),
+    "q21_double_context": ("4.22", "±5%"), "q23_kv_bytes": ("2.2e9", "±2%"), "q28_uniform_prev": ("0.2485", "±1%"),
+    "q31_swiglu_params": ("1.368e8", "±1%"), "q32_gqa_bytes": ("1.357e9", "±1%"),
+}
+JUST_INSIDE = dict(q15_ffn_share="0.676", q16_12Ld2="3.06e8", q17_gpt2_medium="3.575e8", q18_initial_loss="4.23",
+                   q19_clipped_component="0.604", q21_double_context="4.18", q23_kv_bytes="2.18e9",
+                   q28_uniform_prev="0.2465", q31_swiglu_params="1.36e8", q32_gqa_bytes="1.35e9")
+BUGS += [
+    Variant(f"{name[:3]}_just_outside_tolerance", ans(**{name: answer}), lose=(f"test_{name}",),
+            words=(f"第 {int(name[1:3])} 题", f"允许的相对误差 {tol}"), breaks=(f"{name[:3]}-tol",))
+    for name, (answer, tol) in JUST_OUTSIDE.items()
+] + [
+    Variant("q02_simulated", ans(q02_dot_variance="63.8"), lose=("test_q02_dot_variance",),
+            words=("第 2 题", "必须完全正确"), breaks=("q02-exact",)),
+    Variant("q05_near", ans(q05_masked_zeros="10.2"), lose=("test_q05_masked_zeros",),
+            words=("第 5 题", "必须完全正确"), breaks=("q05-exact",)),
+    Variant("q24_near", ans(q24_gqa="7.9"), lose=("test_q24_gqa",), words=("第 24 题", "必须完全正确"),
+            breaks=("q24-exact",)),
+    Variant("q24_share_not_factor", ans(q24_gqa="8 / 64"), lose=("test_q24_gqa",), words=("倍数",),
+            breaks=("q24-factor",)),
+    Variant("q33_near", ans(q33_repeat_kv="1.01"), lose=("test_q33_repeat_kv",), words=("第 33 题", "必须完全正确"),
+            breaks=("q33-exact",)),
+    Variant("q33_counts_from_1", ans(q33_repeat_kv="2"), lose=("test_q33_repeat_kv",), words=("从 0 开始编号",),
+            breaks=("q33-from-0",)),
+    Variant("q18_log2", ans(q18_initial_loss="__import__('math').log2(65)"), lose=("test_q18_initial_loss",),
+            words=("自然对数",), breaks=("q18-ln",)),
+    Variant("q12_subset", ans(q12_positions='"AC"'), lose=("test_q12_positions",), words=("第 12 题", "不完全一致"),
+            breaks=("q12-all",)),
+    Variant("q22_subset", ans(q22_kv_cache='"AD"'), lose=("test_q22_kv_cache",), words=("第 22 题", "不完全一致"),
+            breaks=("q22-all",)),
+]
+
 CORRECT = [
+    Variant("ok_just_inside_each_tolerance", ans(**JUST_INSIDE)),
     Variant("ok_lower_case_and_spaces", ans(q01_sqrt_dk='"c"', q03_causal_mask='" A "', q25_flash='"a"')),
     Variant("ok_multi_forms", ans(q06_bert_gpt='["a", "b", "d"]', q08_heads='"B, C, E"',
                                   q12_positions='{"E", "C", "A"}', q22_kv_cache='("D", "A", "C")')),
