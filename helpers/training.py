@@ -450,10 +450,11 @@ class Run:
     The schedule. With ``steps``, or with a recipe whose schedule is already
     fixed in steps (``recipe.max_steps``, as a checkpoint keeps it), it is
     known from the start. With ``seconds`` and a recipe on the wall clock,
-    the run first times its steps for a moment (about 1% of the budget,
-    between 1 s and ``eval_every``); at its first evaluation it fixes the
-    schedule in steps, from the measured speed: it ends at the step where the
-    time is expected to run out. ``run.recipe`` is then the recipe with that
+    the run first times its steps for a moment (3% of the budget, between 2 s
+    and ``eval_every``; the speed is taken from the later half, as the first
+    steps are slower); at its first evaluation it fixes the schedule in steps
+    from that speed: it ends at the step where the time is expected to run
+    out. ``run.recipe`` is then the recipe with that
     schedule (``max_steps`` and ``warmup`` in steps), and ``plan(step)`` never
     changes again. The run stops at ``max_steps`` or when the time runs out,
     whichever comes first; ``going`` keeps time for the final evaluation.
@@ -500,7 +501,7 @@ class Run:
             self.recipe = fix_schedule(recipe, start_step + steps)
         self.schedule_fixed = self.recipe.max_steps is not None
         self.fixed_at = start_step if self.schedule_fixed else None      # the step at which it was fixed
-        self.measure_seconds = min(eval_every, max(1.0, 0.01 * seconds)) if seconds else 0.0
+        self.measure_seconds = min(eval_every, max(2.0, 0.03 * seconds)) if seconds else 0.0
         self.checkpoint = Path(checkpoint).resolve() if checkpoint is not None else None
         self.save = save
         self.saved_step = None               # the step of the last checkpoint this run wrote
@@ -528,6 +529,7 @@ class Run:
         self.start = self._last = self._last_eval = time.perf_counter()
         self._eval_started = None
         self._first_step_done = None         # when the first step (which pays for warming PyTorch up) ended
+        self._halfway = None                 # (time, step) halfway through the timing: the speed is taken after it
         self._mid_step = False               # between going() saying yes and log(): the model may be half-updated
         self._stop_asked = False
         self._old_handler = None
@@ -633,6 +635,9 @@ class Run:
             self.step_seconds = took if self.step_seconds is None else 0.9 * self.step_seconds + 0.1 * took
         elif self._first_step_done is None:
             self._first_step_done = now
+        if (not self.schedule_fixed and self._halfway is None and self._first_step_done is not None
+                and now - self._first_step_done >= self.measure_seconds / 2):
+            self._halfway = (now, step)
         self.step = step
         self._mid_step = False
         self.history.tokens += tokens
@@ -685,9 +690,9 @@ class Run:
         """Fix the schedule in steps: the steps timed so far say how many more
         fit into the time left, with an evaluation (``pause`` seconds) every
         ``eval_every`` seconds and the final one."""
-        timed = step - self.start_step - 1
-        if self._first_step_done is not None and timed > 0:
-            per_step = (eval_started - self._first_step_done) / timed
+        since, at = self._halfway or (self._first_step_done, self.start_step + 1)
+        if since is not None and step > at:       # the later half of the timing: the first steps are slower
+            per_step = (eval_started - since) / (step - at)
         else:
             per_step = self.step_seconds or 0.1
         left = self.seconds - self.elapsed() - pause if self.seconds is not None else 0.0

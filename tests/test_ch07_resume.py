@@ -233,3 +233,21 @@ def test_under_grading_the_cell_trains_four_steps_and_writes_nothing(tmp_path, m
     got, _ = _run(tmp_path, "straight")
     assert sorted(got["lrs"]) == [0, 1, 2, 3] and got["saved"] is None
     assert not list(tmp_path.iterdir())
+
+
+def test_a_wall_clock_recipe_cannot_be_resumed_without_the_schedule_it_fixed():
+    """The old resume, ``Run(recipe, seconds=..., start_step=step)`` with the recipe on the wall clock, built a new
+    schedule from that step (the rate jumped from 4.0e-4 to about 2.3e-3 with no warm-up); now it is refused, and the
+    recipe the checkpoint keeps resumes on its own schedule."""
+    from helpers import set_language, training
+    set_language("en")
+    try:
+        with pytest.raises(ValueError, match="max_steps"):
+            training.Run(training.COURSE_RECIPE, seconds=60, start_step=3_000, progress=False, plot=False)
+        fixed = training.fix_schedule(training.COURSE_RECIPE, 6_000)
+        assert (fixed.max_steps, fixed.warmup) == (6_000, 180)
+        run = training.Run(fixed, seconds=60, start_step=3_000, progress=False, plot=False)
+        assert run.plan(3_000) == run.plan(5_999) == training.plan_for(fixed, 6_000)
+        assert run.going(3_000) and not run.going(6_000)
+    finally:
+        set_language("zh")
