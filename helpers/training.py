@@ -3,9 +3,12 @@
 The loss, the learning-rate schedule, the training step, the evaluation and
 the checkpoint are the student's (the chapter's exercises). This module keeps
 the rest: the recipes, the optimizer's parameter groups, the time budget with
-its progress bar and live loss curve (``Run``), a thread count chosen from the
-CPUs that are actually free and checked again during the run, and the closing
-line that says when the machine, not the recipe, was the limit.
+its progress bar and live loss curve (``Run``), a schedule fixed in steps once
+the run has timed its steps (kept in the checkpoint, so a resumed run follows
+it), the checkpoint saved at every evaluation and when the run is stopped, a
+thread count chosen from the CPUs that are actually free and checked again
+during the run, and the closing line that says when the machine, not the
+recipe, was the limit.
 
 ``train`` is a complete reference trainer of its own, for the chapters that
 need a trained model without teaching how (ch09, ch10) and for nanoGPT's
@@ -402,6 +405,14 @@ def step_generator(step: int, seed: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_003 + step)
 
 
+def seed_step(step: int, seed: int = 0) -> None:
+    """Seed PyTorch's own random numbers (dropout's) from the step alone, as
+    ``step_generator`` does for the batch: a run resumed at step k drops the
+    same units as the run that never stopped, with nothing to keep in the
+    checkpoint. (The seeds differ from the batches' by a constant.)"""
+    torch.manual_seed((1 << 32) + seed * 1_000_003 + step)
+
+
 def fixed_batches(get_batch, data: torch.Tensor, block_size: int, n: int = 8, batch_size: int = 64,
                   seed: int = 1234) -> list:
     """The same ``n`` batches every time: an evaluation on them costs a fixed,
@@ -410,34 +421,90 @@ def fixed_batches(get_batch, data: torch.Tensor, block_size: int, n: int = 8, ba
     return [get_batch(data, block_size, batch_size, generator=gen) for _ in range(n)]
 
 
+def fix_schedule(recipe: Recipe, max_steps: int) -> Recipe:
+    """``recipe`` with its schedule fixed in steps: it ends at ``max_steps``,
+    and its warm-up is a number of steps (the fraction it had, of
+    ``max_steps``, at least one). What a checkpoint keeps, so that a resumed
+    run follows the same schedule."""
+    plan = plan_for(recipe, max_steps)
+    return replace(recipe, max_steps=plan.max_steps, warmup=plan.warmup_steps)
+
+
 class Run:
     """The time budget of a training loop written in the notebook, and
     everything around it that is not the lesson.
 
-        run = training.Run(recipe, seconds=180)
+        run = training.Run(recipe, seconds=180, checkpoint="run.pt", save=save)
         step = 0
-        while run.going(step):
-            x, y = get_batch(train_data, recipe.n_ctx, recipe.batch_size, generator=training.step_generator(step))
-            loss = train_step(model, optimizer, x, y, step, run.plan(step))
-            step += 1
-            run.log(step, loss, x.numel())
-            if run.time_to_evaluate(step):
-                run.evaluated(step, evaluate(model, val_batches))
+        with run:                        # the stop button stops the run between two steps, and saves
+            while run.going(step):
+                training.seed_step(step)
+                x, y = get_batch(train_data, recipe.n_ctx, recipe.batch_size, generator=training.step_generator(step))
+                loss = train_step(model, optimizer, x, y, step, run.plan(step))
+                step += 1
+                run.log(step, loss, x.numel())
+                if run.time_to_evaluate(step):
+                    run.evaluated(step, evaluate(model, val_batches))     # and saves the checkpoint
         history = run.finish(step, evaluate(model, val_batches))
 
-    With ``seconds``, ``plan(step)`` stretches the schedule over the steps
-    that fit into the time left (measured as the run goes), so the learning
-    rate reaches its floor when the time runs out, and ``going`` stops early
-    enough for the last evaluation to fit inside the budget as well. With
-    ``steps``, the run is exactly that many steps. The thread count is chosen
-    from the free CPUs and checked again at every evaluation. Everything runs
-    in the caller's thread: the cell stays busy until ``finish``."""
+    The schedule. With ``steps``, or with a recipe whose schedule is already
+    fixed in steps (``recipe.max_steps``, as a checkpoint keeps it), it is
+    known from the start. With ``seconds`` and a recipe on the wall clock,
+    the run first times its steps for a moment (3% of the budget, between 2 s
+    and ``eval_every``; the speed is taken from the later half, as the first
+    steps are slower); at its first evaluation it fixes the schedule in steps
+    from that speed: it ends at the step where the time is expected to run
+    out. ``run.recipe`` is then the recipe with that
+    schedule (``max_steps`` and ``warmup`` in steps), and ``plan(step)`` never
+    changes again. The run stops at ``max_steps`` or when the time runs out,
+    whichever comes first; ``going`` keeps time for the final evaluation.
+
+    The checkpoint. With ``checkpoint`` (a path) and ``save(path, step,
+    recipe)``, the run saves at every evaluation and at the end, each time
+    with the fixed schedule in ``recipe``; never before the schedule is fixed.
+    Inside ``with run:``, an interrupt (the notebook's stop button) does not
+    break a step or an evaluation in the middle: what is under way finishes
+    (an evaluation saves its checkpoint as usual), ``going`` raises
+    ``KeyboardInterrupt``, and leaving the ``with`` saves the checkpoint at
+    that step, says where, and lets the interrupt go on. A second interrupt
+    stops at once (without saving: the model may be half-updated). Each save
+    writes a new file and then renames it, so an old checkpoint is never
+    half-overwritten.
+
+    A resumed run: ``Run(recipe_from_the_checkpoint, start_step=step, ...)``
+    follows the checkpoint's schedule. A time-budgeted recipe whose schedule
+    is not fixed cannot be resumed at ``start_step > 0`` (its schedule would
+    be a new one: ``ValueError``).
+
+    The thread count is chosen from the free CPUs and checked again at every
+    evaluation. Everything runs in the caller's thread: the cell stays busy
+    until ``finish``."""
 
     def __init__(self, recipe: Recipe, seconds: float | None = None, steps: int | None = None,
-                 eval_every: float = 10.0, progress: bool = True, plot: bool = True, start_step: int = 0):
-        if (seconds is None) == (steps is None):
+                 eval_every: float = 10.0, progress: bool = True, plot: bool = True, start_step: int = 0,
+                 checkpoint: str | Path | None = None, save=None):
+        if seconds is not None and steps is not None:
             raise ValueError("give either seconds or steps")
+        if seconds is None and steps is None and recipe.max_steps is None:
+            raise ValueError("give seconds or steps, or a recipe whose schedule is fixed in steps (max_steps)")
+        if start_step and steps is None and recipe.max_steps is None:
+            raise ValueError(t(f"从第 {start_step} 步接着训练，要用检查点里读回的配方：它的学习率计划已经按步数定好"
+                               "（max_steps）。按时间安排的配方会从这一步起另排一个新的计划。",
+                               f"to go on from step {start_step}, use the recipe read back from the checkpoint: its "
+                               "schedule is fixed in steps (max_steps). A recipe on the wall clock would start a new "
+                               "schedule from that step."))
+        if (checkpoint is None) != (save is None):
+            raise ValueError("give both checkpoint and save, or neither")
         self.recipe, self.seconds, self.steps, self.eval_every = recipe, seconds, steps, eval_every
+        self.base_recipe = recipe
+        if recipe.max_steps is None and steps is not None:
+            self.recipe = fix_schedule(recipe, start_step + steps)
+        self.schedule_fixed = self.recipe.max_steps is not None
+        self.fixed_at = start_step if self.schedule_fixed else None      # the step at which it was fixed
+        self.measure_seconds = min(eval_every, max(2.0, 0.03 * seconds)) if seconds else 0.0
+        self.checkpoint = Path(checkpoint).resolve() if checkpoint is not None else None
+        self.save = save
+        self.saved_step = None               # the step of the last checkpoint this run wrote
         self.history = History()
         self.limit = cpu_limit()
         self.fixed = recipe.threads is not None
@@ -447,7 +514,7 @@ class Run:
         self.on_eval = live_loss_plot() if plot else None
         self.start_step = self.step = start_step
         self.ema = None
-        self.eval_seconds = 0.0              # the last evaluation's duration: kept free at the end
+        self.eval_seconds = 0.0              # the last evaluation's pause (with its checkpoint): kept free at the end
         self.step_seconds = None             # moving average of one step's duration
         self._cpu0, self._last_cpu = time.process_time(), None
         self.bar = None
@@ -457,9 +524,77 @@ class Run:
                 self.bar = tqdm(total=round(seconds), leave=True, desc=t("训练", "training"),
                                 bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s {postfix}")
             else:
-                self.bar = tqdm(total=steps, unit="step", leave=True, desc=t("训练", "training"))
+                total = steps if steps is not None else max(0, self.recipe.max_steps - start_step)
+                self.bar = tqdm(total=total, unit="step", leave=True, desc=t("训练", "training"))
         self.start = self._last = self._last_eval = time.perf_counter()
         self._eval_started = None
+        self._first_step_done = None         # when the first step (which pays for warming PyTorch up) ended
+        self._halfway = None                 # (time, step) halfway through the timing: the speed is taken after it
+        self._mid_step = False               # between going() saying yes and log(): the model may be half-updated
+        self._stop_asked = False
+        self._old_handler = None
+
+    # -- the stop button: an interrupt waits for the step under way
+    def __enter__(self) -> Run:
+        import signal
+        import threading
+        if threading.current_thread() is threading.main_thread():
+            self._old_handler = signal.signal(signal.SIGINT, self._interrupted)
+        return self
+
+    def _interrupted(self, signum, frame) -> None:
+        if self._stop_asked:                 # a second press: stop right here
+            self._restore_handler()
+            raise KeyboardInterrupt
+        self._stop_asked = True              # the step (or evaluation) under way finishes; then going() raises
+
+    def _restore_handler(self) -> None:
+        if self._old_handler is not None:
+            import signal
+            signal.signal(signal.SIGINT, self._old_handler)
+            self._old_handler = None
+
+    def __exit__(self, kind, error, tb) -> bool:
+        self._restore_handler()
+        if kind is not None and issubclass(kind, KeyboardInterrupt):
+            self._stopped()
+        return False
+
+    def _stopped(self) -> None:
+        """The run was interrupted: save where it stands, if it stands between two steps, and say so."""
+        if self.bar is not None:
+            self.bar.close()
+        lines = [t(f"训练在第 {self.step:,} 步停下了（开始后 {self.elapsed():.0f} 秒）。",
+                   f"Training stopped at step {self.step:,} ({self.elapsed():.0f} s into the run).")]
+        if self.save is not None:
+            if self._mid_step:
+                lines.append(t("它停在一步的中途（模型可能只更新了一半），所以这时的状态没有存。",
+                               "It stopped in the middle of a step (the model may be half-updated), so that state "
+                               "was not saved."))
+            elif not self.schedule_fixed:
+                lines.append(t("这时还在量每一步的用时、学习率计划还没定下来，所以这次训练还没有存检查点。",
+                               "It was still timing its steps and had not fixed its schedule yet, so this run has "
+                               "not saved a checkpoint."))
+            else:
+                self._save(self.step)
+            if self.saved_step is not None:
+                lines.append(self._where())
+                lines.append(t("要从这里接着训练：把训练单元格里的 RESUME 改成 True，再运行它。",
+                               "To go on from here: set RESUME = True in the training cell and run it again."))
+        print("\n".join(lines))
+
+    def _where(self) -> str:
+        return t(f"检查点：{self.checkpoint}（第 {self.saved_step:,} 步；学习率计划在第 {self.recipe.max_steps:,} 步结束）",
+                 f"checkpoint: {self.checkpoint} (step {self.saved_step:,}; the schedule ends at step "
+                 f"{self.recipe.max_steps:,})")
+
+    def _save(self, step: int) -> None:
+        if self.save is None or not self.schedule_fixed or self.saved_step == step:
+            return
+        part = self.checkpoint.with_name(self.checkpoint.name + ".part")
+        self.save(part, step, self.recipe)
+        os.replace(part, self.checkpoint)          # a checkpoint is replaced whole, never half-written
+        self.saved_step = step
 
     # -- the loop's questions
     def elapsed(self) -> float:
@@ -467,17 +602,26 @@ class Run:
 
     def going(self, step: int) -> bool:
         """Whether to take step ``step``: there are steps left, or time left
-        for one more step and the final evaluation."""
+        for one more step and the final evaluation. After an interrupt (inside
+        ``with run:``), raises ``KeyboardInterrupt`` here, between two steps."""
+        if self._stop_asked:
+            raise KeyboardInterrupt
         if self.steps is not None:
-            return step < self.start_step + self.steps
-        if step == self.start_step:
-            return True
-        return self.elapsed() + (self.step_seconds or 0.0) + self.eval_seconds < self.seconds
+            go = step < self.start_step + self.steps
+        elif self.schedule_fixed and step >= self.recipe.max_steps:
+            go = False
+        elif self.seconds is None or step == self.start_step:
+            go = True
+        else:
+            go = self.elapsed() + (self.step_seconds or 0.0) + self.eval_seconds < self.seconds
+        self._mid_step = go
+        return go
 
     def plan(self, step: int) -> Plan:
-        """The schedule for this run as it looks at step ``step``."""
-        if self.steps is not None:
-            return plan_for(self.recipe, self.start_step + self.steps)
+        """The schedule for this run as it looks at step ``step``: once fixed,
+        the same at every step."""
+        if self.schedule_fixed:
+            return plan_for(self.recipe, self.recipe.max_steps)
         left = max(0.0, self.seconds - self.elapsed() - self.eval_seconds)
         per_step = self.step_seconds or 0.1
         return plan_for(self.recipe, step + 1 + int(left / per_step))
@@ -489,7 +633,13 @@ class Run:
         self._last = now
         if step > self.start_step + 1:      # the first step pays for warming up PyTorch
             self.step_seconds = took if self.step_seconds is None else 0.9 * self.step_seconds + 0.1 * took
+        elif self._first_step_done is None:
+            self._first_step_done = now
+        if (not self.schedule_fixed and self._halfway is None and self._first_step_done is not None
+                and now - self._first_step_done >= self.measure_seconds / 2):
+            self._halfway = (now, step)
         self.step = step
+        self._mid_step = False
         self.history.tokens += tokens
         loss = float(loss)
         self.ema = loss if self.ema is None else 0.9 * self.ema + 0.1 * loss
@@ -503,19 +653,26 @@ class Run:
 
     def time_to_evaluate(self, step: int) -> bool:
         """Every ``eval_every`` seconds, and after the first step; not when the
-        final evaluation is close anyway (it would not fit in the budget too)."""
-        due = step == self.start_step + 1 or time.perf_counter() - self._last_eval >= self.eval_every
-        if due and self.seconds is not None and step > self.start_step + 1:
-            due = self.elapsed() + 2 * self.eval_seconds + (self.step_seconds or 0.0) < self.seconds
+        final evaluation is close anyway (it would not fit in the budget too).
+        While the schedule is not fixed yet, the first evaluation waits until
+        the steps have been timed for ``measure_seconds``."""
+        now = time.perf_counter()
+        if not self.schedule_fixed:
+            due = (self._first_step_done is not None and step >= self.start_step + 3
+                   and now - self._first_step_done >= self.measure_seconds)
+        else:
+            due = step == self.start_step + 1 or now - self._last_eval >= self.eval_every
+            if due and self.seconds is not None and step > self.start_step + 1:
+                due = self.elapsed() + 2 * self.eval_seconds + (self.step_seconds or 0.0) < self.seconds
         if due:
-            self._eval_started = time.perf_counter()
+            self._eval_started = now
         return due
 
     def evaluated(self, step: int, val_loss: float) -> None:
-        """Record an evaluation, redraw the plot, and check the threads again."""
+        """Record an evaluation, redraw the plot, check the threads again, fix
+        the schedule if it is not fixed yet, and save the checkpoint."""
         now = time.perf_counter()
-        if self._eval_started is not None:
-            self.eval_seconds = now - self._eval_started
+        started = self._eval_started if self._eval_started is not None else now
         self.history.steps.append(step)
         self.history.train.append(self.ema)
         self.history.val_steps.append(step)
@@ -523,7 +680,25 @@ class Run:
         if self.on_eval is not None:
             self.on_eval(self.history)
         self._recheck_threads()
+        if not self.schedule_fixed:
+            self._fix(step, started, time.perf_counter() - started)
+        self._save(step)
         self._last_eval = self._last = time.perf_counter()
+        self.eval_seconds = self._last - started
+
+    def _fix(self, step: int, eval_started: float, pause: float) -> None:
+        """Fix the schedule in steps: the steps timed so far say how many more
+        fit into the time left, with an evaluation (``pause`` seconds) every
+        ``eval_every`` seconds and the final one."""
+        since, at = self._halfway or (self._first_step_done, self.start_step + 1)
+        if since is not None and step > at:       # the later half of the timing: the first steps are slower
+            per_step = (eval_started - since) / (step - at)
+        else:
+            per_step = self.step_seconds or 0.1
+        left = self.seconds - self.elapsed() - pause if self.seconds is not None else 0.0
+        stepping = max(0.0, left) / (1 + pause / self.eval_every)
+        self.recipe = fix_schedule(self.recipe, step + int(stepping / max(per_step, 1e-9)))
+        self.schedule_fixed, self.fixed_at = True, step
 
     def _recheck_threads(self) -> None:
         if under_nbgrader():
@@ -546,7 +721,10 @@ class Run:
     # -- the end
     def finish(self, step: int, val_loss: float) -> History:
         """After the last step and the final evaluation: close the bar at
-        100% and print the closing line."""
+        100%, save the checkpoint, and print the closing line and where the
+        checkpoint is. A run that ended before its schedule was fixed (a very
+        short budget) fixes it here: it ends where the run did."""
+        self._restore_handler()
         self.history.seconds = self.elapsed()
         if not self.history.val_steps or self.history.val_steps[-1] != step:
             self.history.steps.append(step)
@@ -557,6 +735,11 @@ class Run:
                 self.on_eval(self.history)
         else:
             self.history.val[-1] = float(val_loss)
+        if not self.schedule_fixed:
+            self.recipe = fix_schedule(self.recipe, step)
+            self.schedule_fixed, self.fixed_at = True, step
+        self.step = step
+        self._save(step)
         if self.bar is not None:
             if self.seconds is not None:
                 self.bar.n = self.bar.total
@@ -564,6 +747,8 @@ class Run:
             self.bar.refresh()
             self.bar.close()
         print(self.closing_line(step, float(val_loss)))
+        if self.saved_step is not None:
+            print(self._where())
         return self.history
 
     def cpu_share(self) -> float:
@@ -605,8 +790,21 @@ class Run:
         line = t(f"{steps:,} 步，{self.history.seconds:.0f} 秒，{rate:,.0f} token/秒，{shown} 个线程；验证损失 {val_loss:.3f}",
                  f"{steps:,} steps in {self.history.seconds:.0f} s, {rate:,.0f} tokens/s, {shown} thread"
                  f"{'s' if shown != '1' else ''}; validation loss {val_loss:.3f}")
-        note = self.busy_note()
-        return line + ("\n" + note if note else "")
+        notes = [n for n in (self.busy_note(), self.schedule_note(step)) if n]
+        return "\n".join([line, *notes])
+
+    def schedule_note(self, step: int) -> str | None:
+        """A sentence when the time ran out well before the fixed schedule's
+        end (the steps got slower than when they were timed): the learning
+        rate has not reached its floor."""
+        end = self.recipe.max_steps
+        if self.seconds is None or not self.schedule_fixed or end is None or end - step <= max(2, 0.02 * end):
+            return None
+        return t(f"时间在第 {step:,} 步用完，比学习率计划的终点（第 {end:,} 步）早了 {end - step:,} 步——后来的步比开头量到的慢，"
+                 "所以学习率还没降到最低。把训练单元格里的 RESUME 改成 True 再运行，就能把计划走完。",
+                 f"The time ran out at step {step:,}, {end - step:,} steps before the schedule's end at step {end:,}: "
+                 "the later steps were slower than the first ones it timed, so the learning rate has not reached its "
+                 "floor. Set RESUME = True in the training cell and run it again to finish the schedule.")
 
 
 # ------------------------------------------------------------------ handing the model on to chapter 9
