@@ -39,7 +39,8 @@ def test_the_build_fills_in_each_claim_from_its_record_in_each_language(chapter)
         text = _prose(chapter, lang)
         assert "{{" not in text and "claim:" not in text
         for claim in claims.CLAIMS[chapter].values():
-            assert claim.value() in text, (lang, claim.id)
+            if lang in claim.langs:
+                assert claim.value() in text, (lang, claim.id)
     # monolingual builds: each keeps its own language's cell of a claim's section, not the other's
     zh, en = _prose(chapter, "zh"), _prose(chapter, "en")
     zh_mark, en_mark = MARKS[chapter]
