@@ -803,7 +803,7 @@ def test_ch11_held_out_text_is_what_the_run_printed():
 
 
 def test_kept_outputs_are_those_of_the_chapters_as_they_are():
-    for chapter in ("ch09_inside_gpt", "ch11_encoder_decoder"):
+    for chapter in ("ch05_block", "ch09_inside_gpt", "ch11_encoder_decoder"):
         kept = json.loads((KEPT / f"{chapter}.json").read_text(encoding="utf-8"))
         assert kept["code_hash"] == code_hash(chapter), (
             f"{chapter}'s code changed since its outputs were kept: rerun python bench/chapter_outputs.py {chapter}")
@@ -1032,3 +1032,13 @@ def test_ch08_long_context_is_not_credited_to_engineering_alone():
     _gone_and_there("ch08_efficiency", ("靠的是几项工程进展", "Context windows of a million tokens became usable through engineering"),
                     ("位置编码的缩放（第 4 章）、在长序列上的训练、把一条序列分到多块 GPU 上的序列并行",
                      "position scaling (chapter 4), training on long sequences, sequence parallelism"))
+
+
+@same_worker("ch05_block")
+def test_ch05_kept_outputs_give_the_claims_a_fresh_run_gives():
+    """ch05's prose numbers come from its kept run (the claims ledger); the chapter is deterministic,
+    so a fresh run must give every claim the same value."""
+    from coursekit.author import claims
+    fresh = {"outputs": list(chapter_run("ch05_block", "en")[0])}
+    for claim in claims.CLAIMS["ch05_block"].values():
+        assert claim.fmt.format(claim.read(fresh)) == claim.value(), claim.id

@@ -326,7 +326,201 @@ CH04 = _claims(
     _extra_claim("alibi", 32, "0.50"), _extra_claim("alibi", 128, "0.44"),
 )
 
-CLAIMS: dict[str, dict[str, Claim]] = {"ch04_positions": CH04, "ch07_gpt": CH07}
+# ---- ch09: the chapter's run kept in bench/results/chapter_outputs (its code fingerprinted there)
+
+KEPT9 = "chapter_outputs/ch09_inside_gpt.json"
+
+
+def _out(record) -> str:
+    return "\n".join(record["outputs"])
+
+
+def _grab(pattern: str, group: int = 1, cast=float) -> Callable[[object], float]:
+    return lambda record: cast(re.search(pattern, _out(record), re.M).group(group))
+
+
+def _ov_rows(record) -> dict:
+    return {(int(l_), int(h)): (int(own), int(rate)) for l_, h, own, rate in
+            re.findall(r"^L(\d) H(\d)\s+[\d.]+\s+[\d.]+\s+(\d+)/26\s+(\d+)%$", _out(record), re.M)}
+
+
+def _phase(step: int, column: int) -> Callable[[object], float]:
+    def read(record) -> float:
+        out = _out(record)
+        table = out[out.index("step  first copy"):out.index("falls fastest")]
+        row = re.search(rf"^\s*{step}\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$", table, re.M)
+        return float(row.group(column))
+    return read
+
+
+def _ablation(layer: int, head: int, which: int) -> Callable[[object], float]:
+    def read(record) -> float:
+        line = re.search(rf"^L{layer}: (.*)$", _out(record), re.M).group(1)
+        return float(re.search(rf"H{head} ([+-][\d.]+) \(([+-][\d.]+)\)", line).group(which))
+    return read
+
+
+def _layer1_first(record) -> list[float]:
+    return sorted(-_ablation(1, h, 2)(record) for h in range(4))
+
+
+def _cut(name: str) -> Callable[[object], float]:
+    return _grab(rf"^{name}[^\n]*→ ([\d.]+)$")
+
+
+def _toy(record) -> dict:
+    steps = int(re.search(r"^(\d+) steps in", _out(record), re.M).group(1))
+    assert steps == 1000, steps
+    return {"zh": ("在我们的运行里",), "en": ("In our run",)}
+
+
+def _toy_steps(record) -> dict:
+    steps = int(re.search(r"^(\d+) steps in", _out(record), re.M).group(1))
+    return {"zh": (f"{steps} 步",), "en": (f"{steps} steps",)}
+
+
+def _char_model(record) -> dict:
+    steps = int(re.search(r"trained on \w+ for (\d+) steps", _out(record)).group(1))
+    return {"zh": (f"现场训练 {steps} 步",), "en": (f"{steps} steps trained on the spot",)}
+
+
+def _k9(id_: str, read, fmt: str, written: str, cell=_toy) -> Claim:
+    return Claim(f"ch09.{id_}", KEPT9, read, fmt, written, cell=cell)
+
+
+_LAYER0_PREV = r"previous-character scores of the heads of layer 0: (.*)$"
+_BEST = r"^  {name}\s+L\dH\d ([\d.]+)\s+\|\s+([\d.]+)$"
+
+CH09 = _claims(
+    _k9("train-s", _grab(r"^\d+ steps in ([\d.]+) s"), "{:.0f}", "103", cell=_toy_steps),
+    _k9("repeat-about", _grab(r"the repeat \(positions 16–30\) ([\d.]+)"), "{:.1f}", "0.5", cell=_none),
+    # the OV table: layer 1 copies, layer 0 does not
+    _k9("copy-min", lambda r: min(v[1] for k, v in _ov_rows(r).items() if k[0] == 1), "{}", "70"),
+    _k9("copy-max", lambda r: max(v[1] for k, v in _ov_rows(r).items() if k[0] == 1), "{}", "84"),
+    _k9("ov-min", lambda r: min(v[0] for k, v in _ov_rows(r).items() if k[0] == 1), "{}", "13"),
+    _k9("ov-max", lambda r: max(v[0] for k, v in _ov_rows(r).items() if k[0] == 1), "{}", "20"),
+    _k9("l0-copy-max", lambda r: max(v[1] for k, v in _ov_rows(r).items() if k[0] == 0), "{}", "14"),
+    _k9("l0-ov-max", lambda r: max(v[0] for k, v in _ov_rows(r).items() if k[0] == 0), "{}", "5"),
+    # the phase change
+    _k9("repeat-0", _phase(0, 2), "{:.2f}", "3.26"),
+    _k9("repeat-300", _phase(300, 2), "{:.2f}", "3.06"),
+    _k9("prev-300", _phase(300, 3), "{:.2f}", "0.11"),
+    _k9("ind-300", _phase(300, 4), "{:.2f}", "0.10"),
+    _k9("repeat-500", _phase(500, 2), "{:.2f}", "0.69"),
+    _k9("prev-500", _phase(500, 3), "{:.2f}", "0.90"),
+    _k9("ind-500", _phase(500, 4), "{:.2f}", "0.80"),
+    _k9("first-300", _phase(300, 1), "{:.2f}", "3.67"),
+    _k9("first-500", _phase(500, 1), "{:.2f}", "4.21"),
+    _k9("fastest-from", _grab(r"falls fastest between steps (\d+) and (\d+)", 1, int), "{}", "400"),
+    _k9("fastest-to", _grab(r"falls fastest between steps (\d+) and (\d+)", 2, int), "{}", "425"),
+    # ablation
+    _k9("full-repeat", _grab(r"full model, loss on the repeat: ([\d.]+)"), "{:.2f}", "0.52"),
+    _k9("no-prev-head", _cut("drop only the previous-token head"), "{:.2f}", "3.19", cell=_toy_steps),
+    _k9("no-self-head", lambda r: _grab(r"full model, loss on the repeat: ([\d.]+)")(r) + _ablation(0, 1, 1)(r),
+        "{:.2f}", "2.44", cell=_toy_steps),
+    _k9("l1-first-min", lambda r: _layer1_first(r)[0], "{:.2f}", "0.25", cell=_toy_steps),
+    _k9("l1-first-max", lambda r: _layer1_first(r)[-1], "{:.2f}", "0.31", cell=_toy_steps),
+    _k9("l0h0-first", _ablation(0, 0, 2), "{:.1f}", "1.9", cell=_toy_steps),
+    _k9("cheap-cut", _cut("drop the heads that cost"), "{:.2f}", "0.56"),
+    _k9("one-induction", _cut("keep only the best induction head"), "{:.2f}", "2.07"),
+    # chapter 7's character model (trained on the spot when chapter 7 left none)
+    _k9("char-prev-min", lambda r: min(map(float, re.search(_LAYER0_PREV, _out(r), re.M).group(1).split())),
+        "{:.2f}", "0.22", cell=_char_model),
+    _k9("char-prev-max", lambda r: max(map(float, re.search(_LAYER0_PREV, _out(r), re.M).group(1).split())),
+        "{:.2f}", "0.34", cell=_char_model),
+    _k9("char-untrained", _grab(_BEST.format(name="previous character"), 2), "{:.2f}", "0.06", cell=_char_model),
+    _k9("char-word-start", _grab(_BEST.format(name="word start"), 1), "{:.2f}", "0.24", cell=_char_model),
+    _k9("char-induction", _grab(_BEST.format(name="induction"), 1), "{:.2f}", "0.02", cell=_char_model),
+    _k9("toy-prev-head", _grab(r"previous-token head of layer 0 is H\d \(([\d.]+)\)"), "{:.2f}", "0.96",
+        cell=_char_model),
+)
+
+# ---- ch05: the chapter's run kept in bench/results/chapter_outputs (deterministic: its seed is fixed)
+
+KEPT5 = "chapter_outputs/ch05_block.json"
+
+
+def _grad(layer: int, column: int) -> Callable[[object], float]:
+    def read(record) -> float:
+        out = _out(record)
+        block = out[out.index("layer Pre-LN   Post-LN"):].split("\n\n")[0]
+        return float(re.search(rf"^\s*{layer}\s+([\d.]+)\s+([\d.]+)$", block, re.M).group(column))
+    return read
+
+
+def _adam(column: int) -> Callable[[object], float]:
+    def read(record) -> float:
+        row = re.search(r"^\s*1\s+([\d.]+) /\s+([\d.]+)\s+([\d.]+) / ([\d.]+)\s+([\d.]+) / ([\d.]+)$",
+                        _out(record), re.M)
+        return float(row.group(column))
+    return read
+
+
+def _seeded(_record) -> dict:
+    return {"zh": ("种子固定",), "en": ("the seed is fixed",)}
+
+
+def _first_step(_record) -> dict:
+    return {"zh": ("第一步",), "en": ("At the first step",)}
+
+
+def _k5(id_: str, read, fmt: str, written: str, cell=_seeded) -> Claim:
+    return Claim(f"ch05.{id_}", KEPT5, read, fmt, written, cell=cell)
+
+
+CH05 = _claims(
+    _k5("pre-1", _grad(1, 1), "{:.2f}", "0.48"), _k5("pre-24", _grad(24, 1), "{:.2f}", "0.18"),
+    _k5("post-1", _grad(1, 2), "{:.2f}", "0.44"), _k5("post-12", _grad(12, 2), "{:.2f}", "0.88"),
+    _k5("post-24", _grad(24, 2), "{:.2f}", "0.83"),
+    _k5("top-ratio", lambda r: _grad(24, 2)(r) / _grad(24, 1)(r), "{:.1f}", "4.6", cell=_none),
+    _k5("pre-fall", lambda r: _grad(1, 1)(r) / _grad(24, 1)(r), "{:.1f}", "2.7"),
+    _k5("step", _adam(3), "{:.5f}", "0.00499", cell=_first_step),
+    _k5("g-pre", _adam(1), "{:.2f}", "0.62", cell=_first_step),
+    _k5("g-post", _adam(2), "{:.2f}", "1.55", cell=_first_step),
+    _k5("o-pre", _adam(5), "{:.2f}", "0.49", cell=_first_step),
+    _k5("o-post", _adam(6), "{:.2f}", "0.86", cell=_first_step),
+)
+
+# ---- ch11: the chapter's run kept in bench/results/chapter_outputs
+
+KEPT11 = "chapter_outputs/ch11_encoder_decoder.json"
+_MISSES = r"(\d+) wrong out of (\d+) numbers, (\d+) of them in the training set"
+
+
+def _pattern(name: str, column: int) -> Callable[[object], int]:
+    return lambda r: int(re.search(rf"^{name}\s+(\d+)\s+(\d+)\s+(\d+)\s", _out(r), re.M).group(column))
+
+
+def _steps11(record) -> dict:
+    steps = int(re.search(r"^(\d+) steps in", _out(record), re.M).group(1))
+    return {"zh": (f"{steps} 步",), "en": (f"{steps} steps",)}
+
+
+def _all_numbers(_record) -> dict:
+    return {"zh": ("在我们的这次训练里",), "en": ("In our run",)}
+
+
+def _k11(id_: str, read, fmt: str, written: str, cell=_all_numbers) -> Claim:
+    return Claim(f"ch11.{id_}", KEPT11, read, fmt, written, cell=cell)
+
+
+CH11 = _claims(
+    _k11("train-s", _grab(r"^\d+ steps in ([\d.]+) s"), "{:.0f}", "586", cell=_steps11),
+    _k11("held-out", _grab(r"(\d+) held out", cast=int), "{:,}", "1,000", cell=_steps11),
+    _k11("accuracy", _grab(r"exact-match accuracy on the held-out numbers: ([\d.]+)%", cast=str), "{}", "99.3",
+         cell=_steps11),
+    _k11("held-out-misses", lambda r: len(re.findall(r"^\s+(\d+): (\S+)\s+\(should be", _out(r), re.M)), "{}", "7",
+         cell=_steps11),
+    _k11("wrong", _grab(_MISSES, 1, int), "{}", "69"),
+    _k11("total", _grab(_MISSES, 2, int), "{:,}", "10,000"),
+    _k11("trained", _grab(_MISSES, 3, int), "{}", "62"),
+    _k11("x00x-n", _pattern("X00X", 1), "{}", "81"),
+    _k11("x00x-wrong", _pattern("X00X", 2), "{}", "55"),
+    _k11("others", lambda r: _grab(_MISSES, 1, int)(r) - _pattern("X00X", 2)(r), "{}", "14"),
+)
+
+CLAIMS: dict[str, dict[str, Claim]] = {"ch04_positions": CH04, "ch05_block": CH05, "ch07_gpt": CH07,
+                                       "ch09_inside_gpt": CH09, "ch11_encoder_decoder": CH11}
 
 # Numbers in a line that reports a measurement which are settings or derived constants, not
 # measurements (chapter -> number -> why).
@@ -338,13 +532,26 @@ NOT_MEASURED: dict[str, dict[str, str]] = {
         "7,000": "the Tang corpus as read, not a training result", "5,000": "the Tang corpus as read",
         "3,800": "the Tang corpus as read",
     },
+    "ch05_block": {"60": "the training steps, a setting", "1": "a step index", "2.77": "ln 16, computed", "20": "the warm-up steps, a "
+                   "setting", "16": "the vocabulary, a setting"},
+    "ch11_encoder_decoder": {"160": "the training steps, a setting"},
+    "ch06_param_count": {"96": "GPT-3 175B's published layer count", "0.03": "computed from the parameter counts the "
+                         "chapter's cell prints, not a run"},
+    "ch08_efficiency": {"256": "the tokens generated, a setting", "85.9": "80 GiB in GB, computed"},
     "ch04_positions": {"3.26": "ln 26, computed", "800": "the training steps, a setting"},
+    "ch09_inside_gpt": {"300": "a step of the table, named by the claims around it", "200": "500 − 300",
+                        "1000": "the training steps, a setting", "600": "the training steps, a setting",
+                        "3.5": "a bound on 0.22/0.06, checked by test_ch09_ablation_and_character_model_text",
+                        "6": "a bound on 0.34/0.06, checked by the same test", "0.3": "about the four values "
+                        "+0.28 to +0.39, checked by the same test", "3.26": "ln 26 also appears as guessing",
+                        "500": "a step of the table, named by the claims around it",
+                        "4": "the steps under grading, a setting"},
 }
 
 # Lines that report a measurement: numbers in them must be claims (per language).
 REPORTS = {
     "en": re.compile(r"\b(?:we ran|we measured|measured|records?|recorded|in our run|runs? (?:on|at)|ended at|"
-                     r"validation loss|tokens per second|tokens/s|went from|gave)\b"),
+                     r"validation loss|tokens per second|tokens/s|went from|gave|this machine shows)\b", re.I),
     "zh": re.compile(r"跑了|量出|量到|测得|记下|记录|我们的(?:这次)?运行|验证损失|每秒|降到|结束时"),
 }
 # a number that can be a measurement: a decimal, a number with thousands separators, or a count
