@@ -1042,3 +1042,26 @@ def test_ch05_kept_outputs_give_the_claims_a_fresh_run_gives():
     fresh = {"outputs": list(chapter_run("ch05_block", "en")[0])}
     for claim in claims.CLAIMS["ch05_block"].values():
         assert claim.fmt.format(claim.read(fresh)) == claim.value(), claim.id
+
+
+# --------------------------------------------------------- issue 40: found on the third read
+
+def test_ch09_and_ch11_training_times_are_the_kept_runs_not_unrecorded_ones():
+    ch09 = re.search(r"^(\d+) steps in ([\d.]+) s", kept_output("ch09_inside_gpt"), re.M)
+    _gone_and_there("ch09_inside_gpt", ("大约 20–30 秒", "about 20–30 seconds"),
+                    (f"1000 步用了 {float(ch09.group(2)):.0f} 秒", f"the 1000 steps took {float(ch09.group(2)):.0f} seconds"))
+    _gone_and_there("ch09_inside_gpt", ("用半分钟训练", "in about half a minute"), ("花一两分钟训练", "in a minute or two"))
+    ch11 = re.search(r"^(\d+) steps in ([\d.]+) s", kept_output("ch11_encoder_decoder"), re.M)
+    _gone_and_there("ch11_encoder_decoder", ("在一台 2 核 CPU 上测得 60 秒", "60 s measured on a 2-core CPU"),
+                    (f"默认的 {ch11.group(1)} 步用了 {float(ch11.group(2)):.0f} 秒",
+                     f"the default {ch11.group(1)} steps took {float(ch11.group(2)):.0f} seconds"))
+
+
+def test_ch05_post_ln_gradients_are_the_layers_the_run_prints():
+    _gone_and_there("ch05_block", ("在约 0.6 到 0.9 之间忽高忽低", "jump between about 0.6 and 0.9"),
+                    ("第 12 层约 0.88", "about 0.88 at layer 12"))
+
+
+def test_ch01_does_not_say_everything_in_the_course_comes_from_one_paper():
+    _gone_and_there("ch01_attention", ("这门课的全部内容都出自它", "everything in this course comes from it"),
+                    ("这门课搭的架构出自它", "the architecture this course builds comes from it"))
