@@ -49,6 +49,7 @@ def test_the_build_fills_in_each_claim_from_its_record_in_each_language(chapter)
 
 MARKS = {"ch04_positions": ("在我们的这次运行里", "In our run (800 steps"),
          "ch05_block": ("在这台机器上（种子固定", "What this machine shows (the seed is fixed"),
+         "ch08_efficiency": ("我们保存下来的一次运行", "In a run we kept"),
          "ch09_inside_gpt": ("在我们的运行里（1000 步）", "In our run (1000 steps)"),
          "ch11_encoder_decoder": ("在我们的这次训练里", "In our run, "),
          "ch07_gpt": ("本节的数字都是", "Every number in this section")}

@@ -519,8 +519,33 @@ CH11 = _claims(
     _k11("others", lambda r: _grab(_MISSES, 1, int)(r) - _pattern("X00X", 2)(r), "{}", "14"),
 )
 
+# ---- ch08: bench/efficiency.py's run (bench/results/efficiency.json)
+
+def _sweep_words(record) -> dict:
+    threads, d = record["machine"]["threads"], record["score_sweep"]["d"]
+    n = {1: ("1 个线程", "one thread")}.get(threads)
+    if n is None:
+        raise ClaimError(f"the sweep ran with {threads} threads; the sentence says one")
+    return {"zh": (n[0], f"$d={d}$"), "en": (n[1], f"$d={d}$")}
+
+
+def _row(record, n: int) -> dict:
+    return next(r for r in record["score_sweep"]["rows"] if r["n"] == n)
+
+
+CH08 = _claims(
+    Claim("ch08.slope", "efficiency.json", lambda r: r["score_sweep"]["slope_scores"], "{:.1f}", "2.6",
+          line=_sweep_words),
+    Claim("ch08.cross", "efficiency.json",
+          lambda r: min(x["n"] for x in r["score_sweep"]["rows"] if x["t_scores"] > x["t_linear"]), "{}", "256",
+          line=_sweep_words),
+    Claim("ch08.peak", "efficiency.json", lambda r: _row(r, 2048)["peak_scores"] / _row(r, 2048)["score_bytes"],
+          "{:.1f}", "2.0", line=_sweep_words),
+)
+
 CLAIMS: dict[str, dict[str, Claim]] = {"ch04_positions": CH04, "ch05_block": CH05, "ch07_gpt": CH07,
-                                       "ch09_inside_gpt": CH09, "ch11_encoder_decoder": CH11}
+                                       "ch08_efficiency": CH08, "ch09_inside_gpt": CH09,
+                                       "ch11_encoder_decoder": CH11}
 
 # Numbers in a line that reports a measurement which are settings or derived constants, not
 # measurements (chapter -> number -> why).
@@ -537,7 +562,9 @@ NOT_MEASURED: dict[str, dict[str, str]] = {
     "ch11_encoder_decoder": {"160": "the training steps, a setting"},
     "ch06_param_count": {"96": "GPT-3 175B's published layer count", "0.03": "computed from the parameter counts the "
                          "chapter's cell prints, not a run"},
-    "ch08_efficiency": {"256": "the tokens generated, a setting", "85.9": "80 GiB in GB, computed"},
+    "ch08_efficiency": {"256": "the tokens generated, a setting", "85.9": "80 GiB in GB, computed",
+                        "2048": "a length of the sweep, a setting", "16": "4·2048² bytes, computed",
+                        "1024": "32 heads × 32 layers, computed"},
     "ch04_positions": {"3.26": "ln 26, computed", "800": "the training steps, a setting"},
     "ch09_inside_gpt": {"300": "a step of the table, named by the claims around it", "200": "500 − 300",
                         "1000": "the training steps, a setting", "600": "the training steps, a setting",
