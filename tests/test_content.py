@@ -1065,3 +1065,9 @@ def test_ch05_post_ln_gradients_are_the_layers_the_run_prints():
 def test_ch01_does_not_say_everything_in_the_course_comes_from_one_paper():
     _gone_and_there("ch01_attention", ("这门课的全部内容都出自它", "everything in this course comes from it"),
                     ("这门课搭的架构出自它", "the architecture this course builds comes from it"))
+
+
+def test_ch03_olsson_is_quoted_for_what_they_measured_too():
+    _gone_and_there("ch03_multi_head", ("他们把同样的说法作为一个有间接证据支持的假设提出",
+                                        "they put the same claim forward as a hypothesis backed by indirect evidence"),
+                    ("最大约 130 亿参数），证据是相关性的", "(up to about 13 billion parameters) the evidence is correlational"))
