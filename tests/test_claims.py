@@ -47,7 +47,8 @@ def test_the_build_fills_in_each_claim_from_its_record_in_each_language(chapter)
     assert zh_mark in zh and zh_mark not in en and en_mark in en and en_mark not in zh
 
 
-MARKS = {"ch04_positions": ("在我们的这次运行里", "In our run (800 steps"),
+MARKS = {"ch01_attention": ("用你的实现看一次真实的饱和", "Your implementation, showing saturation for real"),
+         "ch04_positions": ("在我们的这次运行里", "In our run (800 steps"),
          "ch05_block": ("在这台机器上（种子固定", "What this machine shows (the seed is fixed"),
          "ch08_efficiency": ("我们保存下来的一次运行", "In a run we kept"),
          "ch09_inside_gpt": ("在我们的运行里（1000 步）", "In our run (1000 steps)"),

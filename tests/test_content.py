@@ -803,7 +803,7 @@ def test_ch11_held_out_text_is_what_the_run_printed():
 
 
 def test_kept_outputs_are_those_of_the_chapters_as_they_are():
-    for chapter in ("ch05_block", "ch09_inside_gpt", "ch11_encoder_decoder"):
+    for chapter in ("ch01_attention", "ch05_block", "ch09_inside_gpt", "ch11_encoder_decoder"):
         kept = json.loads((KEPT / f"{chapter}.json").read_text(encoding="utf-8"))
         assert kept["code_hash"] == code_hash(chapter), (
             f"{chapter}'s code changed since its outputs were kept: rerun python bench/chapter_outputs.py {chapter}")
@@ -1034,13 +1034,13 @@ def test_ch08_long_context_is_not_credited_to_engineering_alone():
                      "position scaling (chapter 4), training on long sequences, sequence parallelism"))
 
 
-@same_worker("ch05_block")
-def test_ch05_kept_outputs_give_the_claims_a_fresh_run_gives():
-    """ch05's prose numbers come from its kept run (the claims ledger); the chapter is deterministic,
-    so a fresh run must give every claim the same value."""
+@pytest.mark.parametrize("chapter", [pytest.param(c, marks=same_worker(c)) for c in ("ch01_attention", "ch05_block")])
+def test_kept_outputs_give_the_claims_a_fresh_run_gives(chapter):
+    """ch01's and ch05's prose numbers come from their kept runs (the claims ledger); these chapters
+    are deterministic and quick, so a fresh run must give every claim the same value."""
     from coursekit.author import claims
-    fresh = {"outputs": list(chapter_run("ch05_block", "en")[0])}
-    for claim in claims.CLAIMS["ch05_block"].values():
+    fresh = {"outputs": list(chapter_run(chapter, "en")[0])}
+    for claim in claims.CLAIMS[chapter].values():
         assert claim.fmt.format(claim.read(fresh)) == claim.value(), claim.id
 
 

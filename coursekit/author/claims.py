@@ -299,6 +299,53 @@ CH07 = _claims(
 )
 
 
+# ---- the chapters' kept runs: their printed outputs, read by pattern
+
+def _out(record) -> str:
+    return "\n".join(record["outputs"])
+
+
+def _grab(pattern: str, group: int = 1, cast=float) -> Callable[[object], float]:
+    return lambda record: cast(re.search(pattern, _out(record), re.M).group(group))
+
+
+# ---- ch01: the chapter's run kept in bench/results/chapter_outputs (its seeds are fixed)
+
+KEPT1 = "chapter_outputs/ch01_attention.json"
+
+
+def _weights(record, which: str) -> list[float]:
+    return [float(v) for v in re.search(rf"(?<!un){which}:\s+\[(.*?)\]", _out(record)).group(1).split(",")]
+
+
+def _queries(which: str, group: int) -> Callable[[object], float]:
+    return _grab(rf"(\d+) queries, {which}: largest weight ([\d.]+) on average, above 0.9 in (\d+)%", group)
+
+
+def _one_query(record) -> dict:
+    n = len(_weights(record, "unscaled"))
+    return {"zh": (f"{n} 个随机 key", "$d_k=128$"), "en": (f"{n} random keys", "$d_k=128$")}
+
+
+def _many_queries(record) -> dict:
+    n = int(_queries("unscaled", 1)(record))
+    return {"zh": (f"{n} 个随机 query",), "en": (f"{n} random queries",)}
+
+
+def _k1(id_: str, read, fmt: str, written: str, line) -> Claim:
+    return Claim(f"ch01.{id_}", KEPT1, read, fmt, written, line=line)
+
+
+CH01 = _claims(
+    _k1("top1", lambda r: sorted(_weights(r, "unscaled"))[-1], "{:.2f}", "0.83", _one_query),
+    _k1("top2", lambda r: sorted(_weights(r, "unscaled"))[-2], "{:.2f}", "0.17", _one_query),
+    _k1("scaled-max", lambda r: max(_weights(r, "scaled")), "{:.2f}", "0.30", _one_query),
+    _k1("avg-unscaled", _queries("unscaled", 2), "{:.2f}", "0.91", _many_queries),
+    _k1("share-unscaled", _queries("unscaled", 3), "{:.0f}", "75", _many_queries),
+    _k1("avg-scaled", _queries("scaled", 2), "{:.2f}", "0.36", _many_queries),
+)
+
+
 # ---- ch04: the extrapolation experiment, seed 0 of bench/extrapolation_seeds.py
 
 def _extra(kind: str, at: int) -> Callable[[object], float]:
@@ -329,14 +376,6 @@ CH04 = _claims(
 # ---- ch09: the chapter's run kept in bench/results/chapter_outputs (its code fingerprinted there)
 
 KEPT9 = "chapter_outputs/ch09_inside_gpt.json"
-
-
-def _out(record) -> str:
-    return "\n".join(record["outputs"])
-
-
-def _grab(pattern: str, group: int = 1, cast=float) -> Callable[[object], float]:
-    return lambda record: cast(re.search(pattern, _out(record), re.M).group(group))
 
 
 def _ov_rows(record) -> dict:
@@ -543,7 +582,7 @@ CH08 = _claims(
           "{:.1f}", "2.0", line=_sweep_words),
 )
 
-CLAIMS: dict[str, dict[str, Claim]] = {"ch04_positions": CH04, "ch05_block": CH05, "ch07_gpt": CH07,
+CLAIMS: dict[str, dict[str, Claim]] = {"ch01_attention": CH01, "ch04_positions": CH04, "ch05_block": CH05, "ch07_gpt": CH07,
                                        "ch08_efficiency": CH08, "ch09_inside_gpt": CH09,
                                        "ch11_encoder_decoder": CH11}
 
