@@ -1071,3 +1071,8 @@ def test_ch03_olsson_is_quoted_for_what_they_measured_too():
     _gone_and_there("ch03_multi_head", ("他们把同样的说法作为一个有间接证据支持的假设提出",
                                         "they put the same claim forward as a hypothesis backed by indirect evidence"),
                     ("最大约 130 亿参数），证据是相关性的", "(up to about 13 billion parameters) the evidence is correlational"))
+
+
+def test_ch07_summary_credits_the_recipe_as_a_whole():
+    _gone_and_there("ch07_gpt", ("比照搬的配方走得更远——配方要量出来。", "go further than a recipe copied as is"),
+                    ("每一次对比只能说明它改动了的那些东西", "each comparison only speaks for what it changed"))
