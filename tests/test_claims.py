@@ -119,6 +119,18 @@ def test_a_changed_condition_in_the_record_fails(results):
     assert any("ch07.threads" in p for p in claims.check("ch07_gpt"))
 
 
+def test_a_sweep_run_under_other_conditions_than_the_section_states_fails(results):
+    path = results / "recipe_sweep_round1.jsonl"
+    text = path.read_text()
+    path.write_text(text.replace("7 runs in parallel", "3 runs in parallel"))
+    problems = claims.check("ch07_gpt")
+    assert any("ch07.lr4e-3-val" in p and "3 runs" in p for p in problems), problems[:3]
+    path.write_text(text.replace("on tinyshakespeare.txt", "on shakespeare.txt"))
+    problems = claims.check("ch07_gpt")
+    assert any("ch07.b32-steps" in p and "'shakespeare'" in p for p in problems), problems[:3]
+    assert not claims.states("batch 160", "batch 16") and claims.states("（批量 16，", "批量 16")
+
+
 def test_a_sentence_that_states_other_conditions_fails(notebooks):
     assert claims.check("ch07_gpt", notebooks) == []
     path = notebooks / "ch07_gpt.md"

@@ -134,7 +134,6 @@ def _claims(*claims: Claim) -> dict[str, Claim]:
 # ---- ch07: the recipe sweep and the runs it was checked with
 
 SWEEP_BASE = dict(n_layer=4, n_head=4, d_model=128, n_ctx=64, batch_size=32, lr=3e-3, weight_decay=0.1, beta2=0.99)
-TEXT = {"zh": ("tinyshakespeare", "92 秒"), "en": ("tinyshakespeare", "92 seconds")}
 
 
 def _lr(x: float) -> str:
@@ -160,11 +159,38 @@ def _config_words(ch: dict, *, lr: bool = True, extra: bool = True) -> Words:
     return words
 
 
+def header(path: str) -> str:
+    """The comment lines (``# ...``) of a JSON-lines record: where and how its runs were made."""
+    root = _OVERRIDE[-1] if _OVERRIDE else RESULTS
+    return "\n".join(line for line in (Path(root) / path).read_text(encoding="utf-8").splitlines()
+                     if line.startswith("#"))
+
+
+NUMBERS = {2: ("两", "two"), 7: ("七", "seven")}
+
+
+def _sweep_setup(round_: int) -> dict:
+    """The sweep's conditions, read from round 1's header (round 2's says 'same machine and setup as round 1')."""
+    if round_ == 2:
+        assert "same machine and setup as round 1" in header("recipe_sweep_round2.jsonl")
+    head = header("recipe_sweep_round1.jsonl")
+    m = re.search(r"(\d+) runs in parallel, each pinned to (\d+) cores .*?, (\d+) s of training each, on (\w+)\.txt",
+                  head)
+    if m is None:
+        raise ClaimError("recipe_sweep_round1.jsonl's header no longer states the runs' conditions")
+    runs, cores, seconds, text = int(m.group(1)), int(m.group(2)), m.group(3), m.group(4)
+    if runs not in NUMBERS or cores not in NUMBERS:
+        raise ClaimError(f"the sweep ran {runs} runs on {cores} cores each; the sentence states other numbers")
+    return {"zh": (text, f"{seconds} 秒", f"{NUMBERS[runs][0]}个运行同时跑", f"各占{NUMBERS[cores][0]}个核",
+                   f"第 {round_} 轮"),
+            "en": (text, f"{seconds} seconds", f"{NUMBERS[runs][1]} runs side by side",
+                   f"{NUMBERS[cores][1]} cores each", f"round {round_}")}
+
+
 def _sweep_claim(id_: str, round_: int, ch: dict, what: str, fmt: str, written: str, **words) -> Claim:
     path = f"recipe_sweep_round{round_}.jsonl"
     return Claim(id_, path, lambda rows: one(rows, ch=ch)[what], fmt, written,
-                 line=_config_words(ch, **words),
-                 cell=lambda rows: {"zh": TEXT["zh"] + (f"第 {round_} 轮",), "en": TEXT["en"] + (f"round {round_}",)})
+                 line=_config_words(ch, **words), cell=lambda rows: _sweep_setup(round_))
 
 
 NANO = {"name": "nano", "batch_size": 12, "lr": 0.001, "min_lr": 0.0001, "warmup": 100, "max_steps": 2000}
@@ -660,6 +686,12 @@ def uses(chapter: str, lang: str, notebooks: Path | None = None) -> list[Use]:
     return out
 
 
+def states(text: str, words: str) -> bool:
+    """``text`` contains ``words`` as a whole: "batch 16" is not stated by "batch 160", nor
+    "shakespeare" by "tinyshakespeare" (Chinese characters may touch them)."""
+    return re.search(rf"(?<![A-Za-z0-9]){re.escape(words)}(?![A-Za-z0-9])", text) is not None
+
+
 def check(chapter: str, notebooks: Path | None = None, root: Path | None = None) -> list[str]:
     """Every problem of the chapter's claims: a placeholder with no claim, a claim cited in one
     language only or not at all, a record that no longer gives the value the sentence was written
@@ -680,10 +712,10 @@ def check(chapter: str, notebooks: Path | None = None, root: Path | None = None)
                                 f"claim states: {e!r}")
                 continue
             for word in line[lang]:
-                if word not in PLACEHOLDER.sub("", use.line):
+                if not states(PLACEHOLDER.sub("", use.line), word):
                     problems.append(f"{chapter} [{lang}] {use.claim}: the line does not state {word!r}: {use.line}")
             for word in cell[lang]:
-                if word not in use.cell:
+                if not states(use.cell, word):
                     problems.append(f"{chapter} [{lang}] {use.claim}: the cell does not state {word!r}")
     for cid, claim in table.items():
         for lang in claim.langs:
