@@ -3,7 +3,7 @@
 A chapter is one jupytext MyST file holding both languages. The build is a chain
 of small steps, each testable alone:
 
-    read_chapter -> validate -> select_language -> strip_rule_marks -> resolve_strings
+    read_chapter -> validate -> select_language -> strip_rule_marks -> resolve_claims -> resolve_strings
         -> localise_stubs -> complete_nbgrader_metadata -> to_notebook
 
 Rules a chapter must follow (violations raise BuildError naming the cell):
@@ -220,6 +220,19 @@ def strip_rule_marks(nb):
     return nb
 
 
+def resolve_claims(nb, chapter: str):
+    """Fill in each measured number of the prose (``{{claim: id}}``) from its record
+    (the claims ledger, coursekit.author.claims)."""
+    from coursekit.author import claims
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            try:
+                cell.source = claims.resolve(cell.source, chapter)
+            except claims.ClaimError as e:
+                raise BuildError(str(e)) from e
+    return nb
+
+
 def complete_nbgrader_metadata(nb):
     """Fill the fields nbgrader needs so chapter texts only state what matters."""
     for cell in nb.cells:
@@ -268,6 +281,7 @@ def build_chapter(chapter: str, lang: str = DEFAULT_LANG, root: Path = NOTEBOOKS
     validate(nb, refs, name=path.name)
     nb = select_language(nb, lang)
     nb = strip_rule_marks(nb)
+    nb = resolve_claims(nb, chapter)
     nb = resolve_strings(nb, lang)
     nb = complete_nbgrader_metadata(nb)
     return to_notebook(nb, chapter, lang)
