@@ -621,6 +621,7 @@ NOT_MEASURED: dict[str, dict[str, str]] = {
         "0.1": "the weight decay, a setting", "1.0": "the clipping norm, a setting", "3": "the warm-up share",
         "7,000": "the Tang corpus as read, not a training result", "5,000": "the Tang corpus as read",
         "3,800": "the Tang corpus as read",
+        "180": "the training cell's default time budget, a setting", "5.4": "3% of 180 s, computed",
     },
     "ch05_block": {"60": "the training steps, a setting", "1": "a step index", "2.77": "ln 16, computed", "20": "the warm-up steps, a "
                    "setting", "16": "the vocabulary, a setting"},
