@@ -48,7 +48,7 @@ def test_the_build_fills_in_each_claim_from_its_record_in_each_language(chapter)
 
 
 MARKS = {"ch01_attention": ("用你的实现看一次真实的饱和", "Your implementation, showing saturation for real"),
-         "ch04_positions": ("在我们的这次运行里", "In our run (800 steps"),
+         "ch04_positions": ("在我们记下的这次运行里", "In the run we kept (800 steps"),
          "ch05_block": ("在这台机器上（种子固定", "What this machine shows (the seed is fixed"),
          "ch08_efficiency": ("我们保存下来的一次运行", "In a run we kept"),
          "ch09_inside_gpt": ("在我们的运行里（1000 步）", "In our run (1000 steps)"),

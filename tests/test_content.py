@@ -444,22 +444,47 @@ def extrapolation_table() -> tuple[list[int], dict[str, list[float | None]]]:
     return lengths, rows
 
 
-@same_worker("ch04_positions")
-def test_ch04_extrapolation_text_is_what_the_experiment_prints():
-    lengths, rows = extrapolation_table()
-    assert lengths == [32, 48, 64, 96, 128]
-    assert rows["learned"][0] is not None and rows["learned"][1:] == [None] * 4     # no row past position 31
+# The text's numbers are the kept run's (bench/results/extrapolation_seeds.json, through the
+# claims ledger). A run here repeats them exactly only on a CPU like the one that kept them:
+# on another, float32 rounds differently inside the training and the losses move (seen: up to
+# 0.21 at length 128, RoPE's rows unchanged), while the shape the text describes stays.
+NEAR_THE_KEPT_RUN = 0.3
+
+
+def _kept_seed0() -> dict:
+    kept = json.loads((ROOT / "bench" / "results" / "extrapolation_seeds.json").read_text())
+    return next(r for r in kept["runs"] if r["seed"] == kept["setup"]["seed"])["losses"]
+
+
+def _shape_the_text_describes(rows) -> None:
     at32 = [rows[k][0] for k in ("sinusoidal", "learned", "rope", "alibi")]
     sin, rope, ntk, alibi = rows["sinusoidal"], rows["rope"], rows["rope+ntk"], rows["alibi"]
     assert all(a < b for a, b in zip(sin, sin[1:])) and sin[-1] > 3 * sin[0]       # climbs all the way
     assert rope[-1] > 2 * rope[0]                                                     # RoPE degrades too
     assert ntk[0] == rope[0] and rope[0] < ntk[-1] < rope[-1]                         # part back, not all
     assert alibi[0] == max(at32) and max(alibi) - min(alibi) < 0.15                   # worst at 32, level
+
+
+@same_worker("ch04_positions")
+def test_ch04_extrapolation_text_is_what_the_experiment_prints():
+    lengths, rows = extrapolation_table()
+    assert lengths == [32, 48, 64, 96, 128]
+    assert rows["learned"][0] is not None and rows["learned"][1:] == [None] * 4     # no row past position 31
+    _shape_the_text_describes(rows)                    # what the chapter runs, here
+    kept = _kept_seed0()
+    _shape_the_text_describes({k: [None if v is None else round(v, 3) for v in vs] for k, vs in kept.items()})
+    for kind, values in rows.items():                  # the same experiment as the kept one
+        for live, then in zip(values, kept[kind]):
+            assert (live is None) == (then is None)
+            assert live is None or abs(live - then) < NEAR_THE_KEPT_RUN, (kind, live, then)
     zh, en = prose("ch04_positions", "zh"), prose("ch04_positions", "en")
+    at32 = [kept[k][0] for k in ("sinusoidal", "learned", "rope", "alibi")]
     assert f"{min(at32):.2f} 到 {max(at32):.2f}" in zh and f"between {min(at32):.2f} and {max(at32):.2f}" in en
     for lang, text in (("zh", zh), ("en", en)):
-        for value in (sin[0], sin[-1], rope[0], rope[-1], ntk[-1], alibi[0], alibi[-1]):
-            assert f"{value:.2f}" in text, (lang, value)
+        for kind, at in (("sinusoidal", 0), ("sinusoidal", -1), ("rope", 0), ("rope", -1), ("rope+ntk", -1),
+                         ("alibi", 0), ("alibi", -1)):
+            assert f"{kept[kind][at]:.2f}" in text, (lang, kind, at)
+    assert "另一种 CPU" in zh and "another CPU" in en       # the text says where its numbers hold
     assert "（理论上可以外推）" not in zh and "(in principle it can extrapolate)" not in en
     assert "## 2. Sinusoidal encoding" in en and "## 2. 正弦位置编码" in zh
 
@@ -469,8 +494,6 @@ def test_ch04_other_seeds_keep_the_shape_the_text_describes():
     kept = json.loads((ROOT / "bench" / "results" / "extrapolation_seeds.json").read_text())
     runs = {r["seed"]: r["losses"] for r in kept["runs"]}
     assert len(runs) >= 3 and 0 in runs
-    _, live = extrapolation_table()
-    assert {k: [None if v is None else round(v, 3) for v in vs] for k, vs in runs[0].items()} == live
     lower_at_128 = set()
     for seed, r in runs.items():
         rise = {k: r[k][-1] - r[k][0] for k in ("sinusoidal", "rope", "alibi")}
