@@ -35,9 +35,30 @@ def _context():
     global _CTX
     if _CTX is None:
         import multiprocessing as mp
+        _allow_children()
         _CTX = mp.get_context("forkserver")
         _CTX.set_forkserver_preload(_NB_PRELOAD)
     return _CTX
+
+
+def _allow_children() -> None:
+    """Let this process start the fork server even when it is a daemonic
+    multiprocessing process: a Dask worker started as Dask's documentation starts
+    one (``dask worker tcp://…``, under a nanny, ``distributed.worker.daemon``
+    true) is one, and multiprocessing refuses it children ("daemonic processes
+    are not allowed to have children"), which failed every grading job there.
+
+    The rule is there so that a daemonic process, ended abruptly, leaves no
+    orphans. Ours leave none: the fork server exits when this process's end of
+    its pipe closes (this process gone, however it went), every command forked
+    from it is killed when the fork server goes (``_die_with_parent``), and a
+    kernel with the command that started it (bubblewrap's ``--die-with-parent``,
+    the factory's connection). So the flag is lifted for this process only; its
+    parent (the nanny) still treats it as daemonic and ends it with itself."""
+    import multiprocessing as mp
+    me = mp.current_process()
+    if me._config.get("daemon"):
+        me._config["daemon"] = False
 
 
 def warm_up() -> None:
