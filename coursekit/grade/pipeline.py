@@ -369,6 +369,20 @@ def autograde_on_worker(spec: dict, job: Job, base: Path, socket: str | None, wo
     return run
 
 
+def probe_on_worker(spec: dict, base: Path, socket: str | None) -> str | None:
+    """A worker's proof that it can grade (coursekit.grade.engine.probe_worker): the
+    preflight of the run's first chapter, one graded kernel from its factory in its
+    sandbox; None when it passed, else what went wrong."""
+    run = Run(Path(spec["root"]), [], sandbox=spec["sandbox"], warm=spec["warm"], timeout=spec["timeout"],
+              cell_timeout=spec["cell_timeout"], say=lambda *a: None)
+    run.base, run.zygote_socket = base, socket
+    job = Job(spec["chapters"][0], f"_probe{os.getpid()}")
+    try:
+        return pre.run_probes([probe_request(run, job)], at_once=1)[0]
+    finally:
+        run.key_file(job).unlink(missing_ok=True)
+
+
 def autograde_in_threads(run: Run, jobs: list[Job]):
     """Each job's autograde in a thread pool of ``run.workers`` threads, as they finish."""
     with cf.ThreadPoolExecutor(run.workers) as pool:
@@ -673,7 +687,7 @@ def run_steps(run: Run, steps=STEPS) -> None:
 # ------------------------------------------------------------------ the command
 
 # what a grading engine's jobs run: a worker's kernel factory, a notebook's autograde, its seal check
-GRADER = Grader(warm=Warm, grade=autograde_on_worker, check=seal_check_one)
+GRADER = Grader(warm=Warm, grade=autograde_on_worker, check=seal_check_one, probe=probe_on_worker)
 
 
 def grade(root: Path = ROOT, chapter: str | None = None, student: str | None = None, jobs: int | None = None,
