@@ -26,13 +26,20 @@ Where the jobs run (``from_environment``):
   see the course folder at the same path (a shared filesystem) and run the
   course's environment; a worker plugin (``CourseWorker``) starts the sandbox's
   kernel factory once per worker and keeps it warm between jobs and runs.
-  Start the workers with ``DASK_DISTRIBUTED__WORKER__DAEMON=False`` (a job
-  starts processes of its own: nbgrader's fork server).
+  Plain ``dask worker tcp://…`` workers do (a job's fork server may start in a
+  daemonic worker: coursekit.base.runner). Before a run sends them a job, each
+  worker proves it can grade (``probe_worker``: the grader's code and
+  environment, the sandbox, the fork server, one forked kernel's preflight);
+  one that cannot is refused by name with its fix, and with none left the run
+  stops before any job.
 
 Failures: a worker killed mid-notebook takes its nbgrader process and kernel
 with it (coursekit.base.runner ends a command with its fork server; the factory is
 bubblewrap's child with ``--die-with-parent``), and the scheduler gives the job
-to another worker, so the notebook is graded once. A scheduler that goes away
+to another worker, so the notebook is graded once. A job that fails outside
+the student's kernel (``MACHINERY``: an exception in the worker, its sandbox or
+nbgrader's start) goes to a worker that has not failed it; when none is left it
+is given no score and the run stops, naming the fault (never a student's zero). A scheduler that goes away
 stops the run with what finished kept in the ledger: running it again grades
 the rest. A notebook that kills its kernel costs only that notebook (the
 pipeline scores it as the empty release, as without Dask).
