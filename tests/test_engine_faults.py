@@ -263,3 +263,71 @@ def test_with_only_workers_that_cannot_grade_nothing_is_scored(reference):
     assert "no worker of the Dask cluster" in log and "worker worker1 " in log and "worker worker2 " in log
     assert scores(root, 3) == {} and not (root / "autograded").exists()
     assert outputs(root) == {}
+
+
+def _grading(pid: int) -> bool:
+    """Whether the worker process ``pid`` runs an nbgrader command (a child of its fork server)."""
+    import psutil
+    try:
+        kids = psutil.Process(pid).children()
+    except psutil.NoSuchProcess:
+        return False
+    return any(k.children() for k in kids if "forkserver" in " ".join(k.cmdline()))
+
+
+def test_a_worker_restarted_by_its_nanny_proves_itself_again_and_grades_the_rest(reference):
+    """The only worker is killed mid-notebook; its nanny starts it again under a new
+    address. The jobs that waited for the old one go to the new one once it has
+    proved itself, and the class gets make grade's scores."""
+    import psutil
+    base = reference["base"]
+    root = base / "restarted"
+    shutil.copytree(reference["template"], root)
+    with dask_cluster(workers=1, base=base, plain=True) as (address, procs):
+        env = dict(os.environ, COURSE_DASK_SCHEDULER=address,
+                   PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+        env.pop("COURSE_DB_URL", None)
+        log = base / "grade-restarted.log"
+        with open(log, "w") as out:
+            grader = subprocess.Popen([sys.executable, "-m", "coursekit.cli", "grade", "--root", str(root)],
+                                      env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        import time
+        nanny = psutil.Process(procs["worker1"].pid)
+        killed = None
+        deadline = time.monotonic() + 300
+        while killed is None and time.monotonic() < deadline and grader.poll() is None:
+            for worker in nanny.children():
+                if _grading(worker.pid):
+                    worker.kill()
+                    killed = worker.pid
+            time.sleep(0.05)
+        try:
+            rc = grader.wait(timeout=600)
+        finally:
+            if grader.poll() is None:
+                os.killpg(grader.pid, 9)
+        text = log.read_text()
+    assert killed, "the worker was never seen grading: the test proves nothing\n" + text[-2000:]
+    assert rc == 0, text[-3000:]
+    assert scores(root, 3) == reference["scores"]
+
+
+def test_a_command_forked_for_a_killed_grader_dies_with_it(tmp_path):
+    """multiprocessing gives every process its fork server forks the server's "alive"
+    pipe, and the server lives while any of them holds it: a killed worker's nbgrader
+    went on for seconds and removed the notebook another worker had just graded for
+    the same student. Now a forked command ends the moment its grader is killed."""
+    (tmp_path / "late_writer.py").write_text(
+        "import time\n\ndef main(path):\n    time.sleep(3)\n    open(path, 'w').write('still running')\n")
+    out = tmp_path / "out"
+    code = ("import os, signal, time\nfrom pathlib import Path\nfrom coursekit.base import runner\n"
+            "runner.preload('late_writer')\n"
+            f"runner.start_forked('late_writer:main', {str(out)!r}, Path({str(tmp_path)!r}), dict(os.environ), "
+            f"Path({str(tmp_path / 'log')!r}))\n"
+            "time.sleep(1)\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    r = subprocess.run([sys.executable, "-c", code], env=env, timeout=60)
+    assert r.returncode == -9
+    import time
+    time.sleep(4)
+    assert not out.exists(), "the forked command outlived the grader that was killed"

@@ -80,6 +80,7 @@ def _forked_main(target: str, payload, root: str, env: dict, log_path: str) -> N
     """A forked command: its own session, output to ``log_path``; ``target``
     ("module:function") is called with ``payload`` and its return is the exit code."""
     os.setsid()
+    _release_fork_server()
     _die_with_parent()
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
@@ -102,6 +103,27 @@ def _forked_main(target: str, payload, root: str, env: dict, log_path: str) -> N
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _release_fork_server() -> None:
+    """Close this command's copy of the fork server's "alive" pipe. multiprocessing
+    hands that pipe's writing end to every process the fork server forks, and the
+    fork server waits for all of them to close it before it exits: so a grader
+    (or Dask worker) killed mid-notebook left its fork server, and with it the
+    nbgrader command, running; seen as a killed worker's nbgrader that went on
+    for seconds and removed the autograded notebook another worker had just
+    written for the same student (who was then scored as empty). With the pipe
+    closed here, the fork server exits the moment the grader does, and
+    ``_die_with_parent`` ends this command with it."""
+    try:
+        from multiprocessing import forkserver
+        server = forkserver._forkserver
+        fd = server._forkserver_alive_fd
+        if fd is not None:
+            server._forkserver_alive_fd = None
+            os.close(fd)
+    except (ImportError, AttributeError, OSError):
+        pass
 
 
 def _die_with_parent() -> None:

@@ -88,6 +88,7 @@ class Grader:
     warm: type          # a worker's kernel factory: .start(root, sandbox, chapters) -> .base, .socket(say), .close()
     grade: Callable     # on a worker: (spec, job, base, socket, workers) -> the run that autograded ``job``
     check: Callable     # in the grader: (run, job, gradebook) -> None, the seal check of a graded notebook
+    #                     (``job.sealed`` True once done; left False, the seal check step does it)
     probe: Callable | None = None   # on a worker: (spec, base, socket) -> None or why one graded kernel failed
 
 
@@ -599,7 +600,8 @@ class Engine:
                         if gb is None:
                             gb = Gradebook(protocol.gradebook_url(run.root), protocol.COURSE_ID)
                         self.grader.check(run, job, gb)
-                        if not any(f.kind in TRANSIENT for f in job.flags):
+                        # recorded once its seals are checked: a record is a result kept as it is
+                        if job.sealed and not any(f.kind in TRANSIENT for f in job.flags):
                             ledger.record(job_key(job), job, {"seconds": job.seconds, "worker": result.get("worker"),
                                                               "flags": [f.to_json() for f in job.flags]})
                     yield job
