@@ -586,11 +586,17 @@ class Engine:
                         if others and result.get("worker") is not None:   # another worker may run it
                             send(job, others)
                             continue
-                        if result["failure"] == MACHINERY:   # no worker can: no score, and the run stops
-                            faults.append((job, result, sorted(live.get(w, w) for w in been if w)))
+                        # no worker can: no score, and the run stops
+                        workers = sorted(live.get(w, w) for w in been if w)
+                        if result["failure"] == MACHINERY:
+                            faults.append((job, result, workers))
                             run.log(job).write_text(f"the grading job failed outside the student's kernel on "
                                                     f"{', '.join(sorted(w for w in been if w)) or 'the cluster'}:"
                                                     f"\n{result.get('trace') or result['error']}\n")
+                            continue
+                        if self.remote:   # a kernel that could start on none of the workers that tried
+                            faults.append((job, {**result, "error": f"{result['failure'].replace('_', ' ')} on every "
+                                                 f"worker that tried (see {run.log(job)})"}, workers))
                             continue
                     job.ok, job.failure, job.seconds = result["ok"], result["failure"], result["seconds"]
                     for f in result["flags"]:
