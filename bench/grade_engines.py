@@ -11,7 +11,10 @@ hostile notebooks), a fresh copy for each configuration, graded by
     processes1  COURSE_ENGINE=processes --jobs 1: a local cluster of one worker process
     processes2  COURSE_ENGINE=processes: two worker processes (one per core)
     cluster2    COURSE_DASK_SCHEDULER: a scheduler and two workers, each its own process on
-                127.0.0.1 (started before the timing, their kernel factories cold)
+                127.0.0.1 (started before the timing, their kernel factories cold), started as
+                docs/deploy.md used to say (--no-nanny, DASK_DISTRIBUTED__WORKER__DAEMON=False)
+    plain2      the same with plain `dask worker tcp://…` workers (a nanny each, daemonic), as
+                Dask's documentation starts them; each worker proves it can grade first (the probe)
 
 Prints and keeps wall time, the grading process's own CPU time, notebooks per minute and where the time went, with
 the load (`uptime`) before and after each configuration.
@@ -38,7 +41,7 @@ from services import dask_cluster  # noqa: E402
 
 CONFIGS = {"threads": ({"COURSE_ENGINE": "threads"}, []), "dask": ({}, []),
            "processes1": ({"COURSE_ENGINE": "processes"}, ["--jobs", "1"]),
-           "processes2": ({"COURSE_ENGINE": "processes"}, []), "cluster2": ({}, [])}
+           "processes2": ({"COURSE_ENGINE": "processes"}, []), "cluster2": ({}, []), "plain2": ({}, [])}
 
 
 def uptime() -> str:
@@ -76,6 +79,7 @@ def main() -> None:
     ap.add_argument("--chapter", default="ch01_attention")
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    ap.add_argument("--tag", default="", help="a suffix of the result file's name")
     args = ap.parse_args()
     result = {"chapter": args.chapter, "notebooks": args.students, "cores": os.cpu_count(), "runs": {}}
     with tempfile.TemporaryDirectory() as tmp:
@@ -87,8 +91,8 @@ def main() -> None:
             root = Path(tmp) / name
             shutil.copytree(template, root)
             with contextlib.ExitStack() as stack:
-                if name == "cluster2":
-                    address, _ = stack.enter_context(dask_cluster(workers=2, base=Path(tmp)))
+                if name in ("cluster2", "plain2"):
+                    address, _ = stack.enter_context(dask_cluster(workers=2, base=Path(tmp), plain=name == "plain2"))
                     env_extra = {"COURSE_DASK_SCHEDULER": address}
                 before = uptime()
                 wall, phases, tail, rc = grade(root, env_extra, extra)
@@ -104,7 +108,7 @@ def main() -> None:
             shutil.rmtree(root, ignore_errors=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"grade_engines_{args.students}.json").write_text(json.dumps(result, indent=1))
+    (out / f"grade_engines_{args.students}{args.tag}.json").write_text(json.dumps(result, indent=1))
     print(json.dumps(result, indent=1))
 
 

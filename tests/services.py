@@ -172,12 +172,16 @@ def remove_user(name: str) -> None:
 # ------------------------------------------------------------------ a Dask cluster
 
 @contextlib.contextmanager
-def dask_cluster(workers: int = 2, threads: int = 1, timeout: float = 90, base: Path | None = None):
+def dask_cluster(workers: int = 2, threads: int = 1, timeout: float = 90, base: Path | None = None,
+                 plain: bool = False, worker_env: dict | None = None):
     """A Dask scheduler and ``workers`` workers, each its own process (``dask
     scheduler``, ``dask worker --no-nanny``, from the course's environment), on
     127.0.0.1 at free ports. Yields ``(address, {name: Popen})``; everything is
     stopped at the end. Workers run with DASK_DISTRIBUTED__WORKER__DAEMON=False,
-    as docs/deploy.md says (a grading job starts processes of its own)."""
+    as docs/deploy.md says (a grading job starts processes of its own).
+    ``plain``: the workers started as Dask's own documentation starts them
+    (``dask worker tcp://…``: under a nanny, daemonic). ``worker_env``: worker
+    name -> what its environment changes (a value None removes the variable)."""
     import sys
     bindir = Path(sys.executable).parent
     port = free_port()
@@ -189,15 +193,23 @@ def dask_cluster(workers: int = 2, threads: int = 1, timeout: float = 90, base: 
 
     def start(name: str, args: list[str]) -> None:
         out = open(logs / f"{name}.log", "w")
-        procs[name] = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        own = dict(env)
+        if plain:
+            own.pop("DASK_DISTRIBUTED__WORKER__DAEMON", None)
+        for k, v in ((worker_env or {}).get(name) or {}).items():
+            if v is None:
+                own.pop(k, None)
+            else:
+                own[k] = v
+        procs[name] = subprocess.Popen(args, env=own, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         out.close()
     try:
         start("scheduler", [str(bindir / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port),
                             "--dashboard-address", "127.0.0.1:0", "--no-show"])
         for i in range(workers):
             start(f"worker{i + 1}", [str(bindir / "dask"), "worker", address, "--name", f"worker{i + 1}",
-                                     "--nthreads", str(threads), "--no-nanny", "--host", "127.0.0.1",
-                                     "--dashboard-address", "127.0.0.1:0"])
+                                     "--nthreads", str(threads), *([] if plain else ["--no-nanny"]),
+                                     "--host", "127.0.0.1", "--dashboard-address", "127.0.0.1:0"])
         from distributed import Client
         with Client(address, timeout=timeout) as client:
             client.wait_for_workers(workers, timeout=timeout)

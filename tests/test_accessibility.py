@@ -381,6 +381,8 @@ def executed_pages(tmp_path_factory):
     import nbformat
     from nbclient import NotebookClient
 
+    from helpers.lab.private_kernel import PrivateKernelManager
+
     out = {}
     env = {k: v for k, v in os.environ.items() if k != "NBGRADER_EXECUTION"}
     saved = dict(os.environ)
@@ -390,6 +392,7 @@ def executed_pages(tmp_path_factory):
         for chapter, lang in (("ch01_attention", "en"), ("ch02_causal_mask", "zh")):
             nb = build.build_chapter(chapter, lang)
             NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
+                           kernel_manager_class=PrivateKernelManager,   # no TCP port another process can take
                            resources={"metadata": {"path": str(ROOT)}}).execute()
             out[(chapter, lang)] = (nbformat.from_dict(nb), feedback_html(nb, chapter))
     finally:

@@ -376,3 +376,45 @@ def test_make_and_course_py_know_the_commands():
     assert course.available("collect") and course.available("return")
     text = open(course.ROOT / "Makefile", encoding="utf-8").read()
     assert "\ncollect:" in text and "\nreturn:" in text and "course.py collect $(FROM)" in text
+
+
+# ------------------------------------------------------------------ names that are paths
+
+def test_an_archive_entry_whose_name_is_a_path_is_refused_and_named(tmp_path, nbs):
+    """An entry named ``../../escaped_<uid>_<later attachment id>_…`` fits Canvas's layout
+    for s03 with a later upload than s03's own file: it must neither land outside nor
+    become s03's newest attempt. So must an absolute name, a drive letter and a
+    backslashed ``..``; each is named in the table and makes the command exit 1."""
+    root = make_course(tmp_path)
+    uid = UID["s03"]
+    own = f"{lms.canvas_name(sortable(NAME['s03']), uid, False)}_{3000 + uid}_{CH1}.ipynb"
+    evil = {f"../../escaped_{uid}_900005_{CH1}.ipynb": nbs["stranger"],
+            f"/tmp/abs_{uid}_900006_{CH1}.ipynb": nbs["stranger"],
+            f"C:escaped_{uid}_900007_{CH1}.ipynb": nbs["stranger"],
+            f"sub\\..\\..\\back_{uid}_900008_{CH1}.ipynb": nbs["stranger"]}
+    zpath = tmp_path / "transformer-ch01 submissions.zip"
+    with zipfile.ZipFile(zpath, "w") as zf:
+        zf.writestr(own, nbs[("s03", CH1)])
+        for name, data in evil.items():
+            info = zipfile.ZipInfo("x")
+            info.filename = name          # as a hostile archive writes it (ZipInfo() would clean it)
+            info.orig_filename = name
+            zf.writestr(info, data)
+    assert [i.filename for i in zipfile.ZipFile(zpath).infolist()] == [own, *evil]
+    result = collect.collect(root, [zpath])
+    # the student's real submission is filed, and it is the only attempt there is
+    assert (root / "submitted" / "s03" / CH1 / f"{CH1}.ipynb").read_bytes() == nbs[("s03", CH1)]
+    assert [r.who for r in result.of("collected")] == [f"s03/{CH1}"]
+    assert not result.of("older") and not (root / "collected" / "attempts").exists()
+    assert not list(tmp_path.rglob("escaped_*")) and not list(tmp_path.rglob("back_*"))
+    assert not list(root.parent.parent.glob("escaped_*"))
+    # each refused by name, with why, in both languages, and the command says a file was left out
+    refused = {r.why[1]["name"]: r.why[1]["part"] for r in result.of("unsafe_name")}
+    assert refused == {n: p for n, p in zip(evil, ["..", "/", "C:", ".."])}
+    zh, en = result.table("zh"), result.table("en")
+    for name in evil:
+        assert name in zh and name in en
+    assert "名字里带路径" in zh and "a path out of the archive" in en and "4 个文件没有收进 submitted/" in zh
+    assert collect.unsafe_part(f"s03/{CH1}.ipynb") is None and collect.unsafe_part("a..b/c.ipynb") is None
+    shutil.rmtree(root / "submitted")
+    assert cli.main(["collect", str(zpath), "--root", str(root)]) == 1

@@ -137,15 +137,16 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_killed_worker_costs_no_notebook_and_grades_none_twice(killed_run):
-    assert killed_run["killed"], "no worker was seen grading a notebook, so none was killed"
+    assert killed_run["killed"], "no worker was seen grading a notebook, so none was killed:\n" + \
+        killed_run["log"][-3000:]
     assert killed_run["rc"] == 0, killed_run["log"][-3000:]
     assert "Dask scheduler tcp://127.0.0.1" in killed_run["log"]
     remote = killed_run["remote"]
     lines = [json.loads(x) for x in (remote / ".grading" / "engine" / "autograded.jsonl").read_text().splitlines()]
     runs = collections.Counter(x["student"] for x in lines)
-    assert sorted(runs) == sorted(f"s{i}" for i in range(STUDENTS)), runs      # none lost
+    assert sorted(runs) == sorted(f"s{i}" for i in range(STUDENTS)), (runs, killed_run["log"][-3000:])  # none lost
     # graded once: one finished job per notebook in the ledger (and one row each in the gradebook)
-    assert Ledger(f"sqlite:///{remote / 'gradebook.db'}").count() == STUDENTS
+    assert Ledger(f"sqlite:///{remote / 'gradebook.db'}").count() == STUDENTS, killed_run["log"][-3000:]
     # work done again only where the killed worker had finished a notebook whose result it never got
     # to send: that notebook ran once there and once on the other worker, never twice on one
     again = {s: [x["worker"] for x in lines if x["student"] == s] for s, n in runs.items() if n > 1}

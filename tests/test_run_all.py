@@ -141,9 +141,12 @@ DEMOS_AFTER_AN_EXERCISE = {"ch04_positions": "1024", "ch06_param_count": "150,99
                                                                               ("ch12_quiz", "en")])
 def test_run_all_on_an_untouched_release_reaches_the_end(chapter, lang, tmp_path):
     from nbclient import NotebookClient
+
+    from helpers.lab.private_kernel import PrivateKernelManager
     nb = untouched_release(chapter, lang)
     env_path = ROOT / "release" / chapter
     NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=False,
+                   kernel_manager_class=PrivateKernelManager,   # no TCP port another process can take
                    resources={"metadata": {"path": str(env_path)}}).execute()   # raises at a stopped cell
     texts = ["".join(o.get("text", "") for o in c.outputs if o.output_type == "stream") if c.cell_type == "code"
              else "" for c in nb.cells]

@@ -35,9 +35,30 @@ def _context():
     global _CTX
     if _CTX is None:
         import multiprocessing as mp
+        _allow_children()
         _CTX = mp.get_context("forkserver")
         _CTX.set_forkserver_preload(_NB_PRELOAD)
     return _CTX
+
+
+def _allow_children() -> None:
+    """Let this process start the fork server even when it is a daemonic
+    multiprocessing process: a Dask worker started as Dask's documentation starts
+    one (``dask worker tcp://…``, under a nanny, ``distributed.worker.daemon``
+    true) is one, and multiprocessing refuses it children ("daemonic processes
+    are not allowed to have children"), which failed every grading job there.
+
+    The rule is there so that a daemonic process, ended abruptly, leaves no
+    orphans. Ours leave none: the fork server exits when this process's end of
+    its pipe closes (this process gone, however it went), every command forked
+    from it is killed when the fork server goes (``_die_with_parent``), and a
+    kernel with the command that started it (bubblewrap's ``--die-with-parent``,
+    the factory's connection). So the flag is lifted for this process only; its
+    parent (the nanny) still treats it as daemonic and ends it with itself."""
+    import multiprocessing as mp
+    me = mp.current_process()
+    if me._config.get("daemon"):
+        me._config["daemon"] = False
 
 
 def warm_up() -> None:
@@ -59,6 +80,7 @@ def _forked_main(target: str, payload, root: str, env: dict, log_path: str) -> N
     """A forked command: its own session, output to ``log_path``; ``target``
     ("module:function") is called with ``payload`` and its return is the exit code."""
     os.setsid()
+    _release_fork_server()
     _die_with_parent()
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
@@ -81,6 +103,27 @@ def _forked_main(target: str, payload, root: str, env: dict, log_path: str) -> N
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _release_fork_server() -> None:
+    """Close this command's copy of the fork server's "alive" pipe. multiprocessing
+    hands that pipe's writing end to every process the fork server forks, and the
+    fork server waits for all of them to close it before it exits: so a grader
+    (or Dask worker) killed mid-notebook left its fork server, and with it the
+    nbgrader command, running; seen as a killed worker's nbgrader that went on
+    for seconds and removed the autograded notebook another worker had just
+    written for the same student (who was then scored as empty). With the pipe
+    closed here, the fork server exits the moment the grader does, and
+    ``_die_with_parent`` ends this command with it."""
+    try:
+        from multiprocessing import forkserver
+        server = forkserver._forkserver
+        fd = server._forkserver_alive_fd
+        if fd is not None:
+            server._forkserver_alive_fd = None
+            os.close(fd)
+    except (ImportError, AttributeError, OSError):
+        pass
 
 
 def _die_with_parent() -> None:

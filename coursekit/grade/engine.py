@@ -26,13 +26,20 @@ Where the jobs run (``from_environment``):
   see the course folder at the same path (a shared filesystem) and run the
   course's environment; a worker plugin (``CourseWorker``) starts the sandbox's
   kernel factory once per worker and keeps it warm between jobs and runs.
-  Start the workers with ``DASK_DISTRIBUTED__WORKER__DAEMON=False`` (a job
-  starts processes of its own: nbgrader's fork server).
+  Plain ``dask worker tcp://…`` workers do (a job's fork server may start in a
+  daemonic worker: coursekit.base.runner). Before a run sends them a job, each
+  worker proves it can grade (``probe_worker``: the grader's code and
+  environment, the sandbox, the fork server, one forked kernel's preflight);
+  one that cannot is refused by name with its fix, and with none left the run
+  stops before any job.
 
 Failures: a worker killed mid-notebook takes its nbgrader process and kernel
 with it (coursekit.base.runner ends a command with its fork server; the factory is
 bubblewrap's child with ``--die-with-parent``), and the scheduler gives the job
-to another worker, so the notebook is graded once. A scheduler that goes away
+to another worker, so the notebook is graded once. A job that fails outside
+the student's kernel (``MACHINERY``: an exception in the worker, its sandbox or
+nbgrader's start) goes to a worker that has not failed it; when none is left it
+is given no score and the run stops, naming the fault (never a student's zero). A scheduler that goes away
 stops the run with what finished kept in the ledger: running it again grades
 the rest. A notebook that kills its kernel costs only that notebook (the
 pipeline scores it as the empty release, as without Dask).
@@ -63,6 +70,8 @@ ENGINE_ENV = "COURSE_ENGINE"
 MODES = ("dask", "processes", "threads")
 TABLE = "course_finished_job"
 LOG = "engine"                     # .grading/engine/: what the jobs did (autograded.jsonl)
+MACHINERY = "machinery"            # a job that failed outside the student's kernel: never a score
+PROBE_TIMEOUT = 300                # seconds a worker has to prove it can grade (its kernel factory starts)
 
 
 def job_key(job: Job) -> str:
@@ -79,6 +88,8 @@ class Grader:
     warm: type          # a worker's kernel factory: .start(root, sandbox, chapters) -> .base, .socket(say), .close()
     grade: Callable     # on a worker: (spec, job, base, socket, workers) -> the run that autograded ``job``
     check: Callable     # in the grader: (run, job, gradebook) -> None, the seal check of a graded notebook
+    #                     (``job.sealed`` True once done; left False, the seal check step does it)
+    probe: Callable | None = None   # on a worker: (spec, base, socket) -> None or why one graded kernel failed
 
 
 # ------------------------------------------------------------------ the ledger
@@ -240,9 +251,14 @@ def grade_notebook(spec: dict, grader: Grader) -> dict:
     course's filesystem), in the sandbox, with a warm kernel (``grader.grade``).
     Returns its outcome."""
     job = Job(spec["chapter"], spec["student"], flags=[Flag.from_json(f) for f in spec.get("flags", [])])
-    base, socket, workers = _worker_factory(spec, grader.warm)
-    run = grader.grade(spec, job, base, socket, workers)
     where = _where()
+    try:
+        base, socket, workers = _worker_factory(spec, grader.warm)
+        run = grader.grade(spec, job, base, socket, workers)
+    except Exception as exc:  # noqa: BLE001 (outside the student's kernel: the worker, its sandbox, nbgrader's start)
+        import traceback
+        return {"ok": False, "failure": MACHINERY, "seconds": 0.0, "worker": where, "flags": [],
+                "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-3000:]}
     if job.ok and run.graded_path(job).exists():
         line = json.dumps({"key": spec["key"], "chapter": job.chapter, "student": job.student, "worker": where,
                            "pid": os.getpid(), "at": time.time()})
@@ -255,6 +271,92 @@ def grade_notebook(spec: dict, grader: Grader) -> dict:
             os.close(fd)
     return {"ok": job.ok, "failure": job.failure, "seconds": job.seconds, "worker": where,
             "flags": [f.to_json() for f in job.flags]}
+
+
+# ------------------------------------------------------------------ a worker's proof that it can grade
+
+# what a refused worker is told to do, one sentence each
+FIXES = {
+    "code": "install on this worker the grader's version of the course (the same grading/, helpers/, coursekit/ and "
+            "nbgrader_config.py: the same commit, or the course image built from it)",
+    "environment": "give this worker the course's pinned environment (the same Python and package versions: "
+                   "python3 course.py env from the same requirements, or the course image)",
+    "sandbox": "install bubblewrap on this worker and run the worker as root (apt-get install bubblewrap), "
+               "or grade with --unsandboxed everywhere",
+    "fork": "start the worker so that its jobs may start processes: this version of the course does so itself; "
+            "an older one needs DASK_DISTRIBUTED__WORKER__DAEMON=False",
+    "kernel": "run python3 course.py grade --check on this worker's machine: its graded kernel did not start "
+              "(the sandbox, the environment's Python, the course folder)",
+    "probe": "look at this worker's own log: the probe itself failed or did not answer",
+    "machinery": "look at the worker's log: the job failed outside the student's kernel (the worker, its sandbox "
+                 "or nbgrader), so no score was given",
+}
+
+
+def code_digest() -> str:
+    """The grading code this process runs (wherever the course is installed): grading/,
+    helpers/, coursekit/ and nbgrader_config.py, by their names and bytes, not their path."""
+    from ..author.build import ROOT
+    from .reuse import digest_paths
+    return digest_paths([ROOT / "grading", ROOT / "helpers", ROOT / "coursekit", ROOT / "nbgrader_config.py"])
+
+
+def environment_digest() -> str:
+    """Python and every installed distribution with its version (not where they are installed)."""
+    import platform
+    import sys
+    import sysconfig
+    from importlib import metadata
+    paths = list(dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib")))
+    dists = sorted({f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions(path=paths)
+                    if d.metadata['Name'] and d.metadata['Name'] != "transformer-course"})
+    text = "\n".join([sys.version, platform.machine(), *dists])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def probe_worker(spec: dict, grader: Grader) -> dict:
+    """On a worker, before it gets a job: its grading code and environment are the
+    grader's (``spec["code"]``, ``spec["env"]``), its sandbox works, it may start the
+    fork server, and one graded kernel forked from its factory runs a chapter's
+    preflight (``grader.probe``). Returns its name, address and problems: [(kind, detail)]."""
+    problems: list[tuple[str, str]] = []
+    if code_digest() != spec["code"]:
+        from ..author.build import ROOT
+        problems.append(("code", f"its grading code ({ROOT}) is not the grader's"))
+    if environment_digest() != spec["env"]:
+        problems.append(("environment", "its Python or installed packages are not the grader's"))
+    if spec["sandbox"]:
+        from .sandbox import sandbox_available
+        ok, why = sandbox_available()
+        if not ok:
+            problems.append(("sandbox", why))
+    if not problems:
+        try:
+            from ..base import runner
+            runner.warm_up()
+        except Exception as exc:  # noqa: BLE001
+            problems.append(("fork", f"it cannot start the fork server ({type(exc).__name__}: {exc})"))
+    if not problems and grader.probe is not None:
+        try:
+            base, socket, _ = _worker_factory(spec, grader.warm)
+            if spec["warm"] and socket is None:
+                problems.append(("kernel", "its warm kernel factory did not start"))
+            else:
+                why = grader.probe(spec, base, socket)
+                if why is not None:
+                    lines = [x for x in why.splitlines() if x.strip()]
+                    problems.append(("kernel", "its graded kernel failed: " + " | ".join(lines[-3:])))
+        except Exception as exc:  # noqa: BLE001
+            problems.append(("kernel", f"{type(exc).__name__}: {exc}"))
+    return {"worker": _where(), "name": _name(), "problems": problems}
+
+
+def _name() -> str:
+    try:
+        from distributed import get_worker
+        return str(get_worker().name)
+    except (ImportError, ValueError):
+        return f"pid {os.getpid()}"
 
 
 def _where() -> str:
@@ -277,6 +379,7 @@ class Engine:
         self._client = self._cluster = None
         self._lock = threading.Lock()
         self._registered: set[str] = set()
+        self._allowed: list[str] = []   # the workers that proved they can grade (``admit``)
 
     @property
     def remote(self) -> bool:
@@ -348,11 +451,85 @@ class Engine:
             spec.update(base=str(run.base), zygote=run.zygote_socket, workers=run.workers)
         return spec
 
+    def worker_names(self) -> dict[str, str]:
+        """The cluster's workers now: address -> name."""
+        info = self.client.scheduler_info(n_workers=-1) if _takes_n_workers(self.client) else \
+            self.client.scheduler_info()
+        return {addr: str(w.get("name", addr)) for addr, w in info.get("workers", {}).items()}
+
+    def admit(self, run, chapters: list[str], plugin: str | None) -> list[str]:
+        """The workers that proved they can grade (``probe_worker``), each refused one
+        said by name with its fix; GradingStopped when none can. Local clusters run the
+        grader's own code and factory, which the preflight has just proved: all of them."""
+        if not self.remote:
+            return list(self.worker_names())
+        self.client.wait_for_workers(1, timeout=PROBE_TIMEOUT)
+        spec = {"root": str(run.root), "sandbox": run.sandbox, "warm": run.warm, "plugin": plugin,
+                "chapters": chapters, "code": code_digest(), "env": environment_digest(),
+                "timeout": run.timeout, "cell_timeout": run.cell_timeout}
+        tag = os.urandom(4).hex()
+        futures = {addr: self.client.submit(probe_worker, spec, self.grader, workers=[addr], allow_other_workers=False,
+                                            pure=False, key=f"probe-{tag}-{addr}")
+                   for addr in self.worker_names()}
+        names = self.worker_names()
+        good, refused = [], []
+        deadline = time.monotonic() + PROBE_TIMEOUT
+        for addr, fut in futures.items():
+            try:
+                result = fut.result(timeout=max(1.0, deadline - time.monotonic()))
+                problems = [tuple(p) for p in result["problems"]]
+            except Exception as exc:  # noqa: BLE001 (a worker that went, or whose probe did not answer)
+                if _cluster_gone(exc) and not self.worker_names():
+                    raise
+                fut.cancel()
+                problems = [("probe", f"{type(exc).__name__}: {exc}")]
+            if problems:
+                refused.append(_refusal(names.get(addr, addr), addr, problems))
+            else:
+                good.append(addr)
+        for line in refused:
+            run.say(f"grade: refused {line}")
+        if not good:
+            from .preflight import GradingStopped
+            raise GradingStopped("grade: stopped before scoring anyone: no worker of the Dask cluster "
+                                 f"{self.address} can grade:\n" + "\n".join(f"  {x}" for x in refused) +
+                                 "\n  Nothing was scored: no grades, no feedback, no grades.csv.")
+        return good
+
+    def _as_done(self, futures: dict, run, plugin, send):
+        """(future, job) as each of ``futures`` finishes (they are popped; ``send`` may add
+        more meanwhile). Jobs go only to workers that proved they can grade; when none of
+        them is left (killed, or restarted by its nanny under a new address) the workers
+        there are now prove themselves and the jobs still waiting go to them."""
+        from distributed import wait
+        while futures:
+            try:
+                wait(list(futures), timeout=5, return_when="FIRST_COMPLETED")
+            except TimeoutError:
+                if not set(self._allowed) & set(self.worker_names()):
+                    chapters = sorted({j.chapter for j in futures.values()})
+                    self._allowed = self.admit(run, chapters, plugin)
+                    for fut, job in list(futures.items()):
+                        fut.cancel()
+                        futures.pop(fut)
+                        send(job, self._allowed)
+                continue
+            for fut in [f for f in futures if f.done()]:
+                yield fut, futures.pop(fut)
+
     def autograde(self, run, jobs: list[Job]):
         """Grade ``jobs`` on the cluster; yield each as it is done, its seals
-        checked and its key in the ledger. Jobs the ledger holds are not sent."""
+        checked and its key in the ledger. Jobs the ledger holds are not sent.
+
+        A job that fails outside the student's kernel (``MACHINERY``: the worker,
+        its sandbox, nbgrader's start; or, on a remote cluster, a kernel that cannot
+        start there) is sent to a worker that has not failed it yet; when no worker
+        is left, it is not yielded, gets no score, and once the others are done the
+        run stops (GradingStopped) naming the fault: nothing after this step runs,
+        so no feedback is made and no class file written."""
         from nbgrader.api import Gradebook
 
+        from .preflight import INFRASTRUCTURE, GradingStopped
         from .reuse import TRANSIENT
         ledger = Ledger(protocol.gradebook_url(run.root))
         gb = None
@@ -380,23 +557,47 @@ class Engine:
             chapters = sorted({j.chapter for j in run.everyone})
             self.start()
             plugin = self._plugin(run) if self.remote else None
-            from distributed import as_completed
-            futures = {}
-            for job in todo:
+            self._allowed = self.admit(run, sorted({j.chapter for j in todo}), plugin)
+            futures, tried, faults = {}, {}, []
+
+            def send(job: Job, where: list[str]):
                 fut = self.client.submit(grade_notebook, self._spec(run, job, plugin, chapters), self.grader,
-                                         key=f"grade-{job_key(job)}", pure=False)
+                                         key=f"grade-{job_key(job)}-{os.urandom(3).hex()}", pure=False,
+                                         workers=list(where), allow_other_workers=False)
                 futures[fut] = job
+                return fut
+
+            for job in todo:
+                send(job, self._allowed)
             try:
-                for fut in as_completed(list(futures)):
-                    job = futures.pop(fut)
+                for fut, job in self._as_done(futures, run, plugin, send):
                     try:
                         result = fut.result()
-                    except Exception as exc:  # noqa: BLE001 (a job that killed its workers: scored as empty)
+                    except Exception as exc:  # noqa: BLE001 (the job killed its workers, or Dask gave it up)
                         if _cluster_gone(exc):
                             raise
-                        result = {"ok": False, "failure": "autograde_failed", "seconds": 0.0, "flags": [],
+                        result = {"ok": False, "failure": MACHINERY, "seconds": 0.0, "flags": [], "worker": None,
                                   "error": f"{type(exc).__name__}: {exc}"}
-                        run.log(job).write_text(f"the grading job failed on the cluster: {result['error']}\n")
+                    if result["failure"] == MACHINERY or (self.remote and result["failure"] in INFRASTRUCTURE):
+                        been = tried.setdefault(job_key(job), set())
+                        been.add(result.get("worker"))
+                        live = self.worker_names()
+                        others = [w for w in self._allowed if w not in been and w in live]
+                        if others and result.get("worker") is not None:   # another worker may run it
+                            send(job, others)
+                            continue
+                        # no worker can: no score, and the run stops
+                        workers = sorted(live.get(w, w) for w in been if w)
+                        if result["failure"] == MACHINERY:
+                            faults.append((job, result, workers))
+                            run.log(job).write_text(f"the grading job failed outside the student's kernel on "
+                                                    f"{', '.join(sorted(w for w in been if w)) or 'the cluster'}:"
+                                                    f"\n{result.get('trace') or result['error']}\n")
+                            continue
+                        if self.remote:   # a kernel that could start on none of the workers that tried
+                            faults.append((job, {**result, "error": f"{result['failure'].replace('_', ' ')} on every "
+                                                 f"worker that tried (see {run.log(job)})"}, workers))
+                            continue
                     job.ok, job.failure, job.seconds = result["ok"], result["failure"], result["seconds"]
                     for f in result["flags"]:
                         flag = Flag.from_json(f)
@@ -405,7 +606,8 @@ class Engine:
                         if gb is None:
                             gb = Gradebook(protocol.gradebook_url(run.root), protocol.COURSE_ID)
                         self.grader.check(run, job, gb)
-                        if not any(f.kind in TRANSIENT for f in job.flags):
+                        # recorded once its seals are checked: a record is a result kept as it is
+                        if job.sealed and not any(f.kind in TRANSIENT for f in job.flags):
                             ledger.record(job_key(job), job, {"seconds": job.seconds, "worker": result.get("worker"),
                                                               "flags": [f.to_json() for f in job.flags]})
                     yield job
@@ -418,10 +620,40 @@ class Engine:
             finally:
                 for fut in futures:
                     fut.cancel()
+            if faults:
+                raise GradingStopped(_fault_message(faults, len(jobs), run))
         finally:
             if gb is not None:
                 gb.close()
             ledger.close()
+
+
+def _refusal(name: str, addr: str, problems: list[tuple[str, str]]) -> str:
+    """One refused worker, by name: what is wrong, and the fix of its first problem."""
+    what = "; ".join(detail for _, detail in problems)
+    return f"worker {name} ({addr}): {what}; fix: {FIXES.get(problems[0][0], FIXES['probe'])}."
+
+
+def _fault_message(faults: list, total: int, run) -> str:
+    lines = []
+    for job, result, workers in faults:
+        where = f" on {', '.join(workers)}" if workers else ""
+        lines.append(f"    {job.student}/{job.chapter}{where}: {result['error']}")
+    text = " ".join(r["error"] for _, r, _ in faults)
+    fix = FIXES["fork"] if "daemonic processes" in text else FIXES["machinery"]
+    return (f"grade: stopped: {len(faults)} of {total} notebooks could not be graded for a reason of the machine, "
+            f"not of the students (a fault outside the student's kernel, on every worker that tried):\n"
+            + "\n".join(lines[:20]) + ("\n    …" if len(lines) > 20 else "") +
+            f"\n  fix: {fix}.\n  No score was written for them and no feedback made; the notebooks graded are kept "
+            f"in the ledger. Run the same command again once it is fixed (see {run.state / 'logs'}).")
+
+
+def _takes_n_workers(client) -> bool:
+    import inspect
+    try:
+        return "n_workers" in inspect.signature(client.scheduler_info).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _cluster_gone(exc: BaseException) -> bool:

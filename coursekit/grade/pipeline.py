@@ -374,6 +374,20 @@ def autograde_on_worker(spec: dict, job: Job, base: Path, socket: str | None, wo
     return run
 
 
+def probe_on_worker(spec: dict, base: Path, socket: str | None) -> str | None:
+    """A worker's proof that it can grade (coursekit.grade.engine.probe_worker): the
+    preflight of the run's first chapter, one graded kernel from its factory in its
+    sandbox; None when it passed, else what went wrong."""
+    run = Run(Path(spec["root"]), [], sandbox=spec["sandbox"], warm=spec["warm"], timeout=spec["timeout"],
+              cell_timeout=spec["cell_timeout"], say=lambda *a: None)
+    run.base, run.zygote_socket = base, socket
+    job = Job(spec["chapters"][0], f"_probe{os.getpid()}")
+    try:
+        return pre.run_probes([probe_request(run, job)], at_once=1)[0]
+    finally:
+        run.key_file(job).unlink(missing_ok=True)
+
+
 def autograde_in_threads(run: Run, jobs: list[Job]):
     """Each job's autograde in a thread pool of ``run.workers`` threads, as they finish."""
     with cf.ThreadPoolExecutor(run.workers) as pool:
@@ -571,6 +585,26 @@ def seal_check_one(run: Run, job: Job, gb) -> None:
     job.sealed = True
 
 
+def seal_check_as_it_comes(run: Run, job: Job, gb, tries: int = 3) -> None:
+    """The seal check of a notebook as it comes back from a grading engine
+    (coursekit.grade.engine), while others are still written to the gradebook.
+    One that cannot finish (the gradebook busy) is tried again and then, if it
+    still cannot, takes nothing away (a busy gradebook is the machine's, never
+    a score): ``job.sealed`` stays False and the seal check step, which fails
+    closed when nothing else writes, does it."""
+    for attempt in range(tries):
+        flags = list(job.flags)
+        try:
+            check_seals(run, job, gb)
+        except Exception:  # noqa: BLE001
+            gb.db.rollback()
+            job.flags = flags          # what the attempt flagged is flagged again by the next
+            time.sleep(1 + attempt)
+            continue
+        job.sealed = True
+        return
+
+
 def check_seals(run: Run, job: Job, gb) -> None:
     """Zero any auto-graded cell whose checks left no valid seal; flag what the outputs show."""
     path = run.graded_path(job)
@@ -678,7 +712,7 @@ def run_steps(run: Run, steps=STEPS) -> None:
 # ------------------------------------------------------------------ the command
 
 # what a grading engine's jobs run: a worker's kernel factory, a notebook's autograde, its seal check
-GRADER = Grader(warm=Warm, grade=autograde_on_worker, check=seal_check_one)
+GRADER = Grader(warm=Warm, grade=autograde_on_worker, check=seal_check_as_it_comes, probe=probe_on_worker)
 
 
 def grade(root: Path = ROOT, chapter: str | None = None, student: str | None = None, jobs: int | None = None,

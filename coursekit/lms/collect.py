@@ -66,6 +66,7 @@ TEXT = {
     "unreadable": ("无法读取", "unreadable"),
     "wrong_chapter": ("章节与文件名不符", "wrong chapter"),
     "no_chapter": ("不属于任何一章", "no chapter"),
+    "unsafe_name": ("名字里带路径", "a path in its name"),
     # why
     "canvas_not_in_roster": ("Canvas 用户 {id}（{name}）不在 roster.csv 的 lms_id 列里",
                              "Canvas user {id} ({name}) is not in roster.csv's lms_id column"),
@@ -91,6 +92,9 @@ TEXT = {
     "bad_notebook": ("不是能读取的 notebook（{error}）", "not a readable notebook ({error})"),
     "too_big": ("太大（{size} 字节），没有读取", "too large ({size} bytes); not read"),
     "too_deep": ("压缩包嵌套太深，没有打开", "archives nested too deep; not opened"),
+    "unsafe_name_why": ("压缩包里的名字 {name} 指向压缩包之外（{part}）：没有读取，不算任何人的提交",
+                        "the archive names it {name}, a path out of the archive ({part}): not read, and "
+                        "nobody's attempt"),
     "no_chapter_why": ("它的 grade id 对不上 source/ 里的任何一章", "its grade ids match no chapter of source/"),
     "wrong_chapter_why": ("文件名说是 {named}，内容是 {chapter}：按内容归入 {chapter}",
                           "named {named}, holds {chapter}: filed under {chapter}"),
@@ -125,9 +129,9 @@ TEXT = {
     "left_out": ("{n} 个文件没有收进 submitted/（见上表）。", "{n} files were left out of submitted/ (see above)."),
     "nothing": ("没有找到任何文件。", "No files found."),
 }
-LEFT_OUT = ("unmatched", "not_notebook", "unreadable", "no_chapter")
+LEFT_OUT = ("unmatched", "not_notebook", "unreadable", "no_chapter", "unsafe_name")
 ORDER = ("collected", "unchanged", "resubmitted", "time_updated", "late", "older", "unmatched", "not_notebook",
-         "unreadable", "wrong_chapter", "no_chapter")
+         "unreadable", "wrong_chapter", "no_chapter", "unsafe_name")
 
 
 def word(key: str, lang: str, **fields) -> str:
@@ -170,6 +174,21 @@ def _zip_name(info: zipfile.ZipInfo) -> str:
     return info.filename
 
 
+_DRIVE = re.compile(r"^[A-Za-z]:")
+
+
+def unsafe_part(name: str) -> str | None:
+    """What makes an archive member's name a path out of the archive, or None: an
+    absolute path (``/etc/x``, ``\\server\\x``), a drive letter (``C:``, ``C:x``) or a
+    ``..`` step. Such a name is no file a student handed in (an LMS writes none): it is
+    not read, so it can be no one's attempt, whatever the rest of its name says."""
+    if name.startswith(("/", "\\")):
+        return name[0]
+    if _DRIVE.match(name):
+        return name[:2]
+    return ".." if ".." in re.split(r"[/\\]", name) else None
+
+
 def read_zip(data: bytes, source: int, prefix: str, shown: str, depth: int = 0) -> list[Entry]:
     """Every file of a zip archive (held in memory), archives inside it opened too."""
     try:
@@ -179,7 +198,14 @@ def read_zip(data: bytes, source: int, prefix: str, shown: str, depth: int = 0) 
         return [Entry(source, prefix, shown, problem="bad_zip", fields={"error": str(exc) or type(exc).__name__})]
     out = []
     for info in infos:
-        name = _zip_name(info).replace("\\", "/").lstrip("/")
+        raw = _zip_name(info)
+        bad = unsafe_part(raw)
+        if bad is not None:
+            if not info.is_dir():
+                out.append(Entry(source, f"{prefix}/{raw}" if prefix else raw, f"{shown}/{raw}",
+                                 problem="unsafe_name", fields={"name": raw, "part": bad}))
+            continue
+        name = raw.replace("\\", "/")
         if info.is_dir() or _junk(name):
             continue
         inner, where = f"{prefix}/{name}" if prefix else name, f"{shown}/{name}"
@@ -778,6 +804,9 @@ def timed_by_canvas(found: list[Candidate], times: CanvasTimes) -> None:
 
 def _candidate(e: Entry, layout, roster, worksheet, ids, zone, result) -> list[Candidate]:
     """The entry as a candidate for submitted/, or nothing (and a row saying why)."""
+    if e.problem == "unsafe_name":
+        result.rows.append(Row("unsafe_name", "", e.shown, ("unsafe_name_why", e.fields)))
+        return []
     if e.problem:
         result.rows.append(Row("unreadable", "", e.shown, (e.problem, e.fields)))
         return []

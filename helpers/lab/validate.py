@@ -181,6 +181,7 @@ def validate(path: Path, config=None) -> Result:
     from nbgrader.validator import Validator
 
     from . import shell_poll
+    from .private_kernel import PrivateKernelManager
     shell_poll.install()       # a reply after a widget is never missed for a cell's whole time limit
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
@@ -191,5 +192,7 @@ def validate(path: Path, config=None) -> Result:
     resources: dict = {}
     with utils.chdir(str(path.parent)), utils.setenv(NBGRADER_VALIDATING="1", NBGRADER_EXECUTION="validate"):
         for step in (CheckCellMetadata, ClearOutput, Execute):    # what nbgrader's Validate runs
-            nb, resources = step(parent=validator).preprocess(nb, resources)
+            # its kernel on IPC sockets of its own: no TCP port another process can take (private_kernel.py)
+            extra = {"kernel_manager_class": PrivateKernelManager} if step is Execute else {}
+            nb, resources = step(parent=validator, **extra).preprocess(nb, resources)
     return read_result(nb, lang)
