@@ -296,12 +296,21 @@ REPEAT_HINTS = [
         "axis with x[:, :, None] first, expand to (B, n_kv, n_rep, N, d_k), then reshape."))]
 
 
+B_NO_RESHAPE = Bug("repeat_kv_not_reshaped", "结果还是五维的 (B, n_kv, n_rep, N, d_k)：expand 之后还要 reshape 把 n_kv 和 "
+                   "n_rep 合并成一个轴，得到 (B, n_kv·n_rep, N, d_k)。", "the result is still 5-D, (B, n_kv, n_rep, N, d_k): "
+                   "after the expand, reshape to fuse n_kv and n_rep into one axis, (B, n_kv·n_rep, N, d_k).")
+B_REPEAT_DETACHED = Bug("repeat_kv_cuts_the_graph", "repeat_kv 的输出断开了计算图（torch.no_grad()、.detach()、.item() 或 "
+                        "NumPy）：注意力的梯度要经过它传回 k_proj、v_proj，否则 K、V 的权重学不到任何东西。只用张量运算，"
+                        "不要关掉梯度。", "repeat_kv's output is cut off from autograd (torch.no_grad(), .detach(), .item() or "
+                        "NumPy): the attention's gradient must flow through it back to k_proj and v_proj, or the K and V "
+                        "weights learn nothing. Use tensor operations only and leave gradients on.")
+
+
 def _repeat_shape_bug(out, B, n_kv, N, d_k, n_rep):
     """A known bug (or a hint) for an output of the wrong shape."""
     shape = tuple(out.shape) if isinstance(out, torch.Tensor) else None
     if shape == (B, n_kv, n_rep, N, d_k):
-        return None, t("形状是 (B, n_kv, n_rep, N, d_k)：还要 reshape 把 n_kv 和 n_rep 合并。",
-                       "the shape is (B, n_kv, n_rep, N, d_k): reshape to fuse n_kv and n_rep.")
+        return B_NO_RESHAPE, None
     known = {(B, n_kv, N * n_rep, d_k): B_TOKENS, (B * n_rep, n_kv, N, d_k): B_BATCH,
              (B, n_kv, N, d_k * n_rep): B_FEATURE, (B * n_kv * N * d_k * n_rep,): B_FLAT}
     if shape == (B, n_kv, N, d_k) and n_rep > 1:
@@ -559,7 +568,8 @@ def _rms_checks(rms_norm) -> int:
                                  "axis away."))
         tol = 1e-6 if x.dtype == torch.float64 else 2e-5
         if not near(out, expected, tol):
-            bugs = RMS_BUGS + (B_EPS_DEFAULT if eps is None else B_EPS_IGNORED)
+            # a given eps that is ignored looks like a missing eps on ordinary inputs: that name goes first
+            bugs = RMS_BUGS + B_EPS_DEFAULT if eps is None else B_EPS_IGNORED + RMS_BUGS
             bug = diagnose(out, bugs, x, w, 1e-6 if eps is None else eps, expected=expected,
                            match=lambda a, b, tol=tol: near(a, b, tol))
             bug = bug or (B_LOW_PRECISION if near(out, expected, 1e-2) else None)
@@ -736,9 +746,12 @@ def _repeat_checks(repeat_kv) -> int:
             raise failure(t(f"{full}：与 transformers 的 repeat_kv 比较", f"{full}: vs transformers' repeat_kv"),
                           show(hf_repeat_kv(x, n_rep)), show(out))
     x = torch.randn(1, 2, 3, 4, generator=gen, requires_grad=True)
-    out = call(repeat_kv, x, 2, what=t(f"{what}（需要梯度的输入）", f"{what} (input with requires_grad)"))
+    label = t(f"{what}（需要梯度的输入）", f"{what} (input with requires_grad)")
+    out = call(repeat_kv, x, 2, what=label)
     n += 1
-    expect_autograd(out, what)
+    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+        raise failure(label, t("一个连着计算图的张量（requires_grad=True）", "a tensor still connected to autograd "
+                               "(requires_grad=True)"), t("断开了", "cut off"), B_REPEAT_DETACHED)
     return n
 
 
@@ -755,16 +768,45 @@ B_KV_WIDTH = Bug("kv_proj_full_width", "k_proj、v_proj 的输出宽度是 d：�
                  "attention they have only n_kv_head heads, nn.Linear(d, n_kv_head * d_k, bias=False).")
 
 
+B_ATT_NAMES = Bug("attention_attribute_names", "四个投影要叫 self.q_proj、self.k_proj、self.v_proj、self.o_proj（Hugging Face 的名字；"
+                  "LLaMA 原版代码叫 wq、wk、wv、wo）：评分和对照 transformers 时都按这些名字找它们。", "the four projections "
+                  "must be called self.q_proj, self.k_proj, self.v_proj and self.o_proj (Hugging Face's names; LLaMA's "
+                  "original code says wq, wk, wv, wo): the grader and the comparison with transformers look them up by "
+                  "these names.")
+B_ATT_EXTRA = Bug("attention_extra_parameters", "除了四个投影的权重之外还有别的参数（一个可学习的缩放、bias、位置表……）："
+                  "练习要求没有别的参数，注意力的参数正好是 2d² + 2·d·n_kv_head·d_k。", "there are parameters besides the four "
+                  "projections' weights (a learnable scale, a bias, a position table, ...): the exercise asks for no "
+                  "other parameters, so the attention has exactly 2d² + 2·d·n_kv_head·d_k.")
+B_NOT_MERGED = Bug("attention_heads_not_merged", "返回的还是拆开的各头 (B, n_head, N, d_k)：要先 transpose(1, 2) 再 reshape 成 "
+                   "(B, N, d)，然后经过 self.o_proj。", "the heads come back still split, (B, n_head, N, d_k): transpose(1, 2), "
+                   "reshape to (B, N, d), then apply self.o_proj.")
+B_ATT_MASK_FIXED = Bug("causal_mask_fixed_size", "因果掩码是按一个固定的大小建的（在 __init__ 里，或者第一次调用时建好就一直用）："
+                       "序列比它长（或者长短变了）就对不上。在 forward 里按这一次的 N 现做："
+                       "torch.ones(N, N, dtype=torch.bool).triu(1)。", "the causal mask is built at a fixed size (in "
+                       "__init__, or on the first call and then kept): a sequence longer than that (or of another "
+                       "length) no longer fits. Build it in forward for this call's N: "
+                       "torch.ones(N, N, dtype=torch.bool).triu(1).")
+B_NO_D_CHECK = Bug("attention_no_divisibility_check", "d 不能被 n_head 整除时没有抛出 ValueError（只查了 d_k 的奇偶，"
+                   "而 d // n_head 会悄悄向下取整）。加上 if d % n_head: raise ValueError(...)。", "no ValueError when n_head "
+                   "does not divide d (only the parity of d_k is checked, and d // n_head quietly rounds down). Add "
+                   "if d % n_head: raise ValueError(...).")
+B_NO_KV_CHECK = Bug("attention_no_kv_heads_check", "n_head 不能被 n_kv_head 整除时没有抛出 ValueError：这时 query 头没法平均分给 "
+                    "KV 头。加上 if n_head % n_kv_head: raise ValueError(...)。", "no ValueError when n_kv_head does not "
+                    "divide n_head: the query heads cannot be shared out evenly among the KV heads. Add "
+                    "if n_head % n_kv_head: raise ValueError(...).")
+
+
 def _attention_structure(m, d, n_head, n_kv, label):
     d_k = d // n_head
     kv_wide = {(d, d): B_KV_WIDTH} if n_kv != n_head else {}
-    ws = [_linear(m, name, a, b, label, wrong=kv_wide if name in ("k_proj", "v_proj") else None).weight
+    ws = [_linear(m, name, a, b, label, B_ATT_NAMES, wrong=kv_wide if name in ("k_proj", "v_proj") else None).weight
           for name, a, b in (("q_proj", d, n_head * d_k), ("k_proj", d, n_kv * d_k), ("v_proj", d, n_kv * d_k),
                              ("o_proj", d, d))]
     total = sum(p.numel() for p in m.parameters())
     if total != bridge.gqa_attention_params(d, n_head, n_kv):
         raise failure(t(f"{label}：参数个数", f"{label}: number of parameters"),
                       f"2d² + 2·d·n_kv_head·d_k = {bridge.gqa_attention_params(d, n_head, n_kv)}", str(total),
+                      B_ATT_EXTRA if total > bridge.gqa_attention_params(d, n_head, n_kv) else None,
                       hint=t("只有 q_proj、k_proj、v_proj、o_proj 四个没有 bias 的线性层，没有别的参数。",
                              "only the four linear layers q_proj, k_proj, v_proj, o_proj, without biases, and no "
                              "other parameters."))
@@ -869,6 +911,7 @@ def _attention_checks(cls) -> int:
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != (B, N, d):
             got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
             raise failure(t(f"{label}：输出形状", f"{label}: output shape"), str((B, N, d)), str(got),
+                          B_NOT_MERGED if got == (B, n_head, N, d // n_head) else None,
                           hint=t("合并各头：y.transpose(1, 2).reshape(B, N, d)，再经过 self.o_proj。",
                                  "merge the heads with y.transpose(1, 2).reshape(B, N, d), then apply self.o_proj."))
         if not near(out, expected):
@@ -886,15 +929,41 @@ def _attention_checks(cls) -> int:
             raise failure(t(f"{label}：与 transformers 的 LlamaAttention（W_Q、W_K 行置换后）比较",
                             f"{label}: vs transformers' LlamaAttention (rows of W_Q, W_K permuted)"),
                           show(theirs[:, -1]), show(out[:, -1]))
+    # each invalid case breaks one condition only (d_k even in the first two), so that each check is needed
     for args, zh, en, missing, values in (
-            ((10, 3, 1), "d 不能被 n_head 整除", "n_head does not divide d", None, ((10,), (3,))),
-            ((12, 4, 3), "n_head 不能被 n_kv_head 整除", "n_kv_head does not divide n_head", None, ((4,), (3,))),
+            ((10, 4, 2), "d 不能被 n_head 整除", "n_head does not divide d", B_NO_D_CHECK, ((10,), (4,))),
+            ((24, 6, 4), "n_head 不能被 n_kv_head 整除", "n_kv_head does not divide n_head", B_NO_KV_CHECK, ((6,), (4,))),
             ((12, 12, 4), "d_k = 1 是奇数", "d_k = 1 is odd", B_ODD_DK, ((1, 12),))):
         _expect_value_error(cls, args, t(f"{what}{args}：{zh}，应抛出 ValueError",
                                          f"{what}{args}: {en}, so it must raise ValueError"), missing, values)
         n += 1
     n += _attention_float32_and_causal(cls, gen)
+    n += _attention_long(cls, gen)
     return n
+
+
+LONG_N = 1100      # longer than any fixed size a student is likely to pick for a causal mask (512, 1024)
+FIXED_MASK_HINTS = [(lambda exc, line: str(LONG_N) in str(exc) or "mask" in (line or ""), B_ATT_MASK_FIXED)]
+
+
+def _attention_long(cls, gen) -> int:
+    """The same layer on 6 tokens, then on LONG_N whose first 6 are the same: a causal mask made once at a fixed
+    size (or kept from the first call) no longer fits. (Every other check has passed by now, so a difference here
+    can only come from the length; float32 and a small layer keep it cheap.)"""
+    label = t(f"LlamaAttention(8, 2, 1)：先处理 6 个 token，再处理以它们开头的 {LONG_N} 个",
+              f"LlamaAttention(8, 2, 1): 6 tokens, then {LONG_N} tokens that start with them")
+    m = _build(cls, (8, 2, 1), label, hints=VALID_SHAPES)
+    bridge.randomise(m, int(torch.randint(1000, (1,), generator=gen)), scale=0.5)
+    x = torch.randn(1, LONG_N, 8, generator=gen)
+    with torch.no_grad():
+        short = call(m, x[:, :6].clone(), what=label, hints=ROPE_HINT)
+        out = call(m, x.clone(), what=label, hints=FIXED_MASK_HINTS + ROPE_HINT)
+    if not (isinstance(out, torch.Tensor) and tuple(out.shape) == (1, LONG_N, 8) and close(out[:, :6], short)):
+        got = f"{tuple(out.shape)}: {show(out[0, :6, 0])}" if isinstance(out, torch.Tensor) else type(out).__name__
+        raise failure(t(f"{label}：前 6 个位置的输出", f"{label}: the outputs at the first 6 positions"),
+                      t(f"与只处理 6 个 token 时相同：{show(short[0, :, 0])}", f"the same as for the 6 tokens alone: "
+                        f"{show(short[0, :, 0])}"), got, B_ATT_MASK_FIXED)
+    return 1
 
 
 def _attention_float32_and_causal(cls, gen) -> int:
@@ -970,7 +1039,22 @@ BLOCK_ARGS = [(lambda exc, line: isinstance(exc, ValueError), Bug(
     "these shapes are valid: check the order of its arguments, LlamaAttention(d, n_head, n_kv_head, base)."))]
 
 
+B_BLOCK_NAMES = Bug("block_attribute_names", "块的四个子模块要叫 self.attn_norm、self.attn、self.ffn_norm、self.ffn"
+                    "（不是 Hugging Face 的 input_layernorm、self_attn、post_attention_layernorm、mlp）：评分按这些名字找它们。",
+                    "the block's four submodules must be called self.attn_norm, self.attn, self.ffn_norm and self.ffn "
+                    "(not Hugging Face's input_layernorm, self_attn, post_attention_layernorm, mlp): the grader looks "
+                    "them up by these names.")
+B_BLOCK_DEFAULTS = Bug("block_default_arguments", "不传 eps 和 base 时结果不对，而显式传入时是对的：默认值要和练习一样，"
+                       "LlamaBlock(d, n_head, n_kv_head, d_ff, eps=1e-6, base=10000.0)。", "the result is wrong when eps and "
+                       "base are left out, and right when they are passed: the defaults must be the exercise's, "
+                       "LlamaBlock(d, n_head, n_kv_head, d_ff, eps=1e-6, base=10000.0).")
+
+
 def _block_structure(m, d, n_head, n_kv, d_ff, eps, label):
+    for name in ("attn_norm", "attn", "ffn_norm", "ffn"):
+        if getattr(m, name, None) is None:
+            raise failure(t(f"{label}：self.{name}", f"{label}: self.{name}"), t("一个子模块", "a submodule"),
+                          t("没有这个属性", "no such attribute"), B_BLOCK_NAMES)
     for name in ("attn_norm", "ffn_norm"):
         w = getattr(getattr(m, name, None), "weight", None)
         if not isinstance(w, torch.Tensor) or tuple(w.shape) != (d,):
@@ -1116,6 +1200,7 @@ def _block_checks(cls) -> int:
         if not _hf_close(out, theirs):
             raise failure(t(f"{label}：与 transformers 的 LlamaDecoderLayer 比较", f"{label}: vs transformers' "
                             "LlamaDecoderLayer"), show(theirs[:, -1]), show(out[:, -1]))
+    n += _block_defaults(cls, gen)
     m = _build(cls, (16, 4, 2, 32), f"{what}(16, 4, 2, 32)", hints=BLOCK_ARGS)
     x = torch.randn(2, 5, 16, generator=gen, requires_grad=True)
     out = call(m, x, what=t(f"{what}：float32 输入，需要梯度", f"{what}: float32 input with requires_grad"))
@@ -1126,6 +1211,24 @@ def _block_checks(cls) -> int:
                       hint=t("float32 进，float32 出。", "float32 in, float32 out."))
     expect_autograd(out, what)
     return n
+
+
+def _block_defaults(cls, gen) -> int:
+    """LlamaBlock(16, 4, 2, 32) without eps and base behaves as eps=1e-6, base=10000 (small inputs: eps shows)."""
+    label = t("LlamaBlock(16, 4, 2, 32)：不传 eps、base（默认 1e-6、10000）", "LlamaBlock(16, 4, 2, 32): eps and base "
+              "left out (defaults 1e-6, 10000)")
+    m = _build(cls, (16, 4, 2, 32), label, hints=BLOCK_ARGS)
+    bridge.randomise(m, int(torch.randint(1000, (1,), generator=gen)), scale=0.4)
+    m = m.double()
+    wts = {k: v.detach() for k, v in bridge.block_weights(m).items()}
+    x = 0.003 * torch.randn(1, 12, 16, generator=gen, dtype=torch.float64)
+    with torch.no_grad():
+        out = call(m, x.clone(), what=label, hints=ROPE_HINT)
+    expected = ref_block(x, wts, 4, 2, 1e-6, 10000.0)
+    if not near(out, expected):
+        raise failure(label, show(expected[:, -1]), show(out[:, -1]) if isinstance(out, torch.Tensor) else
+                      type(out).__name__, B_BLOCK_DEFAULTS)
+    return 1
 
 
 # ---------------------------------------------------------------- each exercise on its own
