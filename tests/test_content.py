@@ -1148,3 +1148,14 @@ def test_ch10_counts_six_differences_and_cites_only_the_rescaling_chapter_4_ran(
                     ("在第 7 章莎士比亚文本的前一百万个字符上", "on the first million characters of chapter 7's Shakespeare text"))
     zh, en = _built("ch10_llama_block")
     assert "2310.06825" in zh and "2310.06825" in en                        # Mistral 7B
+
+
+def test_ch05_warm_up_is_credited_to_papers_that_state_it_and_not_to_gpt2():
+    _gone_and_there("ch05_block", ("GPT-2、GPT-3、LLaMA 都是 Pre-LN，训练时仍然先 warm-up 若干步",
+                                   "GPT-2, GPT-3 and LLaMA are all Pre-LN and still warm up for a number of steps"),
+                    ("GPT-3 在最初的 3.75 亿个 token 上，LLaMA 用 2000 步（Brown 等，2020；Touvron 等，2023）",
+                     "GPT-3 over its first 375 million tokens, LLaMA for 2,000 steps (Brown et al., 2020; Touvron et al., 2023)"))
+    zh, en = _built("ch05_block")
+    assert "GPT-2 的论文没有写它的学习率时间表" in zh and "GPT-2's paper does not give its learning-rate schedule" in en
+    for arxiv in ("2005.14165", "2302.13971"):
+        assert arxiv in zh and arxiv in en, arxiv
