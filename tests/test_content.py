@@ -1159,3 +1159,22 @@ def test_ch05_warm_up_is_credited_to_papers_that_state_it_and_not_to_gpt2():
     assert "GPT-2 的论文没有写它的学习率时间表" in zh and "GPT-2's paper does not give its learning-rate schedule" in en
     for arxiv in ("2005.14165", "2302.13971"):
         assert arxiv in zh and arxiv in en, arxiv
+
+
+def test_ch08_flashattention_is_not_said_to_do_the_same_arithmetic_in_training():
+    _gone_and_there("ch08_efficiency", ("运算量并没有变少。省下的", "the arithmetic is the same."),
+                    ("训练时反向传播还要把分数一块块重新算一遍", "in training the backward pass recomputes the scores block by block"))
+
+
+def test_ch02_a_rounded_0_in_the_bert_row_is_not_called_an_exact_zero():
+    import math
+
+    import torch
+
+    from helpers.ch02_causal_mask import calculator
+    x, w_q, w_k, _ = (torch.tensor(a, dtype=torch.float32) for a in calculator.inputs())
+    bert = torch.softmax((x @ w_q) @ (x @ w_k).T / math.sqrt(4), dim=-1)
+    assert (bert > 0).all() and (bert[0] < 0.005).any()          # a weight that prints as 0.0 yet is not 0
+    _gone_and_there("ch02_causal_mask", ("两种注意力的差别全在那个三角形里：", "lies in that triangle:"),
+                    ("BERT 那一行里的 0.0 是一个小于 0.005 的权重，不是精确的 0",
+                     "a 0.0 in the BERT row is a weight below 0.005, not an exact 0"))
