@@ -1178,3 +1178,8 @@ def test_ch02_a_rounded_0_in_the_bert_row_is_not_called_an_exact_zero():
     _gone_and_there("ch02_causal_mask", ("两种注意力的差别全在那个三角形里：", "lies in that triangle:"),
                     ("BERT 那一行里的 0.0 是一个小于 0.005 的权重，不是精确的 0",
                      "a 0.0 in the BERT row is a weight below 0.005, not an exact 0"))
+
+
+def test_ch05_only_t_fixup_is_credited_with_training_post_ln_without_warm_up():
+    _gone_and_there("ch05_block", ("能让很深的 Post-LN 不靠 warm-up 也训练起来", "train very deep Post-LN stacks without warm-up"),
+                    ("其中 T-Fixup 的论文明确做到了不用 warm-up", "T-Fixup's paper shows it explicitly without warm-up"))
