@@ -1183,3 +1183,9 @@ def test_ch02_a_rounded_0_in_the_bert_row_is_not_called_an_exact_zero():
 def test_ch05_only_t_fixup_is_credited_with_training_post_ln_without_warm_up():
     _gone_and_there("ch05_block", ("能让很深的 Post-LN 不靠 warm-up 也训练起来", "train very deep Post-LN stacks without warm-up"),
                     ("其中 T-Fixup 的论文明确做到了不用 warm-up", "T-Fixup's paper shows it explicitly without warm-up"))
+
+
+def test_ch01_the_it_to_animal_head_is_a_possible_job_not_what_a_trained_head_does():
+    _gone_and_there("ch01_attention", ("一个训练好的头处理“它”时，会把很大的权重给“动物”",
+                                       'a trained head processing "it" gives a large weight'),
+                    ("训练好的模型里可以有这样的头", "a trained model can have a head that"))
