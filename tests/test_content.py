@@ -1189,3 +1189,9 @@ def test_ch01_the_it_to_animal_head_is_a_possible_job_not_what_a_trained_head_do
     _gone_and_there("ch01_attention", ("一个训练好的头处理“它”时，会把很大的权重给“动物”",
                                        'a trained head processing "it" gives a large weight'),
                     ("训练好的模型里可以有这样的头", "a trained model can have a head that"))
+
+
+def test_ch08_the_1024_fold_score_memory_is_a_training_figure():
+    assert 32 * 32 == 1024 and 4 * 2048 ** 2 == 16 * 2 ** 20                  # heads × layers; one score matrix in MiB
+    _gone_and_there("ch08_efficiency", ("一个 32 头、32 层的模型要乘上 1024 倍。", "and a model with 32 heads and 32 layers multiplies that by 1024."),
+                    ("每一层的分数都要留到反向传播时再用", "every layer's scores are kept for the backward pass"))
