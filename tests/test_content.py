@@ -1099,3 +1099,122 @@ def test_ch03_olsson_is_quoted_for_what_they_measured_too():
 def test_ch07_summary_credits_the_recipe_as_a_whole():
     _gone_and_there("ch07_gpt", ("比照搬的配方走得更远——配方要量出来。", "go further than a recipe copied as is"),
                     ("每一次对比只能说明它改动了的那些东西", "each comparison only speaks for what it changed"))
+
+
+# --------------------------------------------------------- issue 40: the second outside read
+# The rest of the prose read the same way (ch03, ch05, ch06, ch08, ch09, ch10).
+
+def test_ch03_the_original_transformer_had_8_heads_in_its_base_model_and_16_in_its_big_one():
+    # Vaswani et al. 2017, Table 3: base d_model 512, h 8; big d_model 1024, h 16; d_k = 64 in both
+    assert 512 // 8 == 1024 // 16 == 64
+    _gone_and_there("ch03_multi_head", ("原始 Transformer 用 8 个头，", "The original Transformer used 8 heads;"),
+                    ("的 base 模型用 8 个头，big 模型用 16 个", "used 8 heads in its base model and 16 in its big one"))
+
+
+def test_ch05_adams_first_step_is_sign_g_only_up_to_eps_and_no_seed_is_named():
+    import torch
+    eps = torch.optim.Adam([torch.zeros(1, requires_grad=True)]).defaults["eps"]
+    p = torch.zeros(2, requires_grad=True)
+    opt = torch.optim.Adam([p], lr=1.0)
+    p.grad = torch.tensor([1.0, eps])                               # a gradient of the size of ε moves half as far
+    opt.step()
+    assert p[0].item() == pytest.approx(-1.0) and p[1].item() == pytest.approx(-0.5)
+    _gone_and_there("ch05_block", ("所以第一步的更新恰好是", "so its very first update is exactly"),
+                    (r"$\text{lr}\cdot g/(|g|+\varepsilon)$（PyTorch 的 Adam 默认 $\varepsilon=10^{-8}$）",
+                     r"$\text{lr}\cdot g/(|g|+\varepsilon)$ (PyTorch's Adam uses $\varepsilon=10^{-8}$ by default)"))
+    assert eps == 1e-8
+    _gone_and_there("ch05_block", ("和种子里的数对上", "This matches the seed's number"),
+                    ("和本章开头给的数对上", "This matches the number in this chapter's introduction"))
+
+
+def test_ch06_mfu_is_not_called_typical_and_qwen_biases_name_their_source():
+    _gone_and_there("ch06_param_count", ("这是大规模训练的典型水平", "typical for large training runs"),
+                    ("大约四成，远没有跑满峰值", "about 40%, far from the peak"))
+    _gone_and_there("ch06_param_count", ("Qwen 1 到 2.5 在 q、k、v 三个投影上保留了偏置。）",
+                                         "Qwen 1 to 2.5 keep a bias on the q, k and v projections.)"),
+                    ("出处是第 10 章延伸阅读里的 Qwen 技术报告", "as their technical reports in chapter 10's further reading say"))
+    zh, en = _built("ch10_llama_block")
+    for arxiv in ("2309.16609", "2407.10671", "2412.15115"):                  # Qwen, Qwen2, Qwen2.5 reports
+        assert arxiv in zh and arxiv in en, arxiv
+
+
+def test_ch08_online_softmax_is_credited_to_milakov_and_gqa_users_have_sources():
+    _gone_and_there("ch08_efficiency", ("FlashAttention 的观察是", "FlashAttention's observation:"),
+                    ("建立在一个更早的观察上（Milakov 和 Gimelshein，2018", "builds on an earlier observation (Milakov and Gimelshein, 2018"))
+    zh, en = _built("ch08_efficiency")
+    reading = [text.split(marker)[1] for text, marker in ((zh, "### 延伸阅读"), (en, "### Further reading"))]
+    for arxiv in ("2307.09288", "2407.21783", "2310.06825", "2405.04434"):    # Llama 2, Llama 3, Mistral 7B, DeepSeek-V2
+        assert all(arxiv in r for r in reading), arxiv
+
+
+def test_ch09_the_phase_change_is_a_window_of_training_not_a_few_steps():
+    out = kept_output("ch09_inside_gpt")
+    start, end = map(int, re.search(r"falls fastest between steps (\d+) and (\d+)", out).groups())
+    assert end > start                                                     # the kept run: a window of snapshots
+    _gone_and_there("ch09_inside_gpt", ("它们在很少的几步里突然出现", "they appear within a few steps"),
+                    ("它们在很窄的一段训练窗口里突然出现", "they appear within a narrow window of training"))
+
+
+def test_ch10_counts_six_differences_and_cites_only_the_rescaling_chapter_4_ran():
+    import inspect
+
+    from helpers import extrapolation
+    from helpers.ch10_llama_block import encode_corpus
+    assert not any("yarn" in kind for kind in extrapolation.KINDS)        # chapter 4's experiment runs no YaRN
+    assert inspect.signature(encode_corpus).parameters["n_chars"].default == 1_000_000
+    _gone_and_there("ch10_llama_block", ("要调整频率（NTK、YaRN）才能收回一部分", "rescaling its frequencies (NTK, YaRN) took back"),
+                    ("只有动态 NTK 缩放一种，它只收回了一部分损失（YaRN 在那个实验里没有跑）",
+                     "dynamic NTK scaling, took back only part of the loss (YaRN was not run in that experiment)"))
+    _gone_and_there("ch10_llama_block", ("它和 GPT-2 有五处不同", "differs from GPT-2's in five places"),
+                    ("它和 GPT-2 有六处不同（第 1 节的表），其中五处在块里面", "differs from GPT-2's in six places (the table in section 1): five inside the block"))
+    _gone_and_there("ch10_llama_block", ("在第 7 章的莎士比亚文本上", "trained on chapter 7's Shakespeare text"),
+                    ("在第 7 章莎士比亚文本的前一百万个字符上", "on the first million characters of chapter 7's Shakespeare text"))
+    zh, en = _built("ch10_llama_block")
+    assert "2310.06825" in zh and "2310.06825" in en                        # Mistral 7B
+
+
+def test_ch05_warm_up_is_credited_to_papers_that_state_it_and_not_to_gpt2():
+    _gone_and_there("ch05_block", ("GPT-2、GPT-3、LLaMA 都是 Pre-LN，训练时仍然先 warm-up 若干步",
+                                   "GPT-2, GPT-3 and LLaMA are all Pre-LN and still warm up for a number of steps"),
+                    ("GPT-3 在最初的 3.75 亿个 token 上，LLaMA 用 2000 步（Brown 等，2020；Touvron 等，2023）",
+                     "GPT-3 over its first 375 million tokens, LLaMA for 2,000 steps (Brown et al., 2020; Touvron et al., 2023)"))
+    zh, en = _built("ch05_block")
+    assert "GPT-2 的论文没有写它的学习率时间表" in zh and "GPT-2's paper does not give its learning-rate schedule" in en
+    for arxiv in ("2005.14165", "2302.13971"):
+        assert arxiv in zh and arxiv in en, arxiv
+
+
+def test_ch08_flashattention_is_not_said_to_do_the_same_arithmetic_in_training():
+    _gone_and_there("ch08_efficiency", ("运算量并没有变少。省下的", "the arithmetic is the same."),
+                    ("训练时反向传播还要把分数一块块重新算一遍", "in training the backward pass recomputes the scores block by block"))
+
+
+def test_ch02_a_rounded_0_in_the_bert_row_is_not_called_an_exact_zero():
+    import math
+
+    import torch
+
+    from helpers.ch02_causal_mask import calculator
+    x, w_q, w_k, _ = (torch.tensor(a, dtype=torch.float32) for a in calculator.inputs())
+    bert = torch.softmax((x @ w_q) @ (x @ w_k).T / math.sqrt(4), dim=-1)
+    assert (bert > 0).all() and (bert[0] < 0.005).any()          # a weight that prints as 0.0 yet is not 0
+    _gone_and_there("ch02_causal_mask", ("两种注意力的差别全在那个三角形里：", "lies in that triangle:"),
+                    ("BERT 那一行里的 0.0 是一个小于 0.005 的权重，不是精确的 0",
+                     "a 0.0 in the BERT row is a weight below 0.005, not an exact 0"))
+
+
+def test_ch05_only_t_fixup_is_credited_with_training_post_ln_without_warm_up():
+    _gone_and_there("ch05_block", ("能让很深的 Post-LN 不靠 warm-up 也训练起来", "train very deep Post-LN stacks without warm-up"),
+                    ("其中 T-Fixup 的论文明确做到了不用 warm-up", "T-Fixup's paper shows it explicitly without warm-up"))
+
+
+def test_ch01_the_it_to_animal_head_is_a_possible_job_not_what_a_trained_head_does():
+    _gone_and_there("ch01_attention", ("一个训练好的头处理“它”时，会把很大的权重给“动物”",
+                                       'a trained head processing "it" gives a large weight'),
+                    ("训练好的模型里可以有这样的头", "a trained model can have a head that"))
+
+
+def test_ch08_the_1024_fold_score_memory_is_a_training_figure():
+    assert 32 * 32 == 1024 and 4 * 2048 ** 2 == 16 * 2 ** 20                  # heads × layers; one score matrix in MiB
+    _gone_and_there("ch08_efficiency", ("一个 32 头、32 层的模型要乘上 1024 倍。", "and a model with 32 heads and 32 layers multiplies that by 1024."),
+                    ("每一层的分数都要留到反向传播时再用", "every layer's scores are kept for the backward pass"))
