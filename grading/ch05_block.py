@@ -529,6 +529,11 @@ B_BLOCK_NAMES = Bug("block_attribute_names",
                     "the Block's submodules are not named as asked: the four attributes are self.ln1, self.attn, "
                     "self.ln2, self.ffn (the tests, chapter 7's GPT and weight loading look them up by these names; "
                     "ln_1 or mlp cannot be found).")
+B_BLOCK_ATTN = Bug("block_attention_not_the_given_one",
+                   "self.attn 不是给定的 CausalAttention(d, h)（比如换成了 nn.MultiheadAttention）：题目要求用给定的因果注意力，"
+                   "它自带因果掩码，forward 只收一个 x。",
+                   "self.attn is not the given CausalAttention(d, h) (nn.MultiheadAttention instead, say): the exercise "
+                   "asks for the given causal attention, which brings its own causal mask and takes a single x.")
 B_BLOCK_FFN = Bug("block_ffn_not_feedforward",
                   "self.ffn 不是你在练习 1 写的 FeedForward(d)（比如自己又搭了一个 nn.Sequential）：题目要求 "
                   "self.ffn = FeedForward(d)，它带 fc 和 proj 两个属性。",
@@ -554,8 +559,8 @@ def _block_structure(block, d, full):
                           t(f"没有（Block 的子模块是：{have or '无'}）", f"missing (the Block's submodules: {have or 'none'})"),
                           B_BLOCK_NAMES)
     if not isinstance(block.attn, CausalAttention):
-        raise GradingFailure(t(f"{full}：self.attn 应该是给定的 CausalAttention(d, h)。",
-                               f"{full}: self.attn should be the given CausalAttention(d, h)."))
+        raise failure(t(f"{full}：self.attn", f"{full}: self.attn"), "CausalAttention(d, h)", type(block.attn).__name__,
+                      B_BLOCK_ATTN)
     if block.ln1 is block.ln2:
         raise failure(t(f"{full}：ln1 和 ln2", f"{full}: ln1 and ln2"), t("两个独立的 LayerNorm", "two separate LayerNorms"),
                       t("同一个对象", "the same object"), BLOCK_BUGS[3])

@@ -121,6 +121,10 @@ BUGS = [
                                    BLOCK_INIT.replace("FeedForward(d)",
                                                       "nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))")),
             lose=("test_block",), words=("不是你在练习 1 写的 FeedForward",), breaks=("block-attributes",)),
+    Variant("block_own_attention", block("        h = self.ln1(x)\n        x = x + self.attn(h, h, h, need_weights=False)[0]\n"
+                                         "        return x + self.ffn(self.ln2(x))\n",
+                                         BLOCK_INIT.replace("CausalAttention(d, h)", "nn.MultiheadAttention(d, h, batch_first=True)")),
+            lose=("test_block",), words=("不是给定的 CausalAttention",), breaks=("block-attributes",)),
     Variant("block_one_norm_object", block("        x = x + self.attn(self.ln1(x))\n        return x + self.ffn(self.ln2(x))\n",
                                            BLOCK_INIT.replace("        self.ln1 = nn.LayerNorm(d)\n", "")
                                            .replace("self.ln2 = nn.LayerNorm(d)", "self.ln1 = self.ln2 = nn.LayerNorm(d)")),
