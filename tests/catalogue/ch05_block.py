@@ -207,6 +207,19 @@ CORRECT += [
                                       "            + per_linear(4 * d, d) + 4 * d)\n"}),
 ]
 
+# the count checked as a Python int: float arithmetic inside, an int returned, is fine; so is a FeedForward
+# whose GELU is called from torch.nn.functional and a layer_norm that reads its statistics from torch.var_mean
+CORRECT += [
+    Variant("ok_int_of_float_formula", {
+        **ffn("        hidden = hidden if hidden is not None else d * 4\n"
+              "        self.fc = nn.Linear(d, hidden, bias=True)\n"
+              "        self.proj = nn.Linear(hidden, d, bias=True)\n",
+              "        return self.proj(torch.nn.functional.gelu(self.fc(x), approximate='none'))\n"),
+        **ln("    var, mean = torch.var_mean(x, dim=-1, unbiased=False, keepdim=True)\n"
+             "    return (x - mean) * (var + eps).rsqrt() * weight + bias\n"),
+        "block_params": PARAMS_HEAD + "    return int(d * (12.0 * d + 13.0))          # exact below 2**53\n"}),
+]
+
 WORDS_ARE_NOT_CALLS = ("ok_comments_name_forbidden_calls",)
 
 # ------------------------------------------------------------------ browser test
