@@ -761,8 +761,8 @@ def check_block_params(block_params) -> None:
                           hint=t("题目要求返回 Python 的 int。", "the exercise asks for a Python int."))
         if got != expected:
             bug = next((b for f, b in PARAM_BUGS if f(d) == got), None)
-            seed = t("（种子里的“≈ 7.1M”）", " (the seed's \"≈ 7.1M\")") if d == 768 else ""
-            raise failure(f"{what}({d})", f"{expected:,}{seed}", f"{got:,}" if isinstance(got, int) else show(got), bug,
+            quoted = t("（正文里说的“≈ 7.1M”）", " (the \"≈ 7.1M\" quoted in the chapter)") if d == 768 else ""
+            raise failure(f"{what}({d})", f"{expected:,}{quoted}", f"{got:,}" if isinstance(got, int) else show(got), bug,
                           hint=t("数一数：注意力 4d² + 4d，FFN 8d² + 5d，两个 LayerNorm 4d。",
                                  "count them: attention 4d² + 4d, FFN 8d² + 5d, two LayerNorms 4d."))
     passed(what, n)
