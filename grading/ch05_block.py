@@ -384,7 +384,32 @@ def _ln_checks(layer_norm) -> int:
         out = call(layer_norm, x, torch.ones(8), torch.zeros(8),
                    what=t(f"{what}（需要梯度的输入）", f"{what} (input with requires_grad)"))
     expect_autograd(out, what)
-    return check.n + 1
+    _ln_half(layer_norm, what)
+    return check.n + 2
+
+
+LN_DTYPE = Bug("layernorm_dtype_not_kept",
+               "输出没有保持 x 的 dtype：如果先 x.float() 在 float32 里算，最后要 .to(x.dtype) 转回去"
+               "（半精度进，半精度出）。",
+               "the output does not keep x's dtype: if you compute in float32 (x.float()), convert back with "
+               ".to(x.dtype) at the end (half precision in, half precision out).")
+
+
+def _ln_half(layer_norm, what) -> None:
+    """Half precision (float16) in, float16 out, with values right to half precision's rounding."""
+    gen = seeded(504)
+    x = (torch.randn(2, 3, 16, generator=gen) * 2 + 1).half()
+    w, b = (torch.randn(16, generator=gen) * 0.5 + 1).half(), torch.randn(16, generator=gen).half()
+    label = t(f"{what}：半精度（float16）输入", f"{what}: half-precision (float16) input")
+    with forbidden(LN_FORBIDDEN, what):
+        out = call(layer_norm, x.clone(), w.clone(), b.clone(), what=label)
+    if not isinstance(out, torch.Tensor) or out.dtype != torch.float16:
+        raise failure(t(f"{label}：输出的 dtype", f"{label}: dtype of the output"), "torch.float16",
+                      str(getattr(out, "dtype", type(out).__name__)), LN_DTYPE)
+    expected = ref_layer_norm(x.to(F64), w.to(F64), b.to(F64))
+    verdict = compare(out.to(F64), expected, Tol(1e-2, 1e-2))
+    if verdict.problem is not None:
+        raise value_failure(label, out.to(F64), expected, Tol(1e-2, 1e-2), verdict, None)
 
 
 # ---------------------------------------------------------------- earlier exercises, standing in for wrong ones
@@ -595,13 +620,25 @@ def _block_run(block, x, full):
     seen = {}
     hooks = [getattr(block, m).register_forward_pre_hook(lambda mod, args, m=m: seen.setdefault(m, args[0].detach()))
              for m in ("attn", "ffn")]
+    x_in = x.clone()
     try:
         with torch.no_grad():
-            out = call(block, x.clone(), what=f"{full}: x {tuple(x.shape)}")
+            out = call(block, x_in, what=f"{full}: x {tuple(x.shape)}")
     finally:
         for hk in hooks:
             hk.remove()
+    if not torch.equal(x_in, x):
+        raise failure(t(f"{full}：调用之后的 x", f"{full}: x after the call"), t("和调用前一样", "as it was before"),
+                      t("被修改了", "modified"), BLOCK_IN_PLACE)
     return out, seen
+
+
+BLOCK_IN_PLACE = Bug("block_modifies_input",
+                     "Block 原地修改了传入的 x（x += … 或 x.add_(…)）：调用者的张量被改掉了，训练时反向传播还要用到原来的 x。"
+                     "写 x = x + attn(ln1(x))，返回新的张量。",
+                     "Block changed the x it was given in place (x += … or x.add_(…)): the caller's tensor is "
+                     "overwritten, and backpropagation still needs the original x when training. Write "
+                     "x = x + attn(ln1(x)) and return a new tensor.")
 
 
 def _block_case(Block, d, h, shape, gen) -> None:

@@ -87,6 +87,11 @@ BUGS = [
                                 "    return y.reshape(x.shape)\n"),
             lose=("test_layer_norm",), words=("从零实现", "group_norm"), breaks=("ln-basic-ops",)),
     # FeedForward
+    # outside audit: computed in float32 and not cast back (float64 weights hide it; half precision does not)
+    Variant("ln_float32_not_cast_back", ln("    x = x.float()\n    mu = x.mean(-1, keepdim=True)\n"
+                                           "    var = ((x - mu) ** 2).mean(-1, keepdim=True)\n"
+                                           "    return (x - mu) / torch.sqrt(var + eps) * weight + bias\n"),
+            lose=("test_layer_norm",), words=("没有保持 x 的 dtype", "半精度进，半精度出"), breaks=("ln-dtype",)),
     Variant("ffn_relu", ffn(FFN_INIT.replace("nn.GELU()", "nn.ReLU()")),
             lose=("test_feedforward",), words=("ReLU", "GELU"), breaks=("ffn-gelu",), said=kept("FeedForward", 1)),
     Variant("ffn_hidden_2d", ffn(FFN_INIT.replace("4 * d", "2 * d")),
@@ -130,6 +135,10 @@ BUGS = [
                                            .replace("self.ln2 = nn.LayerNorm(d)", "self.ln1 = self.ln2 = nn.LayerNorm(d)")),
             lose=("test_block",), words=("共用了同一个 LayerNorm",), breaks=("block-separate-norms",)),
     # block_params
+    # outside audit: the residual added in place overwrites the caller's x
+    Variant("block_in_place", block("        x += self.attn(self.ln1(x))\n        x += self.ffn(self.ln2(x))\n"
+                                    "        return x\n"),
+            lose=("test_block",), words=("原地修改了传入的 x", "x = x + attn(ln1(x))"), breaks=("block-no-in-place",)),
     Variant("params_no_norms", {"block_params": PARAMS_HEAD + "    return 12 * d * d + 9 * d\n"},
             lose=("test_block_params",), words=("LayerNorm",), breaks=("params-count",)),
     Variant("params_builds_block", {"block_params": PARAMS_HEAD + "    return sum(p.numel() for p in Block(d, 1).parameters())\n"},
@@ -229,3 +238,16 @@ WIDGET = dict(cell="norm_placement.grad_norm_figure", labels=("Pre-LN", "Post-LN
 
 def check_widget(target, text):
     assert target.locator("img").count() >= 1, "ch05: no figure"
+
+# outside audit: more correct styles for the new checks (half precision, a Block that must not write into x):
+# statistics by torch.var_mean in float32 cast back with type_as, weight/bias broadcast as (1, d), a Block
+# whose residual additions are out-of-place torch.add calls on fresh names, and FeedForward(d, 4 * d) spelled out
+CORRECT += [
+    Variant("ok_var_mean_type_as_torch_add", {
+        **ln("    var, mu = torch.var_mean(x.float(), dim=-1, keepdim=True, correction=0)\n"
+             "    y = (x.float() - mu) * torch.rsqrt(var + eps)\n"
+             "    return (y * weight.float().view(1, -1) + bias.float().view(1, -1)).type_as(x)\n"),
+        **block("        h = torch.add(x, self.attn(self.ln1(x)))\n"
+                "        out = torch.add(h, self.ffn(self.ln2(h)))\n"
+                "        return out\n", BLOCK_INIT.replace("FeedForward(d)", "FeedForward(d, 4 * d)"))}),
+]
