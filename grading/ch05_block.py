@@ -195,8 +195,20 @@ def _ffn_forward(ffn, fc, proj, full, label, x):
         expected = ref_ffn(x, *_w(fc), *_w(proj), act)
         bug = diagnose(out, [FFN_BUGS[k] for k in ("relu", "silu", "none", "act_after", "residual")],
                        x, *_w(fc), *_w(proj), expected=expected)
+        if bug is None:
+            with torch.no_grad():
+                again = call(mod, x.clone(), what=f"{full}: {label}", hints=hints)
+            bug = FFN_RANDOM if not torch.equal(again, out) else None
         raise value_failure(f"{full}: {label}", out, expected, F32, verdict, bug,
                             hint=t("forward 是 proj(GELU(fc(x)))。", "forward is proj(GELU(fc(x)))."))
+
+
+FFN_RANDOM = Bug("ffn_random_dropout",
+                 "同一个输入算两次，输出不一样：forward 里有随机的东西（多半是 nn.Dropout，训练模式下每次丢掉不同的元素）。"
+                 "题目的 forward 就是 proj(GELU(fc(x)))，不加 dropout。",
+                 "the same input gives two different outputs: the forward has something random in it (an nn.Dropout, "
+                 "most likely, which drops other elements on every call in training mode). The exercise's forward is "
+                 "exactly proj(GELU(fc(x))), without dropout.")
 
 
 def check_feedforward(FeedForward) -> None:
@@ -371,6 +383,7 @@ def _ln_checks(layer_norm) -> int:
     hints = [(lambda exc, line: "unbiased" in str(exc) or "correction" in str(exc), LN_BUGS["unbiased"]),
              (lambda exc, line: "must match the size" in str(exc) and "@" not in line, LN_NO_KEEPDIM)]
     check = Check(what, layer_norm, reference=ref_layer_norm, forbid=LN_FORBIDDEN, hints=hints)
+    _ln_default_eps(layer_norm, what)
     check.cases(_ln_cases(gen))
     x = torch.randn(3, 8, generator=gen)                          # the input is left as it was
     x_before = x.clone()
@@ -386,6 +399,31 @@ def _ln_checks(layer_norm) -> int:
     expect_autograd(out, what)
     _ln_half(layer_norm, what)
     return check.n + 2
+
+
+LN_DEFAULT_EPS = Bug("layernorm_default_eps",
+                     "eps 的默认值不是 1e-5：函数头是 layer_norm(x, weight, bias, eps=1e-5)，不传 eps 时就按 1e-5 算"
+                     "（传入 eps=1e-5 时你的结果是对的）。",
+                     "the default of eps is not 1e-5: the signature is layer_norm(x, weight, bias, eps=1e-5), so a call "
+                     "without eps uses 1e-5 (with eps=1e-5 passed, your result is right).")
+
+
+def _ln_default_eps(layer_norm, what) -> None:
+    """Rows whose variance is below eps show the default eps: right with eps=1e-5 given, wrong without it."""
+    gen = seeded(505)
+    x = torch.randn(3, 8, generator=gen) * 1e-3 + 2.0
+    w, b = torch.randn(8, generator=gen) * 0.5 + 1, torch.randn(8, generator=gen)
+    label = t(f"{what}：不传 eps（默认 1e-5），方差很小的行", f"{what}: eps not passed (default 1e-5), rows of tiny variance")
+    try:
+        with forbidden(LN_FORBIDDEN, what):
+            got = call(layer_norm, x.clone(), w, b, what=label)
+            given = call(layer_norm, x.clone(), w, b, eps=1e-5, what=label)
+    except Exception:  # noqa: BLE001 - any other mistake is reported by the cases that follow, with their hints
+        return
+    expected = ref_layer_norm(x, w, b)
+    if (isinstance(got, torch.Tensor) and isinstance(given, torch.Tensor) and got.shape == x.shape
+            and same(given, expected, AMPLIFIED) and not same(got, expected, AMPLIFIED)):
+        raise value_failure(label, got, expected, AMPLIFIED, compare(got, expected, AMPLIFIED), LN_DEFAULT_EPS)
 
 
 LN_DTYPE = Bug("layernorm_dtype_not_kept",

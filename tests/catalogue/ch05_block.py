@@ -92,6 +92,16 @@ BUGS = [
                                            "    var = ((x - mu) ** 2).mean(-1, keepdim=True)\n"
                                            "    return (x - mu) / torch.sqrt(var + eps) * weight + bias\n"),
             lose=("test_layer_norm",), words=("没有保持 x 的 dtype", "半精度进，半精度出"), breaks=("ln-dtype",)),
+    # outside audit: eps=1e-6 as in many LLaMA-style norms, where the signature says 1e-5
+    Variant("ln_default_eps_1e6", {"layer_norm": "def layer_norm(x, weight, bias, eps=1e-6):\n"
+                                                 "    mu = x.mean(-1, keepdim=True)\n"
+                                                 "    var = ((x - mu) ** 2).mean(-1, keepdim=True)\n"
+                                                 "    return (x - mu) / torch.sqrt(var + eps) * weight + bias\n"},
+            lose=("test_layer_norm",), words=("eps 的默认值不是 1e-5",), breaks=("ln-default-eps",)),
+    # outside audit: nanoGPT's MLP ends with a dropout, which the exercise's forward does not have
+    Variant("ffn_dropout", ffn(FFN_INIT + "        self.dropout = nn.Dropout(0.1)\n",
+                               "        return self.dropout(self.proj(self.act(self.fc(x))))\n"),
+            lose=("test_feedforward",), words=("输出不一样", "dropout"), breaks=("ffn-order",)),
     Variant("ffn_relu", ffn(FFN_INIT.replace("nn.GELU()", "nn.ReLU()")),
             lose=("test_feedforward",), words=("ReLU", "GELU"), breaks=("ffn-gelu",), said=kept("FeedForward", 1)),
     Variant("ffn_hidden_2d", ffn(FFN_INIT.replace("4 * d", "2 * d")),
