@@ -671,6 +671,12 @@ def _block_run(block, x, full):
     return out, seen
 
 
+BLOCK_RANDOM = Bug("block_random_dropout",
+                   "同一个输入算两次，输出不一样：forward 里有随机的东西（多半是 nn.Dropout）。题目的块就是上面两行 Pre-LN："
+                   "x = x + attn(ln1(x))；x = x + ffn(ln2(x))，不加 dropout。",
+                   "the same input gives two different outputs: the forward has something random in it (an "
+                   "nn.Dropout, most likely). The exercise's block is exactly the two Pre-LN lines "
+                   "x = x + attn(ln1(x)); x = x + ffn(ln2(x)), without dropout.")
 BLOCK_IN_PLACE = Bug("block_modifies_input",
                      "Block 原地修改了传入的 x（x += … 或 x.add_(…)）：调用者的张量被改掉了，训练时反向传播还要用到原来的 x。"
                      "写 x = x + attn(ln1(x))，返回新的张量。",
@@ -701,6 +707,8 @@ def _block_case(Block, d, h, shape, gen) -> None:
     reads_x = "attn" in seen and same(seen["attn"], x)
     if verdict.problem is not None:
         bug = diagnose(out, BLOCK_BUGS, x, P, act, expected=expected, match=lambda s, b: same(s, b))
+        if bug is None and not torch.equal(_block_run(block, x, full)[0], out):
+            bug = BLOCK_RANDOM
         raise value_failure(t(f"{full}：输出（float64，权重复制到独立的参考实现）",
                               f"{full}: output (float64, weights copied into an independent reference)"),
                             out, expected, F32, verdict, bug or (BLOCK_BUGS[0] if reads_x else None))

@@ -149,6 +149,11 @@ BUGS = [
     Variant("block_in_place", block("        x += self.attn(self.ln1(x))\n        x += self.ffn(self.ln2(x))\n"
                                     "        return x\n"),
             lose=("test_block",), words=("原地修改了传入的 x", "x = x + attn(ln1(x))"), breaks=("block-no-in-place",)),
+    # outside audit: nanoGPT-style residual dropout, which the exercise's two Pre-LN lines do not have
+    Variant("block_residual_dropout", block("        x = x + self.drop(self.attn(self.ln1(x)))\n"
+                                            "        return x + self.drop(self.ffn(self.ln2(x)))\n",
+                                            BLOCK_INIT + "        self.drop = nn.Dropout(0.1)\n"),
+            lose=("test_block",), words=("输出不一样", "dropout"), breaks=("block-pre-ln",)),
     Variant("params_no_norms", {"block_params": PARAMS_HEAD + "    return 12 * d * d + 9 * d\n"},
             lose=("test_block_params",), words=("LayerNorm",), breaks=("params-count",)),
     Variant("params_builds_block", {"block_params": PARAMS_HEAD + "    return sum(p.numel() for p in Block(d, 1).parameters())\n"},
