@@ -290,6 +290,11 @@ GPT2_BUGS = [
     Bug("gpt2_d_not_squared", "矩阵按 12·L·d 算了：每个权重矩阵的参数个数是 d×d 量级，要用 12·L·d²。",
         "you counted the matrices as 12·L·d: each weight matrix holds on the order of d×d numbers, so it is "
         "12·L·d².", lambda *a, **k: _g(*a, **k, mat=lambda d: d)),
+    Bug("gpt2_vocab_and_n_ctx_swapped", "vocab_size 和 n_ctx 的顺序弄反了：函数头是 gpt2_params(n_layer, d, vocab_size, "
+        "n_ctx, tied=True)。共享权重时两张嵌入表的和不受影响，但 tied=False 时独立的 lm_head 是词表 × d，不是 n_ctx × d。",
+        "vocab_size and n_ctx are swapped: the signature is gpt2_params(n_layer, d, vocab_size, n_ctx, tied=True). "
+        "With tied weights the two embedding tables add up the same, but with tied=False the separate lm_head is "
+        "vocab × d, not n_ctx × d.", lambda L, d, V, n, tied=True: _g(L, d, n, V, tied)),
 ]
 
 

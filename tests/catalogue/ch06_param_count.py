@@ -96,6 +96,9 @@ BUGS = [
     # outside audit: a default tied=False copied from llama_params' signature
     Variant("gpt2_default_untied", gpt2(GPT2_OK, "def gpt2_params(n_layer, d, vocab_size, n_ctx, tied=False):\n"),
             lose=("test_gpt2_params",), words=("tied 的默认值应当是 True",), breaks=("gpt2-default-tied",)),
+    # outside audit: the two sizes in the other order (wte and wpe add up the same; an untied head does not)
+    Variant("gpt2_vocab_n_ctx_swapped", gpt2(GPT2_OK, "def gpt2_params(n_layer, d, n_ctx, vocab_size, tied=True):\n"),
+            lose=("test_gpt2_params",), words=("vocab_size 和 n_ctx 的顺序弄反了",), breaks=("gpt2-exact",)),
     Variant("llama_with_biases", llama(LLAMA_OK.replace("3 * d * d_ff", "3 * d * d_ff + 4 * d + 2 * d_ff + d")),
             lose=("test_llama_params",), words=("偏置",), breaks=("llama-attn", "llama-ffn")),
     Variant("llama_ffn_two_matrices", llama(LLAMA_OK.replace("3 * d * d_ff", "2 * d * d_ff")),
