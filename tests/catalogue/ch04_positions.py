@@ -140,6 +140,14 @@ BUGS = [
 """), lose=("test_apply_rope",), words=("浮点数", "不能当下标"), breaks=("rope-float-positions",)),
     Variant("rope_not_flattened", rope(ROPE_OK.replace(".flatten(-2)", "")),
             lose=("test_apply_rope",), words=("多了一维", "flatten(-2)"), breaks=("rope-shape",)),
+    # outside audit: θ written inline in float32, then the angles multiplied in float64: θ's rounding is the error
+    Variant("rope_theta_inline_float32", rope("""    d = x.shape[-1]
+    theta = base ** (-torch.arange(0, d, 2) / d)            # float32
+    ang = positions.double()[:, None] * theta.double()
+    c, s = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack([a * c - b * s, a * s + b * c], dim=-1).flatten(-2)
+"""), lose=("test_apply_rope",), words=("float64",), breaks=("rope-float64-angles",)),
     # outside audit: a batch of heads as attention passes it (transposed, not contiguous) merged with view
     Variant("rope_view_batch", rope("""    shape = x.shape
     x3 = x.view(-1, shape[-2], shape[-1])             # (batch, n, d)
