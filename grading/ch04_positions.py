@@ -271,7 +271,14 @@ B_ROPE_TABLE = Bug("rope_fixed_size_table",
                    "cos/sin 表是按固定长度预先建好的，位置超出表长就出错：位置可以任意大，用传入的 positions 直接算角度。",
                    "the cos/sin table was built once for a fixed length and fails past it: positions can be as large as "
                    "they come; compute the angles from the positions you are given.")
+B_ROPE_VIEW = Bug("rope_view_needs_contiguous",
+                  "用了 x.view(...)：注意力里传进来的 q、k 往往是转置过的（例如 (B, n, h, d) 转成 (B, h, n, d)），"
+                  "内存不连续，view 会报错。形状 (..., n, d) 的任何张量都要能处理：用 reshape，或者 x[..., 0::2] 取每对。",
+                  "you used x.view(...): the q and k that attention passes in are often transposed ((B, n, h, d) to "
+                  "(B, h, n, d), say) and not contiguous in memory, and view fails on them. Any tensor of shape "
+                  "(..., n, d) must work: use reshape, or take the pairs with x[..., 0::2].")
 ROPE_HINTS = [
+    (lambda exc, line: isinstance(exc, RuntimeError) and "view size is not compatible" in str(exc), B_ROPE_VIEW),
     (lambda exc, line: isinstance(exc, ValueError) and "unpack" in str(exc) and "shape" in line, B_ROPE_2D),
     (lambda exc, line: isinstance(exc, IndexError) and "indices must be" in str(exc), B_ROPE_INDEX),
     (lambda exc, line: isinstance(exc, IndexError) and "out of bounds" in str(exc), B_ROPE_TABLE),
@@ -282,9 +289,10 @@ B_ROPE_NOT_FLAT = Bug("rope_pairs_not_flattened",
                       "dimensions with torch.stack([a, b], dim=-1).flatten(-2).")
 B_ROPE_DTYPE = Bug("rope_dtype_not_kept",
                    "输出没有保持 x 的 dtype：角度用 float64 算完后，cos 和 sin 要先 .to(x.dtype) 再和 x 相乘"
-                   "（float64 的 cos 乘 float32 的 x 得到的是 float64）。",
+                   "（float64 的 cos 乘 float32 的 x 得到的是 float64，float32 的 cos 乘半精度的 x 得到的是 float32）。",
                    "the output does not keep x's dtype: after computing the angles in float64, convert cos and sin "
-                   "with .to(x.dtype) before multiplying by x (float64 cos times float32 x gives float64).")
+                   "with .to(x.dtype) before multiplying by x (float64 cos times float32 x gives float64, float32 cos "
+                   "times half-precision x gives float32).")
 B_ROPE_F32 = Bug("rope_angles_in_float32",
                  "位置很大时角度不准：角度 positions[m]·θ_i 是用 float32 算的（例如 positions.float() 或 .to(x.dtype) "
                  "再乘 θ），float32 只有约 7 位有效数字，位置 6 万时角度就差约 0.004 弧度。"
@@ -325,6 +333,8 @@ def _rope_cases():
         (t("浮点位置 [0.5, 2.25, 7.0]", "float positions [0.5, 2.25, 7.0]"), r(2, 3, 4), torch.tensor([0.5, 2.25, 7.0]), None),
         (t("d=2（只有一对，θ_0 = 1）", "d=2 (a single pair, θ_0 = 1)"), r(4, 2), torch.arange(4), None),
         (t("float64 输入", "float64 inputs"), r(2, 6, 32, dtype=F64), torch.arange(6) * 3, 10000.0),
+        (t("注意力里转置过的 q（内存不连续），形状 (2, 3, 4, 8)", "a transposed q as in attention (not contiguous), "
+           "shape (2, 3, 4, 8)"), r(2, 4, 3, 8).transpose(1, 2), torch.arange(4), None),
     ]
     return gen, rows
 
@@ -407,7 +417,18 @@ def _rope_checks(apply_rope) -> int:
                      bug_args=(x, pos, b))
     _rope_properties(check, gen)
     _rope_far(check, gen)
+    _rope_half(check)
     return check.n
+
+
+def _rope_half(check) -> None:
+    """Half precision: the output keeps x's dtype (float32 cos and sin would turn it into float32)."""
+    x = torch.randn(3, 5, 8, generator=seeded(406)).half()
+    pos = torch.arange(5) * 7
+    label = t("半精度（float16）输入", "half-precision (float16) input")
+    out = _rope(check, x, pos, label)
+    check.expect(t(f"{label}：旋转后的值", f"{label}: rotated values"), out.to(F64), ref_rope(x.to(F64), pos),
+                 tol=Tol(1e-2, 1e-2))
 
 
 # ---------------------------------------------------------------- earlier exercises, standing in for wrong ones
@@ -469,6 +490,8 @@ def _pe_bug(kind):
             return bool(torch.equal(a, b))
         if kind == "default_tol":
             return bool(torch.allclose(a, b))
+        if kind == "relative":
+            return bool(torch.allclose(a, b, atol=atol))
         if kind == "strict":
             return bool(((a.to(F64) - b.to(F64)).abs() < atol).all())
         return bool(((a.to(F64) - b.to(F64)).abs() <= atol).all())
@@ -500,7 +523,18 @@ PERM_BUGS = [
         "用了 < atol：题目说差“不超过 atol”时返回 True，差恰好等于 atol 也算，应写 <= atol。",
         "you tested < atol: the exercise returns True when every difference is at most atol, so a difference of "
         "exactly atol counts too; write <= atol.", _pe_bug("strict")),
+    Bug("perm_relative_tolerance",
+        "用了 torch.allclose(a, b, atol=atol)（或 isclose）而没有写 rtol=0：它还允许 rtol·|b| 的相对误差，"
+        "数值大时差远超 atol 也返回 True。题目只允许每个元素差不超过 atol：加 rtol=0，或写 (a - b).abs() <= atol。",
+        "you used torch.allclose(a, b, atol=atol) (or isclose) without rtol=0: it also allows a relative error "
+        "rtol·|b|, so for large values a difference far above atol still gives True. The exercise allows each "
+        "element to differ by at most atol: pass rtol=0, or write (a - b).abs() <= atol.", _pe_bug("relative")),
 ]
+PERM_DEFAULT_ATOL = Bug("perm_default_atol_changed",
+                        "atol 的默认值不是 1e-5：题目的函数头是 is_permutation_equivariant(f, x, perm, atol=1e-5)，"
+                        "不传 atol 时就按 1e-5 判断。",
+                        "the default of atol is not 1e-5: the exercise's signature is "
+                        "is_permutation_equivariant(f, x, perm, atol=1e-5), so a call without atol judges at 1e-5.")
 
 
 PERM_ELEMENTWISE = Bug("perm_elementwise_tensor",
@@ -548,6 +582,10 @@ def _permutation_cases():
          lambda x: x + 0.5 * ramp, whole, first_two, 0.5, True),
         (t("反转顺序（它自己就是一种按位置的操作）", "reversing the order (itself a positional operation)"),
          lambda x: x.flip(-2), x5, cyc, 1e-5, False),
+        (t("数值约 100000，差 0.5，atol=0.25", "values near 100000, differences of 0.5, atol=0.25"),
+         lambda x: x + 0.5 * ramp, 100_000 + whole, first_two, 0.25, False),
+        (t("差最多 8e-4，不传 atol（默认 1e-5）", "differences up to 8e-4, atol not passed (default 1e-5)"),
+         lambda x: x + 2e-4 * ramp, x5, rev, None, False),
     ]
 
 
@@ -555,7 +593,7 @@ def _answers_of(bug, cases) -> list:
     got = []
     for _, f, x, perm, atol, _right in cases:
         try:
-            got.append(bug.impl(f, x.clone(), perm.clone(), atol=atol))
+            got.append(bug.impl(f, x.clone(), perm.clone(), **({} if atol is None else {"atol": atol})))
         except Exception:  # noqa: BLE001 - this bug crashes on this case
             got.append(None)
     return got
@@ -572,7 +610,7 @@ def _permutation_checks(is_permutation_equivariant) -> int:
     cases = _permutation_cases()
     answers, first_wrong = [], None
     for label, f, x, perm, atol, right in cases:
-        out = check.call(f, x, perm, atol=atol, label=label)
+        out = check.call(f, x, perm, label=label, **({} if atol is None else {"atol": atol}))
         if not isinstance(out, bool):
             one = (isinstance(out, torch.Tensor) and out.numel() == 1) or type(out).__name__ == "bool_"
             raise check.fail(label, t("Python 的 True / False", "Python's True / False"),
@@ -581,10 +619,10 @@ def _permutation_checks(is_permutation_equivariant) -> int:
                              else None)
         answers.append(out)
         if out != right and first_wrong is None:
-            first_wrong = (label, right, out)
+            first_wrong = (label, right, out, atol is None and check.call(f, x, perm, atol=1e-5, label=label) == right)
     if first_wrong is not None:
-        bug = next((b for b in PERM_BUGS if _answers_of(b, cases) == answers), None)
-        label, right, out = first_wrong
+        label, right, out, default_only = first_wrong
+        bug = PERM_DEFAULT_ATOL if default_only else next((b for b in PERM_BUGS if _answers_of(b, cases) == answers), None)
         raise check.fail(label, str(right), str(out), bug,
                          hint=t("比较 f(x[..., perm, :]) 与 f(x)[..., perm, :]，允许 atol 以内的差。",
                                 "compare f(x[..., perm, :]) with f(x)[..., perm, :], allowing differences up to atol."))

@@ -195,8 +195,20 @@ def _ffn_forward(ffn, fc, proj, full, label, x):
         expected = ref_ffn(x, *_w(fc), *_w(proj), act)
         bug = diagnose(out, [FFN_BUGS[k] for k in ("relu", "silu", "none", "act_after", "residual")],
                        x, *_w(fc), *_w(proj), expected=expected)
+        if bug is None:
+            with torch.no_grad():
+                again = call(mod, x.clone(), what=f"{full}: {label}", hints=hints)
+            bug = FFN_RANDOM if not torch.equal(again, out) else None
         raise value_failure(f"{full}: {label}", out, expected, F32, verdict, bug,
                             hint=t("forward 是 proj(GELU(fc(x)))。", "forward is proj(GELU(fc(x)))."))
+
+
+FFN_RANDOM = Bug("ffn_random_dropout",
+                 "同一个输入算两次，输出不一样：forward 里有随机的东西（多半是 nn.Dropout，训练模式下每次丢掉不同的元素）。"
+                 "题目的 forward 就是 proj(GELU(fc(x)))，不加 dropout。",
+                 "the same input gives two different outputs: the forward has something random in it (an nn.Dropout, "
+                 "most likely, which drops other elements on every call in training mode). The exercise's forward is "
+                 "exactly proj(GELU(fc(x))), without dropout.")
 
 
 def check_feedforward(FeedForward) -> None:
@@ -371,6 +383,7 @@ def _ln_checks(layer_norm) -> int:
     hints = [(lambda exc, line: "unbiased" in str(exc) or "correction" in str(exc), LN_BUGS["unbiased"]),
              (lambda exc, line: "must match the size" in str(exc) and "@" not in line, LN_NO_KEEPDIM)]
     check = Check(what, layer_norm, reference=ref_layer_norm, forbid=LN_FORBIDDEN, hints=hints)
+    _ln_default_eps(layer_norm, what)
     check.cases(_ln_cases(gen))
     x = torch.randn(3, 8, generator=gen)                          # the input is left as it was
     x_before = x.clone()
@@ -384,7 +397,57 @@ def _ln_checks(layer_norm) -> int:
         out = call(layer_norm, x, torch.ones(8), torch.zeros(8),
                    what=t(f"{what}（需要梯度的输入）", f"{what} (input with requires_grad)"))
     expect_autograd(out, what)
-    return check.n + 1
+    _ln_half(layer_norm, what)
+    return check.n + 2
+
+
+LN_DEFAULT_EPS = Bug("layernorm_default_eps",
+                     "eps 的默认值不是 1e-5：函数头是 layer_norm(x, weight, bias, eps=1e-5)，不传 eps 时就按 1e-5 算"
+                     "（传入 eps=1e-5 时你的结果是对的）。",
+                     "the default of eps is not 1e-5: the signature is layer_norm(x, weight, bias, eps=1e-5), so a call "
+                     "without eps uses 1e-5 (with eps=1e-5 passed, your result is right).")
+
+
+def _ln_default_eps(layer_norm, what) -> None:
+    """Rows whose variance is below eps show the default eps: right with eps=1e-5 given, wrong without it."""
+    gen = seeded(505)
+    x = torch.randn(3, 8, generator=gen) * 1e-3 + 2.0
+    w, b = torch.randn(8, generator=gen) * 0.5 + 1, torch.randn(8, generator=gen)
+    label = t(f"{what}：不传 eps（默认 1e-5），方差很小的行", f"{what}: eps not passed (default 1e-5), rows of tiny variance")
+    try:
+        with forbidden(LN_FORBIDDEN, what):
+            got = call(layer_norm, x.clone(), w, b, what=label)
+            given = call(layer_norm, x.clone(), w, b, eps=1e-5, what=label)
+    except Exception:  # noqa: BLE001 - any other mistake is reported by the cases that follow, with their hints
+        return
+    expected = ref_layer_norm(x, w, b)
+    if (isinstance(got, torch.Tensor) and isinstance(given, torch.Tensor) and got.shape == x.shape
+            and same(given, expected, AMPLIFIED) and not same(got, expected, AMPLIFIED)):
+        raise value_failure(label, got, expected, AMPLIFIED, compare(got, expected, AMPLIFIED), LN_DEFAULT_EPS)
+
+
+LN_DTYPE = Bug("layernorm_dtype_not_kept",
+               "输出没有保持 x 的 dtype：如果先 x.float() 在 float32 里算，最后要 .to(x.dtype) 转回去"
+               "（半精度进，半精度出）。",
+               "the output does not keep x's dtype: if you compute in float32 (x.float()), convert back with "
+               ".to(x.dtype) at the end (half precision in, half precision out).")
+
+
+def _ln_half(layer_norm, what) -> None:
+    """Half precision (float16) in, float16 out, with values right to half precision's rounding."""
+    gen = seeded(504)
+    x = (torch.randn(2, 3, 16, generator=gen) * 2 + 1).half()
+    w, b = (torch.randn(16, generator=gen) * 0.5 + 1).half(), torch.randn(16, generator=gen).half()
+    label = t(f"{what}：半精度（float16）输入", f"{what}: half-precision (float16) input")
+    with forbidden(LN_FORBIDDEN, what):
+        out = call(layer_norm, x.clone(), w.clone(), b.clone(), what=label)
+    if not isinstance(out, torch.Tensor) or out.dtype != torch.float16:
+        raise failure(t(f"{label}：输出的 dtype", f"{label}: dtype of the output"), "torch.float16",
+                      str(getattr(out, "dtype", type(out).__name__)), LN_DTYPE)
+    expected = ref_layer_norm(x.to(F64), w.to(F64), b.to(F64))
+    verdict = compare(out.to(F64), expected, Tol(1e-2, 1e-2))
+    if verdict.problem is not None:
+        raise value_failure(label, out.to(F64), expected, Tol(1e-2, 1e-2), verdict, None)
 
 
 # ---------------------------------------------------------------- earlier exercises, standing in for wrong ones
@@ -529,6 +592,11 @@ B_BLOCK_NAMES = Bug("block_attribute_names",
                     "the Block's submodules are not named as asked: the four attributes are self.ln1, self.attn, "
                     "self.ln2, self.ffn (the tests, chapter 7's GPT and weight loading look them up by these names; "
                     "ln_1 or mlp cannot be found).")
+B_BLOCK_ATTN = Bug("block_attention_not_the_given_one",
+                   "self.attn 不是给定的 CausalAttention(d, h)（比如换成了 nn.MultiheadAttention）：题目要求用给定的因果注意力，"
+                   "它自带因果掩码，forward 只收一个 x。",
+                   "self.attn is not the given CausalAttention(d, h) (nn.MultiheadAttention instead, say): the exercise "
+                   "asks for the given causal attention, which brings its own causal mask and takes a single x.")
 B_BLOCK_FFN = Bug("block_ffn_not_feedforward",
                   "self.ffn 不是你在练习 1 写的 FeedForward(d)（比如自己又搭了一个 nn.Sequential）：题目要求 "
                   "self.ffn = FeedForward(d)，它带 fc 和 proj 两个属性。",
@@ -554,8 +622,8 @@ def _block_structure(block, d, full):
                           t(f"没有（Block 的子模块是：{have or '无'}）", f"missing (the Block's submodules: {have or 'none'})"),
                           B_BLOCK_NAMES)
     if not isinstance(block.attn, CausalAttention):
-        raise GradingFailure(t(f"{full}：self.attn 应该是给定的 CausalAttention(d, h)。",
-                               f"{full}: self.attn should be the given CausalAttention(d, h)."))
+        raise failure(t(f"{full}：self.attn", f"{full}: self.attn"), "CausalAttention(d, h)", type(block.attn).__name__,
+                      B_BLOCK_ATTN)
     if block.ln1 is block.ln2:
         raise failure(t(f"{full}：ln1 和 ln2", f"{full}: ln1 and ln2"), t("两个独立的 LayerNorm", "two separate LayerNorms"),
                       t("同一个对象", "the same object"), BLOCK_BUGS[3])
@@ -590,13 +658,31 @@ def _block_run(block, x, full):
     seen = {}
     hooks = [getattr(block, m).register_forward_pre_hook(lambda mod, args, m=m: seen.setdefault(m, args[0].detach()))
              for m in ("attn", "ffn")]
+    x_in = x.clone()
     try:
         with torch.no_grad():
-            out = call(block, x.clone(), what=f"{full}: x {tuple(x.shape)}")
+            out = call(block, x_in, what=f"{full}: x {tuple(x.shape)}")
     finally:
         for hk in hooks:
             hk.remove()
+    if not torch.equal(x_in, x):
+        raise failure(t(f"{full}：调用之后的 x", f"{full}: x after the call"), t("和调用前一样", "as it was before"),
+                      t("被修改了", "modified"), BLOCK_IN_PLACE)
     return out, seen
+
+
+BLOCK_RANDOM = Bug("block_random_dropout",
+                   "同一个输入算两次，输出不一样：forward 里有随机的东西（多半是 nn.Dropout）。题目的块就是上面两行 Pre-LN："
+                   "x = x + attn(ln1(x))；x = x + ffn(ln2(x))，不加 dropout。",
+                   "the same input gives two different outputs: the forward has something random in it (an "
+                   "nn.Dropout, most likely). The exercise's block is exactly the two Pre-LN lines "
+                   "x = x + attn(ln1(x)); x = x + ffn(ln2(x)), without dropout.")
+BLOCK_IN_PLACE = Bug("block_modifies_input",
+                     "Block 原地修改了传入的 x（x += … 或 x.add_(…)）：调用者的张量被改掉了，训练时反向传播还要用到原来的 x。"
+                     "写 x = x + attn(ln1(x))，返回新的张量。",
+                     "Block changed the x it was given in place (x += … or x.add_(…)): the caller's tensor is "
+                     "overwritten, and backpropagation still needs the original x when training. Write "
+                     "x = x + attn(ln1(x)) and return a new tensor.")
 
 
 def _block_case(Block, d, h, shape, gen) -> None:
@@ -621,6 +707,8 @@ def _block_case(Block, d, h, shape, gen) -> None:
     reads_x = "attn" in seen and same(seen["attn"], x)
     if verdict.problem is not None:
         bug = diagnose(out, BLOCK_BUGS, x, P, act, expected=expected, match=lambda s, b: same(s, b))
+        if bug is None and not torch.equal(_block_run(block, x, full)[0], out):
+            bug = BLOCK_RANDOM
         raise value_failure(t(f"{full}：输出（float64，权重复制到独立的参考实现）",
                               f"{full}: output (float64, weights copied into an independent reference)"),
                             out, expected, F32, verdict, bug or (BLOCK_BUGS[0] if reads_x else None))
@@ -756,8 +844,8 @@ def check_block_params(block_params) -> None:
                           hint=t("题目要求返回 Python 的 int。", "the exercise asks for a Python int."))
         if got != expected:
             bug = next((b for f, b in PARAM_BUGS if f(d) == got), None)
-            seed = t("（种子里的“≈ 7.1M”）", " (the seed's \"≈ 7.1M\")") if d == 768 else ""
-            raise failure(f"{what}({d})", f"{expected:,}{seed}", f"{got:,}" if isinstance(got, int) else show(got), bug,
+            quoted = t("（正文里说的“≈ 7.1M”）", " (the \"≈ 7.1M\" quoted in the chapter)") if d == 768 else ""
+            raise failure(f"{what}({d})", f"{expected:,}{quoted}", f"{got:,}" if isinstance(got, int) else show(got), bug,
                           hint=t("数一数：注意力 4d² + 4d，FFN 8d² + 5d，两个 LayerNorm 4d。",
                                  "count them: attention 4d² + 4d, FFN 8d² + 5d, two LayerNorms 4d."))
     passed(what, n)

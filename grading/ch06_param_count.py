@@ -290,7 +290,20 @@ GPT2_BUGS = [
     Bug("gpt2_d_not_squared", "矩阵按 12·L·d 算了：每个权重矩阵的参数个数是 d×d 量级，要用 12·L·d²。",
         "you counted the matrices as 12·L·d: each weight matrix holds on the order of d×d numbers, so it is "
         "12·L·d².", lambda *a, **k: _g(*a, **k, mat=lambda d: d)),
+    Bug("gpt2_vocab_and_n_ctx_swapped", "vocab_size 和 n_ctx 的顺序弄反了：函数头是 gpt2_params(n_layer, d, vocab_size, "
+        "n_ctx, tied=True)。共享权重时两张嵌入表的和不受影响，但 tied=False 时独立的 lm_head 是词表 × d，不是 n_ctx × d。",
+        "vocab_size and n_ctx are swapped: the signature is gpt2_params(n_layer, d, vocab_size, n_ctx, tied=True). "
+        "With tied weights the two embedding tables add up the same, but with tied=False the separate lm_head is "
+        "vocab × d, not n_ctx × d.", lambda L, d, V, n, tied=True: _g(L, d, n, V, tied)),
 ]
+
+
+GPT2_DEFAULT_UNTIED = Bug("gpt2_default_untied",
+                          "tied 的默认值应当是 True（GPT-2 的 lm_head 和 wte 共享）：函数头是 "
+                          "gpt2_params(n_layer, d, vocab_size, n_ctx, tied=True)，不传 tied 时只算一个词表矩阵。",
+                          "the default of tied must be True (GPT-2's lm_head shares wte): the signature is "
+                          "gpt2_params(n_layer, d, vocab_size, n_ctx, tied=True), so without a tied argument count "
+                          "one vocabulary matrix.")
 
 
 def check_gpt2_params(gpt2_params) -> None:
@@ -304,6 +317,14 @@ def check_gpt2_params(gpt2_params) -> None:
              ((0, 16, 50, 8), {}, t("零层：只剩嵌入和 ln_f", "zero layers: only the embeddings and ln_f"))]
     n = 0
     for args, kwargs, label in cases:
+        if not kwargs and _count(gpt2_params, *args, what=f"{name}({_args_text(args, {})})",
+                                 expected_count=ref_gpt2(*args)) != ref_gpt2(*args):
+            with_true = _count(gpt2_params, *args, tied=True, what=f"{name}({_args_text(args, {'tied': True})})")
+            if with_true == ref_gpt2(*args):      # right when told tied=True: the default is not True
+                got = _count(gpt2_params, *args, what=name)
+                raise failure(f"{name}({_args_text(args, {})})  [{label}]", f"{ref_gpt2(*args):,}",
+                              t(f"{got:,}（差 {got - ref_gpt2(*args):+,}）", f"{got:,} (off by {got - ref_gpt2(*args):+,})"),
+                              GPT2_DEFAULT_UNTIED)
         _compare(gpt2_params, name, args, kwargs, ref_gpt2(*args, **kwargs), GPT2_BUGS, label)
         n += 1
     # random shapes: a real nanoGPT-style torch model is the judge
@@ -337,6 +358,17 @@ def _l(n_layer, d, vocab_size, d_ff, tied=False, *, biases=False, ffn_mats=3, ff
     return (vocab_size * d if emb else 0) + n_layer * block + (nrm if final_norm else 0) + head
 
 
+def _llama_ffn_size(d: int, multiple: int | None = 256) -> int:
+    """The d_ff a student derives from d (2/3 of 4d, rounded up to a multiple of 256) instead of the d_ff given."""
+    f = int(8 * d / 3)
+    return f if multiple is None else multiple * ((f + multiple - 1) // multiple)
+
+
+D_FF_IGNORED = ("没有用参数 d_ff，而是从 d 自己算了一个（2/3·4d，取整到 256 的倍数）：SwiGLU 的三个矩阵是 d × d_ff，"
+                "d_ff 由调用者给出（LLaMA-2 7B 是 11008，13B 是 13824），直接用它。",
+                "you did not use the d_ff argument but derived one from d yourself (2/3·4d, rounded up to a multiple "
+                "of 256): SwiGLU's three matrices are d × d_ff, with the d_ff the caller gives (11008 for LLaMA-2 "
+                "7B, 13824 for 13B); use it as given.")
 LLAMA_BUGS = [
     Bug("llama_with_biases", "给 LLaMA 的线性层加了偏置：LLaMA 的 q/k/v/o 和 gate/up/down 都没有偏置（bias=False）。",
         "you gave LLaMA's linear layers biases: q/k/v/o and gate/up/down all have bias=False in LLaMA.",
@@ -379,6 +411,9 @@ LLAMA_BUGS = [
     Bug("llama_always_tied", "tied=False 时没有加上独立的输出层（词表 × d）：LLaMA-2 的嵌入和输出层是两个矩阵。",
         "with tied=False you did not add the separate output layer (vocab × d): LLaMA-2's embedding and output "
         "layer are two matrices.", lambda *a, **k: _l(*a, **k, always_tied=True)),
+    Bug("llama_d_ff_from_d", *D_FF_IGNORED, lambda L, d, V, f, tied=False: _l(L, d, V, _llama_ffn_size(d), tied)),
+    Bug("llama_d_ff_from_d_unrounded", *D_FF_IGNORED,
+        lambda L, d, V, f, tied=False: _l(L, d, V, _llama_ffn_size(d, None), tied)),
 ]
 
 DEFAULT_TIED = Bug("llama_default_tied", "tied 的默认值应当是 False（LLaMA-2 不共享）：不传 tied 时要算两个词表矩阵。",

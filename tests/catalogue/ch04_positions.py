@@ -140,6 +140,26 @@ BUGS = [
 """), lose=("test_apply_rope",), words=("浮点数", "不能当下标"), breaks=("rope-float-positions",)),
     Variant("rope_not_flattened", rope(ROPE_OK.replace(".flatten(-2)", "")),
             lose=("test_apply_rope",), words=("多了一维", "flatten(-2)"), breaks=("rope-shape",)),
+    # outside audit: θ written inline in float32, then the angles multiplied in float64: θ's rounding is the error
+    Variant("rope_theta_inline_float32", rope("""    d = x.shape[-1]
+    theta = base ** (-torch.arange(0, d, 2) / d)            # float32
+    ang = positions.double()[:, None] * theta.double()
+    c, s = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack([a * c - b * s, a * s + b * c], dim=-1).flatten(-2)
+"""), lose=("test_apply_rope",), words=("float64",), breaks=("rope-float64-angles",)),
+    # outside audit: a batch of heads as attention passes it (transposed, not contiguous) merged with view
+    Variant("rope_view_batch", rope("""    shape = x.shape
+    x3 = x.view(-1, shape[-2], shape[-1])             # (batch, n, d)
+    ang = positions.double()[:, None] * rope_frequencies(shape[-1], base).double()
+    c, s = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    a, b = x3[..., 0::2], x3[..., 1::2]
+    return torch.stack([a * c - b * s, a * s + b * c], dim=-1).flatten(-2).view(shape)
+"""), lose=("test_apply_rope",), words=("x.view", "reshape"), breaks=("rope-batch-dims",)),
+    # outside audit: cos and sin in float32 keep float32 and float64 inputs' dtype, not half precision's
+    Variant("rope_float32_cos_half", rope(ROPE_OK.replace("ang.cos().to(x.dtype), ang.sin().to(x.dtype)",
+                                                          "ang.cos().float(), ang.sin().float()")),
+            lose=("test_apply_rope",), words=("没有保持 x 的 dtype", "半精度"), breaks=("rope-dtype",)),
     # is_permutation_equivariant
     Variant("perm_elementwise", perm("    return (f(x[..., perm, :]) - f(x)[..., perm, :]).abs() <= atol\n"),
             lose=("test_permutation",), words=("True / False", ".all()"), breaks=("perm-python-bool",)),
@@ -155,6 +175,13 @@ BUGS = [
             lose=("test_permutation",), words=("没有使用参数 atol",), breaks=("perm-within-atol",)),
     Variant("perm_strict_less", perm("    return bool(((f(x[..., perm, :]) - f(x)[..., perm, :]).abs() < atol).all())\n"),
             lose=("test_permutation",), words=("<= atol",), breaks=("perm-within-atol",)),
+    # outside audit: allclose with atol but its default rtol, and a default atol other than the signature's
+    Variant("perm_allclose_rtol", perm("    return torch.allclose(f(x[..., perm, :]), f(x)[..., perm, :], atol=atol)\n"),
+            lose=("test_permutation",), words=("rtol=0",), breaks=("perm-within-atol",)),
+    Variant("perm_isclose_rtol", perm("    return bool(torch.isclose(f(x[..., perm, :]), f(x)[..., perm, :], atol=atol).all())\n"),
+            lose=("test_permutation",), words=("rtol=0",), breaks=("perm-within-atol",)),
+    Variant("perm_default_atol", {"permutation": "def is_permutation_equivariant(f, x, perm, atol=1e-3):\n" + PERM_OK},
+            lose=("test_permutation",), words=("atol 的默认值不是 1e-5",), breaks=("perm-default-atol",)),
     Variant("perm_exact", perm("    return torch.equal(f(x[..., perm, :]), f(x)[..., perm, :])\n"),
             lose=("test_permutation",), words=("精确相等",), breaks=("perm-not-bitwise",)),
 ]
@@ -270,6 +297,25 @@ CORRECT = [
 """),
         **perm("""    diff = (f(x[..., perm, :]) - f(x)[..., perm, :]).abs()
     return not bool((diff > atol).any())
+""")}),
+]
+
+CORRECT += [
+    # outside audit: math in float32 cast back with type_as (keeps half precision), pairs taken by reshape
+    # (works on a transposed q), and a tolerance test by torch.testing.assert_close with rtol=0
+    Variant("ok_type_as_and_assert_close", {
+        **rope("""    d = x.shape[-1]
+    ang = positions.double()[:, None] * rope_frequencies(d, base).double()
+    cos, sin = ang.cos().float(), ang.sin().float()
+    pairs = x.float().reshape(*x.shape[:-1], d // 2, 2)
+    a, b = pairs[..., 0], pairs[..., 1]
+    return torch.stack([a * cos - b * sin, a * sin + b * cos], -1).reshape(x.shape).type_as(x)
+"""),
+        **perm("""    try:
+        torch.testing.assert_close(f(x[..., perm, :]), f(x)[..., perm, :], atol=atol, rtol=0)
+    except AssertionError:
+        return False
+    return True
 """)}),
 ]
 

@@ -87,6 +87,21 @@ BUGS = [
                                 "    return y.reshape(x.shape)\n"),
             lose=("test_layer_norm",), words=("从零实现", "group_norm"), breaks=("ln-basic-ops",)),
     # FeedForward
+    # outside audit: computed in float32 and not cast back (float64 weights hide it; half precision does not)
+    Variant("ln_float32_not_cast_back", ln("    x = x.float()\n    mu = x.mean(-1, keepdim=True)\n"
+                                           "    var = ((x - mu) ** 2).mean(-1, keepdim=True)\n"
+                                           "    return (x - mu) / torch.sqrt(var + eps) * weight + bias\n"),
+            lose=("test_layer_norm",), words=("没有保持 x 的 dtype", "半精度进，半精度出"), breaks=("ln-dtype",)),
+    # outside audit: eps=1e-6 as in many LLaMA-style norms, where the signature says 1e-5
+    Variant("ln_default_eps_1e6", {"layer_norm": "def layer_norm(x, weight, bias, eps=1e-6):\n"
+                                                 "    mu = x.mean(-1, keepdim=True)\n"
+                                                 "    var = ((x - mu) ** 2).mean(-1, keepdim=True)\n"
+                                                 "    return (x - mu) / torch.sqrt(var + eps) * weight + bias\n"},
+            lose=("test_layer_norm",), words=("eps 的默认值不是 1e-5",), breaks=("ln-default-eps",)),
+    # outside audit: nanoGPT's MLP ends with a dropout, which the exercise's forward does not have
+    Variant("ffn_dropout", ffn(FFN_INIT + "        self.dropout = nn.Dropout(0.1)\n",
+                               "        return self.dropout(self.proj(self.act(self.fc(x))))\n"),
+            lose=("test_feedforward",), words=("输出不一样", "dropout"), breaks=("ffn-order",)),
     Variant("ffn_relu", ffn(FFN_INIT.replace("nn.GELU()", "nn.ReLU()")),
             lose=("test_feedforward",), words=("ReLU", "GELU"), breaks=("ffn-gelu",), said=kept("FeedForward", 1)),
     Variant("ffn_hidden_2d", ffn(FFN_INIT.replace("4 * d", "2 * d")),
@@ -121,11 +136,24 @@ BUGS = [
                                    BLOCK_INIT.replace("FeedForward(d)",
                                                       "nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))")),
             lose=("test_block",), words=("不是你在练习 1 写的 FeedForward",), breaks=("block-attributes",)),
+    Variant("block_own_attention", block("        h = self.ln1(x)\n        x = x + self.attn(h, h, h, need_weights=False)[0]\n"
+                                         "        return x + self.ffn(self.ln2(x))\n",
+                                         BLOCK_INIT.replace("CausalAttention(d, h)", "nn.MultiheadAttention(d, h, batch_first=True)")),
+            lose=("test_block",), words=("不是给定的 CausalAttention",), breaks=("block-attributes",)),
     Variant("block_one_norm_object", block("        x = x + self.attn(self.ln1(x))\n        return x + self.ffn(self.ln2(x))\n",
                                            BLOCK_INIT.replace("        self.ln1 = nn.LayerNorm(d)\n", "")
                                            .replace("self.ln2 = nn.LayerNorm(d)", "self.ln1 = self.ln2 = nn.LayerNorm(d)")),
             lose=("test_block",), words=("共用了同一个 LayerNorm",), breaks=("block-separate-norms",)),
     # block_params
+    # outside audit: the residual added in place overwrites the caller's x
+    Variant("block_in_place", block("        x += self.attn(self.ln1(x))\n        x += self.ffn(self.ln2(x))\n"
+                                    "        return x\n"),
+            lose=("test_block",), words=("原地修改了传入的 x", "x = x + attn(ln1(x))"), breaks=("block-no-in-place",)),
+    # outside audit: nanoGPT-style residual dropout, which the exercise's two Pre-LN lines do not have
+    Variant("block_residual_dropout", block("        x = x + self.drop(self.attn(self.ln1(x)))\n"
+                                            "        return x + self.drop(self.ffn(self.ln2(x)))\n",
+                                            BLOCK_INIT + "        self.drop = nn.Dropout(0.1)\n"),
+            lose=("test_block",), words=("输出不一样", "dropout"), breaks=("block-pre-ln",)),
     Variant("params_no_norms", {"block_params": PARAMS_HEAD + "    return 12 * d * d + 9 * d\n"},
             lose=("test_block_params",), words=("LayerNorm",), breaks=("params-count",)),
     Variant("params_builds_block", {"block_params": PARAMS_HEAD + "    return sum(p.numel() for p in Block(d, 1).parameters())\n"},
@@ -203,6 +231,19 @@ CORRECT += [
                                       "            + per_linear(4 * d, d) + 4 * d)\n"}),
 ]
 
+# the count checked as a Python int: float arithmetic inside, an int returned, is fine; so is a FeedForward
+# whose GELU is called from torch.nn.functional and a layer_norm that reads its statistics from torch.var_mean
+CORRECT += [
+    Variant("ok_int_of_float_formula", {
+        **ffn("        hidden = hidden if hidden is not None else d * 4\n"
+              "        self.fc = nn.Linear(d, hidden, bias=True)\n"
+              "        self.proj = nn.Linear(hidden, d, bias=True)\n",
+              "        return self.proj(torch.nn.functional.gelu(self.fc(x), approximate='none'))\n"),
+        **ln("    var, mean = torch.var_mean(x, dim=-1, unbiased=False, keepdim=True)\n"
+             "    return (x - mean) * (var + eps).rsqrt() * weight + bias\n"),
+        "block_params": PARAMS_HEAD + "    return int(d * (12.0 * d + 13.0))          # exact below 2**53\n"}),
+]
+
 WORDS_ARE_NOT_CALLS = ("ok_comments_name_forbidden_calls",)
 
 # ------------------------------------------------------------------ browser test
@@ -212,3 +253,16 @@ WIDGET = dict(cell="norm_placement.grad_norm_figure", labels=("Pre-LN", "Post-LN
 
 def check_widget(target, text):
     assert target.locator("img").count() >= 1, "ch05: no figure"
+
+# outside audit: more correct styles for the new checks (half precision, a Block that must not write into x):
+# statistics by torch.var_mean in float32 cast back with type_as, weight/bias broadcast as (1, d), a Block
+# whose residual additions are out-of-place torch.add calls on fresh names, and FeedForward(d, 4 * d) spelled out
+CORRECT += [
+    Variant("ok_var_mean_type_as_torch_add", {
+        **ln("    var, mu = torch.var_mean(x.float(), dim=-1, keepdim=True, correction=0)\n"
+             "    y = (x.float() - mu) * torch.rsqrt(var + eps)\n"
+             "    return (y * weight.float().view(1, -1) + bias.float().view(1, -1)).type_as(x)\n"),
+        **block("        h = torch.add(x, self.attn(self.ln1(x)))\n"
+                "        out = torch.add(h, self.ffn(self.ln2(h)))\n"
+                "        return out\n", BLOCK_INIT.replace("FeedForward(d)", "FeedForward(d, 4 * d)"))}),
+]

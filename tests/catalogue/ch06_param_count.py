@@ -93,6 +93,12 @@ BUGS = [
     return total + (0 if tied else vocab_size * d)
 """), lose=("test_gpt2_params",), words=("n_layer = 0",), breaks=("gpt2-zero-layers",)),
     # llama_params
+    # outside audit: a default tied=False copied from llama_params' signature
+    Variant("gpt2_default_untied", gpt2(GPT2_OK, "def gpt2_params(n_layer, d, vocab_size, n_ctx, tied=False):\n"),
+            lose=("test_gpt2_params",), words=("tied 的默认值应当是 True",), breaks=("gpt2-default-tied",)),
+    # outside audit: the two sizes in the other order (wte and wpe add up the same; an untied head does not)
+    Variant("gpt2_vocab_n_ctx_swapped", gpt2(GPT2_OK, "def gpt2_params(n_layer, d, n_ctx, vocab_size, tied=True):\n"),
+            lose=("test_gpt2_params",), words=("vocab_size 和 n_ctx 的顺序弄反了",), breaks=("gpt2-exact",)),
     Variant("llama_with_biases", llama(LLAMA_OK.replace("3 * d * d_ff", "3 * d * d_ff + 4 * d + 2 * d_ff + d")),
             lose=("test_llama_params",), words=("偏置",), breaks=("llama-attn", "llama-ffn")),
     Variant("llama_ffn_two_matrices", llama(LLAMA_OK.replace("3 * d * d_ff", "2 * d * d_ff")),
@@ -118,6 +124,10 @@ BUGS = [
             lose=("test_llama_params",), words=("输出层多算了偏置",), breaks=("llama-head-no-bias",)),
     Variant("llama_no_final_norm", llama(LLAMA_OK.replace("n_layer * block + d", "n_layer * block")),
             lose=("test_llama_params",), words=("最后的 RMSNorm",), breaks=("llama-final-norm",)),
+    # outside audit: d_ff derived from d (2/3·4d rounded to 256) instead of the d_ff given; right for 7B only
+    Variant("llama_d_ff_from_d", llama(LLAMA_OK.replace("    block =", "    d_ff = 256 * ((int(8 * d / 3) + 255) // 256)\n"
+                                                         "    block =")),
+            lose=("test_llama_params",), words=("没有用参数 d_ff",), breaks=("llama-ffn",)),
 ]
 
 CORRECT = [
@@ -226,3 +236,19 @@ def check_widget(target, text):
     exact = sum(model_cards.measure("gpt2", 12, 768, 50257, 1024).values())
     assert param_demo.summary("gpt2", 12, 768, 50257, 1024, True) in text, text
     assert f"你的函数：{exact:,} ✓" in text, text
+
+# outside audit: correct answers in two more styles: modules built and counted (tied by not building lm_head),
+# and a d_ff that defaults to LLaMA's rounding when not given but uses the one given
+CORRECT += [
+    Variant("ok_count_built_modules_and_d_ff_default", {
+        **gpt2("""    mods = [nn.Embedding(vocab_size, d), nn.Embedding(n_ctx, d), nn.LayerNorm(d)]
+    for _ in range(n_layer):
+        mods += [nn.LayerNorm(d), nn.Linear(d, 3 * d), nn.Linear(d, d), nn.LayerNorm(d),
+                 nn.Linear(d, 4 * d), nn.Linear(4 * d, d)]
+    if tied != True:  # noqa: E712
+        mods.append(nn.Linear(d, vocab_size, bias=False))
+    return sum(p.numel() for m in mods for p in m.parameters())
+"""),
+        **llama(LLAMA_OK, "def llama_params(n_layer, d, vocab_size, d_ff=None, tied=False):\n"
+                          "    d_ff = d_ff or 256 * ((int(8 * d / 3) + 255) // 256)\n")}),
+]
