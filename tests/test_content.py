@@ -1218,3 +1218,21 @@ def test_ch08_the_1024_fold_score_memory_is_a_training_figure():
     assert 32 * 32 == 1024 and 4 * 2048 ** 2 == 16 * 2 ** 20                  # heads × layers; one score matrix in MiB
     _gone_and_there("ch08_efficiency", ("一个 32 头、32 层的模型要乘上 1024 倍。", "and a model with 32 heads and 32 layers multiplies that by 1024."),
                     ("每一层的分数都要留到反向传播时再用", "every layer's scores are kept for the backward pass"))
+
+
+WHERE_THE_COURSE_CAME_FROM = re.compile(r"种子课|种子里的|原课程|原始课程|seed course|the seed's|seed chapter|"
+                                        r"original course|course page", re.I)
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_no_chapter_speaks_of_the_pages_it_was_written_from(lang):
+    """Students never hear of the pages the course was written from: no chapter
+    (prose or code) and no grading message names them."""
+    from coursekit.author.build import build_chapter, chapters
+    for chapter in chapters():
+        for cell in build_chapter(chapter, lang).cells:
+            found = WHERE_THE_COURSE_CAME_FROM.search(cell.source)
+            assert not found, f"{chapter} ({lang}): {found.group(0)!r} in {cell.source[:200]!r}"
+    for path in sorted((ROOT / "grading").glob("*.py")) + sorted((ROOT / "helpers").rglob("*.py")):
+        found = WHERE_THE_COURSE_CAME_FROM.search(path.read_text(encoding="utf-8"))
+        assert not found, f"{path.relative_to(ROOT)}: {found.group(0)!r}"
