@@ -1507,6 +1507,34 @@ def _simulate(plan, upto: int, **kw):
     return _params(model), losses
 
 
+def _trajectory(plan, upto: int, step_fn=None, **kw):
+    """(parameters, loss) after each of steps 0 … upto: the grader's step (``kw``: a known wrong one) or ``step_fn``."""
+    model = _toy(gain=STEP_GAIN)
+    opt = _sgd(model)
+    out = []
+    for s in range(upto + 1):
+        x, y = _batch_of_step(s)
+        loss = step_fn(model, opt, x, y, s, plan) if step_fn else _ref_step(model, opt, x, y, s, plan, **kw)
+        out.append((_params(model), float(loss)))
+    return out
+
+
+def _step_bug(what, train_step, plan, s) -> Bug | None:
+    """The known wrong step whose run matches the student's over steps 0 … s + 2 (a few more steps than the one
+    that failed: two mistakes can look alike at one step, as a rate never set and a rate set one step late at step 0)."""
+    upto = min(s + 2, 7)
+    try:
+        with own_loss(what):
+            theirs = _trajectory(plan, upto, lambda *a: call(train_step, *a, what=what))
+    except Exception:  # noqa: BLE001 - it failed on its own already; the single step decides below
+        return None
+    for key, kw in _step_variants(plan):
+        bug = _trajectory(plan, upto, **kw)
+        if all(same(gp, bp, Tol(1e-4, 1e-5)) and abs(gl - bl) <= 1e-4 for (gp, gl), (bp, bl) in zip(theirs, bug)):
+            return STEP_BUGS[key]
+    return None
+
+
 def _step_checks(what, train_step) -> int:
     plan = _plan()
     model = _toy(gain=STEP_GAIN)
@@ -1527,7 +1555,8 @@ def _step_checks(what, train_step) -> int:
         n += 1
         bug = None
         if not same(got_params, want_params, Tol(1e-4, 1e-5)) or abs(out - want_losses[-1]) > 1e-4:
-            for key, kw in _step_variants(plan):
+            bug = _step_bug(what, train_step, plan, s)
+            for key, kw in () if bug else _step_variants(plan):
                 bug_params, bug_losses = _simulate(plan, s, **kw)
                 if same(bug_params, want_params, Tol(1e-4, 1e-5)) and abs(bug_losses[-1] - want_losses[-1]) <= 1e-4:
                     continue                             # this bug does not show yet

@@ -1,5 +1,6 @@
-"""Known wrong answers (and correct variants) for ch07_gpt, and the rules its
-exercises state (RULES).
+"""Known wrong answers (and correct variants) for ch07_gpt. A wrong answer
+that breaks a rule an exercise states names it (``breaks=``, the ids marked in
+notebooks/ch07_gpt.md; tests/test_rules.py checks the two halves match).
 
 Wrong answers are written as small edits of the model solution, read from
 the built source notebook, so they follow the chapter when it changes. Each
@@ -583,7 +584,7 @@ BUGS += [
             total += cross_entropy(model(x)[0], y).item()
             model.train(was_training)
             return total / len(batches)
-"""}, breaks=("eval-mean",), lose=("test_evaluate",), words=("循环里 return",)),
+"""}, breaks=("eval-mean",), lose=("test_evaluate",), words=("写在了 for 循环里",)),
     Variant("eval_last_batch_only", {"evaluate": """def evaluate(model, batches):
     was_training = model.training
     model.eval()
