@@ -388,6 +388,12 @@ GPT_BUGS.update({
                   "x = wte(idx) + wpe(torch.arange(T))。",
                   "the position embedding is not added: x is only wte(idx), so the model cannot tell where a token stands. "
                   "x = wte(idx) + wpe(torch.arange(T)).", None),
+    "last_only": Bug("gpt_logits_last_position_only", "只返回了最后一个位置的 logits（例如 lm_head(x[:, -1, :])，"
+                     "这是生成时的省事写法）：forward 要给每个位置都打分，logits 的形状是 (B, T, vocab_size)，"
+                     "训练时每个位置都是一道题。",
+                     "only the last position's logits are returned (e.g. lm_head(x[:, -1, :]), a shortcut for "
+                     "generation): forward scores every position, logits of shape (B, T, vocab_size), since in "
+                     "training every position is a question.", None),
     "no_ln_f": Bug("gpt_final_layernorm_unused", "最后的 LayerNorm ln_f 建了却没有用：logits = lm_head(ln_f(x))。",
                    "the final LayerNorm ln_f is built but never applied: logits = lm_head(ln_f(x)).", None),
 })
@@ -531,7 +537,9 @@ def _forward(model, idx, label, targets=None, V=None):
     want = (*idx.shape, V) if V is not None else None
     if not isinstance(logits, torch.Tensor) or (want is not None and tuple(logits.shape) != want):
         got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        last_only = want is not None and got in ((want[0], want[2]), (want[0], 1, want[2]))
         raise failure(t(f"{label}：logits 的形状", f"{label}: shape of logits"), str(want), str(got),
+                      GPT_BUGS["last_only"] if last_only else None,
                       hint=t("logits 的形状是 (B, T, vocab_size)：每个位置对词表里每个 token 打一个分。",
                              "logits have shape (B, T, vocab_size): one score per vocabulary token at every position."))
     return out
