@@ -1,10 +1,14 @@
 """Hidden tests of ch07_gpt: CharTokenizer, get_batch, cross_entropy (from
-scratch, against a float64 reference), GPT (structure, loss, causality,
-memorising a batch), generate (cropping, greedy, temperature, top-k, sampling
-statistics with a fixed generator), and the training loop: learning_rate,
-train_step (against the grader's own step and its known wrong versions),
-evaluate (eval mode, no gradients, the mode restored) and the checkpoint (a
-resumed run's losses equal an uninterrupted run's).
+scratch, against a float64 reference), GPT (structure, loss, its logits against
+a reference wired as the exercise says from the student's own parameters,
+dropout where the exercise asks for it, causality, memorising a batch),
+generate (cropping, greedy, temperature, top-k, sampling statistics with a
+fixed generator), and the training loop: learning_rate, train_step (against
+the grader's own step and its known wrong versions, with two parameter groups,
+the loss from the student's own cross_entropy), evaluate (eval mode, no
+gradients, the mode restored, the student's own cross_entropy) and the
+checkpoint (a resumed run's losses equal an uninterrupted run's; the file loads
+with weights_only=True and load_checkpoint refuses a file with code in it).
 
 Exercises that call earlier ones are graded on their own (``on_its_own``):
 GPT and the loop call the student's cross_entropy, train_step their
