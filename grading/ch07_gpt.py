@@ -1,10 +1,14 @@
 """Hidden tests of ch07_gpt: CharTokenizer, get_batch, cross_entropy (from
-scratch, against a float64 reference), GPT (structure, loss, causality,
-memorising a batch), generate (cropping, greedy, temperature, top-k, sampling
-statistics with a fixed generator), and the training loop: learning_rate,
-train_step (against the grader's own step and its known wrong versions),
-evaluate (eval mode, no gradients, the mode restored) and the checkpoint (a
-resumed run's losses equal an uninterrupted run's).
+scratch, against a float64 reference), GPT (structure, loss, its logits against
+a reference wired as the exercise says from the student's own parameters,
+dropout where the exercise asks for it, causality, memorising a batch),
+generate (cropping, greedy, temperature, top-k, sampling statistics with a
+fixed generator), and the training loop: learning_rate, train_step (against
+the grader's own step and its known wrong versions, with two parameter groups,
+the loss from the student's own cross_entropy), evaluate (eval mode, no
+gradients, the mode restored, the student's own cross_entropy) and the
+checkpoint (a resumed run's losses equal an uninterrupted run's; the file loads
+with weights_only=True and load_checkpoint refuses a file with code in it).
 
 Exercises that call earlier ones are graded on their own (``on_its_own``):
 GPT and the loop call the student's cross_entropy, train_step their
@@ -388,6 +392,12 @@ GPT_BUGS.update({
                   "x = wte(idx) + wpe(torch.arange(T))。",
                   "the position embedding is not added: x is only wte(idx), so the model cannot tell where a token stands. "
                   "x = wte(idx) + wpe(torch.arange(T)).", None),
+    "last_only": Bug("gpt_logits_last_position_only", "只返回了最后一个位置的 logits（例如 lm_head(x[:, -1, :])，"
+                     "这是生成时的省事写法）：forward 要给每个位置都打分，logits 的形状是 (B, T, vocab_size)，"
+                     "训练时每个位置都是一道题。",
+                     "only the last position's logits are returned (e.g. lm_head(x[:, -1, :]), a shortcut for "
+                     "generation): forward scores every position, logits of shape (B, T, vocab_size), since in "
+                     "training every position is a question.", None),
     "no_ln_f": Bug("gpt_final_layernorm_unused", "最后的 LayerNorm ln_f 建了却没有用：logits = lm_head(ln_f(x))。",
                    "the final LayerNorm ln_f is built but never applied: logits = lm_head(ln_f(x)).", None),
 })
@@ -397,7 +407,7 @@ class _NoReference(Exception):
     pass
 
 
-def _ref_attention(attn, h, *, scale="d_k", split=True, merge=True):
+def _ref_attention(attn, h, *, scale="d_k", split=True, merge=True, diagonal=0):
     """Causal multi-head attention of ``attn``'s own projections (c_attn, or q/k/v_proj), written here."""
     B, T, d = h.shape
     if isinstance(getattr(attn, "c_attn", None), nn.Linear):
@@ -411,7 +421,8 @@ def _ref_attention(attn, h, *, scale="d_k", split=True, merge=True):
     q, k, v = ((z.view(B, T, nh, dk).transpose(1, 2) if split else z.reshape(B, nh, T, dk)) for z in (q, k, v))
     s = q @ k.transpose(-2, -1)
     s = s / math.sqrt(dk if scale == "d_k" else d) if scale else s
-    s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    if diagonal is not None:                         # None: no mask at all; 1: each position sees the next one too
+        s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(diagonal), float("-inf"))
     y = torch.softmax(s, dim=-1) @ v
     y = y.transpose(1, 2).reshape(B, T, d) if merge else y.reshape(B, T, d)
     return attn.c_proj(y)
@@ -456,6 +467,19 @@ def _gpt_known_bug(model, idx, logits) -> Bug | None:
     return None
 
 
+def _causality_only(model, idx, logits) -> bool:
+    """The logits are right but for the causal mask (none, or one step too far): that is test_gpt_causal's to
+    charge, so this cell does not charge it again."""
+    with torch.no_grad():
+        for diagonal in (None, 1):
+            try:
+                if same(logits, _ref_logits(model, idx, diagonal=diagonal), FINGERPRINT):
+                    return True
+            except Exception:  # noqa: BLE001
+                return False
+    return False
+
+
 def _gpt_matches_reference(model, V) -> None:
     """The logits equal those of the wiring the exercise describes, with the student's own parameters."""
     if not all(hasattr(model, a) for a in ("wte", "wpe", "blocks", "ln_f", "lm_head")) or \
@@ -470,7 +494,7 @@ def _gpt_matches_reference(model, V) -> None:
         except _NoReference:
             return
     verdict = compare(logits, want, tol)
-    if verdict.problem is not None:
+    if verdict.problem is not None and not _causality_only(m, idx, logits):
         raise value_failure(t("GPT：logits（用你的参数按题目的接法算出的参考值）",
                               "GPT: logits (the reference computed from your parameters, wired as the exercise says)"),
                             logits, want, tol, verdict, _gpt_known_bug(m, idx, logits),
@@ -523,7 +547,10 @@ def _build(GPT, GPTConfig, label, **cfg):
 
 def _forward(model, idx, label, targets=None, V=None):
     """(logits, loss), with the logits' type and shape (B, T, V) validated before anyone indexes them."""
-    out = call(model, idx, what=label) if targets is None else call(model, idx, targets, what=label)
+    n_ctx = getattr(getattr(model, "config", None), "n_ctx", None)
+    hints = [(lambda exc, line: isinstance(exc, ValueError) and idx.shape[-1] == n_ctx, GPT_BUGS["off_by_one"])]
+    out = call(model, idx, what=label, hints=hints) if targets is None else \
+        call(model, idx, targets, what=label, hints=hints)
     if not (isinstance(out, tuple) and len(out) == 2):
         raise _fail(f"{label}：forward 应返回 (logits, loss)，实际得到 {type(out).__name__}。",
                     f"{label}: forward must return (logits, loss), got {type(out).__name__}.")
@@ -531,7 +558,9 @@ def _forward(model, idx, label, targets=None, V=None):
     want = (*idx.shape, V) if V is not None else None
     if not isinstance(logits, torch.Tensor) or (want is not None and tuple(logits.shape) != want):
         got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        last_only = want is not None and got in ((want[0], want[2]), (want[0], 1, want[2]))
         raise failure(t(f"{label}：logits 的形状", f"{label}: shape of logits"), str(want), str(got),
+                      GPT_BUGS["last_only"] if last_only else None,
                       hint=t("logits 的形状是 (B, T, vocab_size)：每个位置对词表里每个 token 打一个分。",
                              "logits have shape (B, T, vocab_size): one score per vocabulary token at every position."))
     return out
@@ -1507,6 +1536,34 @@ def _simulate(plan, upto: int, **kw):
     return _params(model), losses
 
 
+def _trajectory(plan, upto: int, step_fn=None, **kw):
+    """(parameters, loss) after each of steps 0 … upto: the grader's step (``kw``: a known wrong one) or ``step_fn``."""
+    model = _toy(gain=STEP_GAIN)
+    opt = _sgd(model)
+    out = []
+    for s in range(upto + 1):
+        x, y = _batch_of_step(s)
+        loss = step_fn(model, opt, x, y, s, plan) if step_fn else _ref_step(model, opt, x, y, s, plan, **kw)
+        out.append((_params(model), float(loss)))
+    return out
+
+
+def _step_bug(what, train_step, plan, s) -> Bug | None:
+    """The known wrong step whose run matches the student's over steps 0 … s + 2 (a few more steps than the one
+    that failed: two mistakes can look alike at one step, as a rate never set and a rate set one step late at step 0)."""
+    upto = min(s + 2, 7)
+    try:
+        with own_loss(what):
+            theirs = _trajectory(plan, upto, lambda *a: call(train_step, *a, what=what))
+    except Exception:  # noqa: BLE001 - it failed on its own already; the single step decides below
+        return None
+    for key, kw in _step_variants(plan):
+        bug = _trajectory(plan, upto, **kw)
+        if all(same(gp, bp, Tol(1e-4, 1e-5)) and abs(gl - bl) <= 1e-4 for (gp, gl), (bp, bl) in zip(theirs, bug)):
+            return STEP_BUGS[key]
+    return None
+
+
 def _step_checks(what, train_step) -> int:
     plan = _plan()
     model = _toy(gain=STEP_GAIN)
@@ -1527,7 +1584,8 @@ def _step_checks(what, train_step) -> int:
         n += 1
         bug = None
         if not same(got_params, want_params, Tol(1e-4, 1e-5)) or abs(out - want_losses[-1]) > 1e-4:
-            for key, kw in _step_variants(plan):
+            bug = _step_bug(what, train_step, plan, s)
+            for key, kw in () if bug else _step_variants(plan):
                 bug_params, bug_losses = _simulate(plan, s, **kw)
                 if same(bug_params, want_params, Tol(1e-4, 1e-5)) and abs(bug_losses[-1] - want_losses[-1]) <= 1e-4:
                     continue                             # this bug does not show yet

@@ -1,5 +1,6 @@
-"""Known wrong answers (and correct variants) for ch07_gpt, and the rules its
-exercises state (RULES).
+"""Known wrong answers (and correct variants) for ch07_gpt. A wrong answer
+that breaks a rule an exercise states names it (``breaks=``, the ids marked in
+notebooks/ch07_gpt.md; tests/test_rules.py checks the two halves match).
 
 Wrong answers are written as small edits of the model solution, read from
 the built source notebook, so they follow the chapter when it changes. Each
@@ -503,7 +504,7 @@ BUGS += [
     Variant("gpt_no_ln_f", edit("gpt", ("logits = self.lm_head(self.ln_f(x))", "logits = self.lm_head(x)")),
             breaks=("gpt-logits",), lose=("test_gpt",), words=("ln_f",)),
     Variant("gpt_length_off_by_one", edit("gpt", ("if T > self.config.n_ctx:", "if T >= self.config.n_ctx:")),
-            breaks=("gpt-length-check",), lose=("test_gpt",), words=("差了一",)),
+            breaks=("gpt-length-check",), lose=("test_gpt", "test_gpt_causal"), words=("差了一",)),
     Variant("gpt_loss_zero_without_targets", edit("gpt", ("        loss = None\n", "        loss = 0.0\n")),
             breaks=("gpt-loss",), lose=("test_gpt",), words=("None",)),
     Variant("gpt_no_attn_dropout", edit("gpt", ("is_causal=True, dropout_p=p)", "is_causal=True)")),
@@ -583,7 +584,7 @@ BUGS += [
             total += cross_entropy(model(x)[0], y).item()
             model.train(was_training)
             return total / len(batches)
-"""}, breaks=("eval-mean",), lose=("test_evaluate",), words=("循环里 return",)),
+"""}, breaks=("eval-mean",), lose=("test_evaluate",), words=("写在了 for 循环里",)),
     Variant("eval_last_batch_only", {"evaluate": """def evaluate(model, batches):
     was_training = model.training
     model.eval()
