@@ -86,6 +86,10 @@ CACHE_BUGS = {
                       "（练习 2 和后面的单元格都会写 KVCache()）。",
                       "KVCache() without an argument fails: the signature is KVCache(n_layer=1), n_layer defaults "
                       "to 1 (exercise 2 and the cells after it write KVCache())."),
+    "length_no_default": Bug("cache_length_no_default",
+                             "length() 不带参数时出错：签名是 length(layer=0)，layer 的默认值是 0（不给层号时问的是第 0 层）。",
+                             "length() without an argument fails: the signature is length(layer=0), layer defaults to 0 "
+                             "(without a layer number it asks about layer 0)."),
     "empty_length": Bug("cache_length_fails_when_empty",
                         "length 在这一层还是空的时候出错了（例如 None 没有 .shape）：空的时候 length 要返回 0。",
                         "length fails while the layer is still empty (None has no .shape, for instance): an empty "
@@ -214,7 +218,15 @@ def _verify_kv_cache(KVCache) -> int:
     if not same(K, ks[0], EXACT):
         raise failure(t("KVCache()（不带参数）：append(0, k, v) 返回的 K", "KVCache() (no argument): K returned by "
                         "append(0, k, v)"), show(ks[0]), show(K))
-    return 7
+    # length(layer=0): without an argument, the length of layer 0
+    missing = [(lambda exc, line: isinstance(exc, TypeError) and "required positional argument" in str(exc),
+                CACHE_BUGS["length_no_default"])]
+    got = call(default.obj.length, what=t("KVCache().length()（不给 layer）", "KVCache().length() (layer left out)"),
+               hints=missing)
+    if got != 1:
+        raise failure(t("追加 1 个 token 之后的 KVCache().length()（不给 layer）", "KVCache().length() (layer left out) "
+                        "after appending 1 token"), "1", repr(got), CACHE_BUGS["length_no_default"])
+    return 8
 
 
 def check_kv_cache(KVCache) -> None:
@@ -450,6 +462,10 @@ KV_TYPE = {
                  "用 // 整除，或者最后 int(...)。",
                  "the result is a float (most likely d_model / n_head with /, or a float factor): a number of "
                  "bytes is a Python int; divide with //, or int(...) at the end."),
+    "numpy": Bug("kv_bytes_returns_numpy",
+                 "返回的是 numpy 的整数（多半用了 np.prod）：字节数是 Python int，用 math.prod、直接相乘，或者最后 int(...)。",
+                 "the result is a numpy integer (most likely from np.prod): a number of bytes is a Python int; use "
+                 "math.prod, plain multiplication, or int(...) at the end."),
     "tensor": Bug("kv_bytes_returns_tensor",
                   "返回的是张量：字节数是 Python int，用 int(...) 或 .item() 转成整数。",
                   "the result is a tensor: a number of bytes is a Python int; convert it with int(...) or .item()."),
@@ -461,6 +477,8 @@ def _kv_type_bug(got):
         return KV_TYPE["float"]
     if isinstance(got, torch.Tensor):
         return KV_TYPE["tensor"]
+    if type(got).__module__ == "numpy":
+        return KV_TYPE["numpy"]
     return None
 
 
@@ -636,6 +654,47 @@ ONLINE_BUGS = [
 ]
 
 
+def _online_native(q, k, v, block_size, causal=False, m0=None, running=True):
+    """The same online softmax in the inputs' own dtype (where exp under- or overflows as the student's does),
+    with a first m of ``m0`` instead of -inf, or (``running=False``) m = the block's own max instead of the
+    running max."""
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    m = torch.full(q.shape[:-1] + (1,), float("-inf") if m0 is None else m0, dtype=q.dtype)
+    l = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype)
+    o = torch.zeros(q.shape[:-1] + v.shape[-1:], dtype=q.dtype)
+    rows = torch.arange(n_q)[:, None]
+    for start in range(0, n_k, block_size):
+        kb, vb = k[..., start:start + block_size, :], v[..., start:start + block_size, :]
+        s = q @ kb.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if causal:
+            s = s.masked_fill(torch.arange(start, start + kb.shape[-2])[None, :] > rows, float("-inf"))
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True)) if running else s.amax(-1, keepdim=True)
+        alpha, p = torch.exp(m - m_new), torch.exp(s - m_new)
+        l = alpha * l + p.sum(-1, keepdim=True)
+        o = alpha * o + p @ vb
+        m = m_new
+    return o / l
+
+
+ONLINE_BUGS += [
+    Bug("online_max_starts_at_zero",
+        "m 一开始是 0，而不是 -inf：当所有分数都远小于 0（这里约为 -400）时，exp(s - 0) 下溢成 0，ℓ = 0，o / ℓ 得到 nan。"
+        "m 是“到目前为止见过的最大分数”：一开始用 -inf（第一块之后就是第一块的最大值），每个 exp(s - m) 都不超过 1，"
+        "也不会全部下溢。",
+        "m starts at 0 instead of -inf: when every score is far below 0 (about -400 here), exp(s - 0) underflows to 0, "
+        "ℓ = 0 and o / ℓ is nan. m is \"the largest score seen so far\": start it at -inf (after the first block it is "
+        "that block's max), so every exp(s - m) is at most 1 and they cannot all underflow.",
+        lambda q, k, v, block_size, causal=False: _online_native(q, k, v, block_size, causal, m0=0.0)),
+    Bug("online_max_not_running",
+        "m 取的是这一块自己的最大值，而不是到目前为止的最大值：后面一块的最大值小得多时，α = exp(m - m_new) 溢出成 inf，"
+        "inf × 0 得到 nan。m_new = torch.maximum(m, 这一块的最大值)：m 只会变大，α 永远不超过 1。",
+        "m is the block's own max, not the largest score so far: when a later block's max is much smaller, "
+        "α = exp(m - m_new) overflows to inf, and inf × 0 gives nan. m_new = torch.maximum(m, the block's max): m "
+        "only grows, and α never exceeds 1.",
+        lambda q, k, v, block_size, causal=False: _online_native(q, k, v, block_size, causal, running=False)),
+]
+
+
 class _TensorSizes(torch.overrides.TorchFunctionMode):
     """Records the largest tensor returned by a torch function (views excluded)
     while it is active. A function mode, not a dispatch mode: entering a
@@ -699,6 +758,8 @@ def _online_cases(gen) -> list[Case]:
         case(t("二维输入 (n, d)，没有批量维", "2-D inputs (n, d), no batch axis"), r(5, 4), r(5, 4), r(5, 2), 1, True),
         case(t("block_size 大于 n（只有一块）", "block_size larger than n (a single block)"),
              r(4, 8), r(6, 8), r(6, 3), 32, False),
+        case(t("所有分数都远小于 0（约 -400）：float32 里 exp(s) 会下溢", "every score far below 0 (about -400): in float32 "
+               "exp(s) underflows"), r(2, 5, 16, scale=0.3) + 10.0, -(r(2, 9, 16, scale=0.3) + 10.0), r(2, 9, 3), 4, False),
         case(t("float64，n=20，与独立参考实现比较", "float64, n=20, compared with an independent reference"),
              r(2, 20, 16, dtype=F64), r(2, 20, 16, dtype=F64), r(2, 20, 7, dtype=F64), 6, True),
     ]

@@ -472,6 +472,34 @@ BUGS += [
             lose=("test_online_softmax",), words=("生成了 n×n 的矩阵",), breaks=("osa-no-nxn",)),
 ]
 
+# The outside audit (issue 39): wrong answers for stated rules that no catalogued mistake broke, written the way
+# students write them; each kept full marks before the checks below were added (numpy's int was caught, unnamed).
+BUGS += [
+    Variant("cache_length_without_default", cache(CACHE_OK.replace("def length(self, layer=0):", "def length(self, layer):")),
+            lose=("test_kv_cache",), words=("length(layer=0)", "默认值是 0"), said=KEPT, breaks=("kv-length-default",)),
+    Variant("online_max_starts_at_zero", online(ONLINE_OK.replace(
+        'm = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)',
+        "m = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype)                  # running max, starts at 0")),
+            lose=("test_online_softmax",), words=("m 一开始是 0", "-inf"), breaks=("osa-running-max",)),
+    Variant("online_max_of_block_only", online(ONLINE_OK.replace(
+        "m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))", "m_new = s.amax(dim=-1, keepdim=True)")),
+            lose=("test_online_softmax",), words=("这一块自己的最大值", "torch.maximum"), breaks=("osa-running-max",)),
+    Variant("kv_numpy_prod", kv("    import numpy as np\n"
+                                "    return np.prod([2, n_layer, n_tokens, n_kv_head, d_k, bytes_per_value, batch])\n"),
+            lose=("test_kv_bytes",), words=("numpy 的整数", "Python int"), breaks=("kvb-int",)),
+]
+
+# Correct answers in more styles: the step through F.scaled_dot_product_attention (softmax is allowed in exercise 2),
+# a per-block mask filled with a large finite negative, a logsumexp that is computed and not needed.
+CORRECT += [
+    Variant("ok_step_sdpa_mask_minus_1e4", {
+        **step(STEP_OK.replace("    p = torch.softmax(q @ K.transpose(-2, -1) / math.sqrt(d_k), dim=-1)\n    return (p @ V)",
+                               "    a = F.scaled_dot_product_attention(q, K, V)                 # no mask: nothing in the future\n"
+                               "    return a")),
+        **online(ONLINE_OK.replace('s = s.masked_fill(cols > rows, float("-inf"))', "s = s.masked_fill(cols > rows, -1e4)")),
+    }),
+]
+
 # blocks cut with Tensor.split: block_size keys each, the last one shorter
 CORRECT += [
     Variant("ok_split_blocks", online('''def online_softmax_attention(q, k, v, block_size, causal=False):
