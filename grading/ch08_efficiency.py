@@ -722,6 +722,13 @@ def _o_as_wide_as_q(exc, line) -> bool:
 
 
 ONLINE_HINTS = [
+    (lambda exc, line: isinstance(exc, RuntimeError) and "expected scalar type" in str(exc),
+     Bug("online_state_dtype",
+         "m、ℓ、o 建成了另一种 dtype（例如写死了 dtype=torch.float64 或 torch.float32），和 q 的 dtype 不一样，"
+         "矩阵乘法就出错了：用 dtype=q.dtype（或 q.new_zeros、torch.zeros_like）建它们，out 也就和 q 的 dtype 相同。",
+         "m, ℓ, o are built in another dtype (dtype=torch.float64 or torch.float32 written in, say) than q's, so "
+         "the matrix product fails: build them with dtype=q.dtype (or q.new_zeros, torch.zeros_like), and out "
+         "keeps q's dtype too.")),
     (_o_as_wide_as_q,
      Bug("online_output_as_wide_as_q",
          "输出 o 建成了和 q 一样宽（d_k，例如 torch.zeros_like(q)），可它要和 v 一样宽：形状是 (..., n_q, d_v)，"
@@ -793,30 +800,51 @@ def _online_memory(check, online_softmax_attention, gen) -> None:
 
 class _KeyBlocks(torch.overrides.TorchFunctionMode):
     """The sizes, along the token axis, of the pieces the function cuts out of k (slices, split, chunk, narrow),
-    k's same-shaped copies (k.float(), k.contiguous()) included."""
+    k's same-shaped copies (k.float(), k.contiguous()) and transposes (k.mT, k.transpose(-2, -1)) included."""
 
     CUTS = frozenset({"__getitem__", "split", "chunk", "narrow", "tensor_split", "split_with_sizes", "unsafe_split"})
 
     def __init__(self, k):
         super().__init__()
         self.shape = tuple(k.shape)
-        self.tracked = [k]
+        self.swapped = self.shape[:-2] + (self.shape[-1], self.shape[-2])
+        self.tracked: list[tuple[torch.Tensor, int]] = [(k, -2)]     # (tensor, its token axis)
         self.sizes: list[int] = []
+        self.starts: list[int] = []           # where each piece begins along the token axis, in cutting order
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         src = args[0] if args else None
-        if isinstance(src, torch.Tensor) and any(src is k for k in self.tracked):
+        axis = next((ax for x, ax in self.tracked if x is src), None) if isinstance(src, torch.Tensor) else None
+        if axis is not None:
             cut = getattr(func, "__name__", "") in self.CUTS
+            whole = self.shape if axis == -2 else self.swapped
+            other = self.swapped if axis == -2 else self.shape
             for x in pytree.tree_flatten(out)[0]:
                 if not isinstance(x, torch.Tensor):
                     continue
-                if tuple(x.shape) == self.shape:
-                    self.tracked.append(x)
-                elif (cut and x.dim() == len(self.shape) and tuple(x.shape[:-2]) == self.shape[:-2]
-                      and x.shape[-1] == self.shape[-1]):
-                    self.sizes.append(int(x.shape[-2]))
+                shape = tuple(x.shape)
+                if shape == whole:
+                    self.tracked.append((x, axis))
+                elif shape == other and not cut:
+                    self.tracked.append((x, -1 if axis == -2 else -2))
+                elif (cut and x.dim() == len(whole) and shape[:-2] == whole[:-2]
+                      and all(shape[i] == whole[i] for i in (-2, -1) if i != axis)):
+                    self.sizes.append(int(shape[axis]))
+                    step = src.stride(axis) or 1
+                    self.starts.append((x.storage_offset() - src.storage_offset()) // step)
         return out
+
+    def revisited(self) -> int | None:
+        """The first block cut again after another block was cut in between (a second pass over the keys)."""
+        seen: set[int] = set()
+        last = None
+        for start in self.starts:
+            if start in seen and start != last:
+                return start
+            seen.add(start)
+            last = start
+        return None
 
 
 ONLINE_BLOCKS = Bug("online_blocks_not_block_size",
@@ -835,21 +863,46 @@ def _online_blocks(check, online_softmax_attention, gen) -> None:
     q, k, v = (torch.randn(2, n, 8, generator=gen) for _ in range(3))
     label = t(f"n = {n}，block_size = {block}：记录从 k 切出的每一块有多少个键",
               f"n = {n}, block_size = {block}: how many keys each piece cut out of k holds")
-    blocks = _KeyBlocks(k)
+    blocks, query_blocks = _KeyBlocks(k), _KeyBlocks(q)
     try:
-        with forbidden(FORBIDDEN, what), blocks:
+        with forbidden(FORBIDDEN, what), blocks, query_blocks:
             out = online_softmax_attention(q, k, v, block)
     except Exception as exc:
         raise GradingFailure(t(f"{what}: {label}：你的代码抛出了 {type(exc).__name__}: {exc}",
                                f"{what}: {label}: your code raised {type(exc).__name__}: {exc}")) from None
     sizes = blocks.sizes
-    if sizes and max(sizes) != block:
+    if not sizes:
+        raise check.fail(label, t(f"键被切成每块 {block} 个", f"the keys cut into blocks of {block}"),
+                         t("键从来没有被切开：每次都用了全部 n_k 个键", "the keys were never cut: every step used all "
+                           "n_k keys"), ONLINE_KEYS_WHOLE)
+    if max(sizes) != block:
         shown = sorted(set(sizes))
         raise check.fail(label, t(f"每块 {block} 个键（最后一块 {n % block} 个）", f"blocks of {block} keys (the last "
                                   f"one {n % block})"), t(f"从 k 切出的块大小：{shown}", f"sizes of the pieces cut out "
                                                           f"of k: {shown}"), ONLINE_BLOCKS)
+    again = blocks.revisited()
+    if again is not None and not query_blocks.sizes:        # tiles of queries (FlashAttention-2) revisit key blocks
+        raise check.fail(label, t("每一块键只读一遍", "every block of keys read once"),
+                         t(f"从位置 {again} 开始的那一块读了两遍", f"the block starting at position {again} read twice"),
+                         ONLINE_TWO_PASS)
     check.expect(label, out, ref_attention(q, k, v))
 
+
+ONLINE_KEYS_WHOLE = Bug("online_keys_never_blocked",
+                        "键从来没有被切成块：多半是把查询分成了块，每一块查询都和全部 n_k 个键算分数（那是一行完整的 softmax，"
+                        "不是在线 softmax）。要切的是键和值：每次处理 block_size 个键，k[..., start:start + block_size, :]，"
+                        "并按公式更新 m、ℓ、o。",
+                        "the keys are never cut into blocks: most likely the queries are cut into blocks and each one "
+                        "is scored against all n_k keys at once (a whole softmax row, not an online one). Cut the keys "
+                        "and values: block_size keys at a time, k[..., start:start + block_size, :], updating m, ℓ, o "
+                        "by the formulas.")
+
+ONLINE_TWO_PASS = Bug("online_two_passes",
+                      "键被读了两遍：第一遍找每行的最大值，第二遍再求和、求输出。这是两遍的 softmax，不是在线 softmax。"
+                      "在线 softmax 对每一块只读一遍：来了新的一块就更新 m，再把旧的 ℓ 和 o 乘上 α = exp(m - m_new)。",
+                      "the keys are read twice: a first pass finds each row's max, a second one sums and builds the "
+                      "output. That is the two-pass softmax, not the online one. The online softmax reads every block "
+                      "once: when a block arrives, update m and multiply the old ℓ and o by α = exp(m - m_new).")
 
 ONLINE_DTYPE = Bug("online_dtype_not_kept",
                    "q 是 float64，out 却不是：out 要和 q 的 dtype 相同（例如把 q、k、v 转成了 float32 却没有转回来）。",
