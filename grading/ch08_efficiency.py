@@ -100,6 +100,11 @@ CACHE_BUGS = {
                   "appending several tokens at once (a 5-token prompt, t_new = 5) fails or goes wrong: append only "
                   "handles t_new = 1 (squeezing, then torch.stack of single tokens, for instance). Concatenate "
                   "along dim=-2 with torch.cat, which works for any t_new."),
+    "len_batch": Bug("cache_length_is_len_of_tensor",
+                     "length 返回的是 len(张量)：len 数的是第一维，也就是 batch B，而不是 token 数。token 在倒数第二维："
+                     "self.keys[layer].shape[-2]。",
+                     "length returns len(tensor): len counts the first axis, the batch B, not the tokens. Tokens "
+                     "are the second-to-last axis: self.keys[layer].shape[-2]."),
     "length_calls": Bug("cache_length_counts_appends",
                         "length 数的是调用 append 的次数，而不是 token 数：一次追加 5 个 token 的提示词之后，length "
                         "要加 5。length 数的是 token（dim=-2 的大小）。",
@@ -167,7 +172,8 @@ def _kv_token_by_token(cache, ks, vs) -> None:
                           hint=t("K 对了，V 没对：两者要用同样的方法保存。", "K is right but V is not: store both the same way."))
         _expect_length(cache, 0, step + 1, t(f"第 0 层 append {step + 1} 次之后的 length(0)",
                                              f"length(0) after {step + 1} appends to layer 0"),
-                       CACHE_BUGS["overwrite"] if step and cache.length(0) == 1 else None)
+                       CACHE_BUGS["overwrite"] if step and cache.length(0) == 1
+                       else CACHE_BUGS["len_batch"] if cache.length(0) == K.shape[0] != step + 1 else None)
 
 
 def _kv_prompt_then_token(cache, prompt_k, prompt_v, k, v) -> None:

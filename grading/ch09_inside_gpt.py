@@ -482,6 +482,13 @@ def _interleaved(model, heads, x, y):
 
 
 ABL_BUGS = [
+    Bug("ablate_one_head_per_layer",
+        "每一层只去掉了一个头：多半是用 {layer: head} 这样的字典收集了 heads，同一层的第二个头把第一个覆盖了。"
+        "heads 里同一层可以有好几个头：每一对 (layer, head) 都要去掉（一个头一个钩子，或者每层一个集合）。",
+        "only one head per layer is removed: most likely heads were gathered in a dict {layer: head}, and the second "
+        "head of a layer overwrote the first. heads may hold several heads of one layer: remove every (layer, "
+        "head) pair (one hook per head, or a set per layer).",
+        lambda model, heads, x, y: ref_ablate_heads(model, list({layer: h for layer, h in heads}.items()), x, y)),
     Bug("ablate_position_axis", "把错误的轴置零了：heads 的输出是 (B, n_head, n, d_head)，头 h 是 out[:, h]；out[:, :, h] 去掉的是位置 h。",
         "the wrong axis is zeroed: the heads' output is (B, n_head, n, d_head) and head h is out[:, h]; "
         "out[:, :, h] removes position h.",

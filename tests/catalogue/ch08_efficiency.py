@@ -477,6 +477,10 @@ BUGS += [
 BUGS += [
     Variant("cache_length_without_default", cache(CACHE_OK.replace("def length(self, layer=0):", "def length(self, layer):")),
             lose=("test_kv_cache",), words=("length(layer=0)", "默认值是 0"), said=KEPT, breaks=("kv-length-default",)),
+    Variant("cache_length_len_of_tensor", cache(CACHE_OK.replace(
+        "return 0 if self.keys[layer] is None else self.keys[layer].shape[-2]",
+        "return 0 if self.keys[layer] is None else len(self.keys[layer])")),
+            lose=("test_kv_cache",), words=("len(张量)", "shape[-2]"), said=KEPT, breaks=("kv-length-tokens",)),
     Variant("online_max_starts_at_zero", online(ONLINE_OK.replace(
         'm = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)',
         "m = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype)                  # running max, starts at 0")),

@@ -349,6 +349,14 @@ BUGS += [
         "        for handle in handles:\n            handle.remove()\n",
         "        for block in model.blocks:\n            block.attn.heads._forward_hooks.clear()\n")),
             lose=A, words=("_forward_hooks.clear()", "handle.remove()"), breaks=("abl-remove",)),
+    Variant("abl_dict_one_head_per_layer", abl(ABL_HEAD + '''    chosen = {layer: head for layer, head in heads}
+    for layer, head in chosen.items():
+        def zero_head(module, inputs, output, head=head):
+            output = output.clone()
+            output[:, head] = 0.0
+            return output
+        handles.append(model.blocks[layer].attn.heads.register_forward_hook(zero_head))
+''' + RUN), lose=A, words=("每一层只去掉了一个头",), breaks=("abl-pairs",)),
 ]
 
 # Correct answers in more styles: hooks on a deep copy, the loss from the logits with F.cross_entropy, a head mask
