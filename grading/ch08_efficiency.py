@@ -33,7 +33,7 @@ def _weights(d, n_head, n_ctx, gen, dtype=torch.float32):
 
 
 def _layer(x, W, allowed=lambda i, j: j <= i, positions=lambda n: torch.arange(n), scale=True,
-           k_proj=True, v_proj=True, out_proj=True, one_head=False, scale_by_d=False):
+           k_proj=True, v_proj=True, out_proj=True, one_head=False, scale_by_d=False, q_position=True):
     """Causal multi-head attention over a whole sequence in float64, with the
     knobs that the known bugs turn."""
     x = x.to(torch.float64)
@@ -42,7 +42,7 @@ def _layer(x, W, allowed=lambda i, j: j <= i, positions=lambda n: torch.arange(n
     H = 1 if one_head else W["n_head"]
     dk = d // H
     h = x + W["wpe"][positions(n)]
-    q = torch.einsum("bnd,de->bne", h, W["w_q"]).reshape(B, n, H, dk)
+    q = torch.einsum("bnd,de->bne", h if q_position else x, W["w_q"]).reshape(B, n, H, dk)
     k = (torch.einsum("bnd,de->bne", h, W["w_k"]) if k_proj else h).reshape(B, n, H, dk)
     v = (torch.einsum("bnd,de->bne", h, W["w_v"]) if v_proj else h).reshape(B, n, H, dk)
     s = torch.einsum("bihc,bjhc->bhij", q, k)
@@ -289,6 +289,11 @@ STEP_BUGS = [
         "the position is off by one: cache.length(layer) is read after append, so the first token gets wpe[1]. "
         "Read the position before appending.",
         lambda x, W: _layer(x, W, positions=lambda n: torch.arange(1, n + 1))),
+    Bug("step_query_without_position",
+        "q 是从没加位置的 x_t 算出来的：位置只加给了 k、v。先 h = x_t + weights[\"wpe\"][pos]，q、k、v 三个都从 h 算。",
+        "q is computed from x_t without the position: only k and v got it. First h = x_t + weights[\"wpe\"][pos], "
+        "then q, k and v all come from h.",
+        lambda x, W: _layer(x, W, q_position=False)),
     Bug("step_no_position",
         "没有加位置表 weights[\"wpe\"][pos]。",
         "the position table weights[\"wpe\"][pos] is not added.",
@@ -352,6 +357,14 @@ STEP_DTYPE = Bug("step_dtype_not_kept",
                  "x_t 是 float64，返回值却不是：结果要和 x_t 的 dtype 相同（例如中间转成了 float32 却没有转回来）。",
                  "x_t is float64 but the result is not: the result has x_t's dtype (computed in float32, say, and "
                  "not cast back).")
+STEP_OTHER_LAYER = Bug("step_other_layer",
+                       "位置超出了位置表：缓存里这一层的长度比已经生成的 token 还多。多半是读长度或追加时没有用参数 layer："
+                       "cache.length()（总是第 0 层）或 cache.append(0, ...)。两处都要写 layer：cache.length(layer)、"
+                       "cache.append(layer, k, v)。",
+                       "the position ran past the position table: this layer's length in the cache is larger than the "
+                       "number of tokens so far. Most likely the length or the append does not use the argument "
+                       "layer: cache.length() (always layer 0) or cache.append(0, ...). Both need layer: "
+                       "cache.length(layer), cache.append(layer, k, v).")
 STEP_NO_DEFAULT = Bug("step_layer_no_default",
                       "不给 layer 时出错：签名是 cached_attention_step(x_t, weights, cache, layer=0)，layer 的默认值是 0。",
                       "leaving out layer fails: the signature is cached_attention_step(x_t, weights, cache, layer=0), "
@@ -391,7 +404,8 @@ def check_cached_step(cached_attention_step, KVCache) -> None:
 def _step_checks(cached_attention_step, KVCache) -> int:
     what = "cached_attention_step"
     gen = seeded(802)
-    check = Check(what, cached_attention_step)
+    check = Check(what, cached_attention_step, hints=[(
+        lambda exc, line: isinstance(exc, IndexError) and "wpe" in line, STEP_OTHER_LAYER)])
     for label, B, d, H, steps, dtype in _step_cases(gen):
         W = _weights(d, H, steps + 3, gen, dtype)
         x = torch.randn(B, steps, d, generator=gen, dtype=dtype)

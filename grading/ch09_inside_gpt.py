@@ -268,6 +268,11 @@ def _score_shape_bug(out, L, B, H) -> Bug | None:
                    "不要只取一层（attn[-1]、attn[0]）或对层求平均。", "the layer axis is missing: every head of every layer "
                    "gets a score, shape (n_layer, n_head); do not take one layer (attn[-1], attn[0]) or average over "
                    "the layers.")
+    if shape == (H, L) and L != H:
+        return Bug("score_transposed", "结果是 (n_head, n_layer)，层和头的顺序反了（多半多写了 .T 或 transpose）："
+                   "形状是 (n_layer, n_head)，第 l 行是第 l 层的各个头。", "the result is (n_head, n_layer), layers and "
+                   "heads swapped (a .T or transpose too many, most likely): the shape is (n_layer, n_head), row l "
+                   "holding the heads of layer l.")
     return None
 
 

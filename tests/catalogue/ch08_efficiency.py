@@ -481,6 +481,13 @@ BUGS += [
         "return 0 if self.keys[layer] is None else self.keys[layer].shape[-2]",
         "return 0 if self.keys[layer] is None else len(self.keys[layer])")),
             lose=("test_kv_cache",), words=("len(张量)", "shape[-2]"), said=KEPT, breaks=("kv-length-tokens",)),
+    Variant("step_query_without_position", step(STEP_OK.replace('q = heads(h @ weights["w_q"])', 'q = heads(x_t @ weights["w_q"])')),
+            lose=("test_cached_step",), words=("q 是从没加位置的 x_t 算出来的",), breaks=("step-position",)),
+    Variant("step_length_of_layer_0", step(STEP_OK.replace("pos = cache.length(layer)", "pos = cache.length()")),
+            lose=("test_cached_step",), words=("cache.length()（总是第 0 层）", "cache.length(layer)"),
+            breaks=("step-position",)),
+    Variant("step_appends_to_layer_0", step(STEP_OK.replace("cache.append(layer,", "cache.append(0,")),
+            lose=("test_cached_step",), words=("cache.append(0, ...)", "cache.append(layer, k, v)")),
     Variant("online_max_starts_at_zero", online(ONLINE_OK.replace(
         'm = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)',
         "m = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype)                  # running max, starts at 0")),
@@ -559,6 +566,8 @@ CORRECT += [
 
 # FlashAttention-2's order (query tiles outside, key blocks inside), and key blocks sliced out of k.mT
 CORRECT += [
+    Variant("ok_kv_bytes_true_division_then_int", {"kv_bytes": KV_HEAD.replace("d_k = d_model // n_head", "d_k = d_model / n_head")
+                                                   + "    return int(2 * n_layer * n_tokens * n_kv_head * d_k * bytes_per_value * batch)\n"}),
     Variant("ok_flash_query_tiles", online("""def online_softmax_attention(q, k, v, block_size, causal=False):
     n_q, n_k = q.shape[-2], k.shape[-2]
     tiles = []

@@ -359,6 +359,11 @@ BUGS += [
 ''' + RUN), lose=A, words=("每一层只去掉了一个头",), breaks=("abl-pairs",)),
 ]
 
+BUGS += [
+    Variant("prev_transposed", prev("    return attn.diagonal(-1, -2, -1).mean(dim=(1, 3)).T\n"),
+            lose=P, words=("层和头的顺序反了",), breaks=("prev-shape",)),
+]
+
 # Correct answers in more styles: hooks on a deep copy, the loss from the logits with F.cross_entropy, a head mask
 # multiplied in, the mode saved and restored, sub-block diagonals.
 CORRECT += [
