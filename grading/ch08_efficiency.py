@@ -33,7 +33,7 @@ def _weights(d, n_head, n_ctx, gen, dtype=torch.float32):
 
 
 def _layer(x, W, allowed=lambda i, j: j <= i, positions=lambda n: torch.arange(n), scale=True,
-           k_proj=True, v_proj=True, out_proj=True, one_head=False, scale_by_d=False):
+           k_proj=True, v_proj=True, out_proj=True, one_head=False, scale_by_d=False, q_position=True):
     """Causal multi-head attention over a whole sequence in float64, with the
     knobs that the known bugs turn."""
     x = x.to(torch.float64)
@@ -42,7 +42,7 @@ def _layer(x, W, allowed=lambda i, j: j <= i, positions=lambda n: torch.arange(n
     H = 1 if one_head else W["n_head"]
     dk = d // H
     h = x + W["wpe"][positions(n)]
-    q = torch.einsum("bnd,de->bne", h, W["w_q"]).reshape(B, n, H, dk)
+    q = torch.einsum("bnd,de->bne", h if q_position else x, W["w_q"]).reshape(B, n, H, dk)
     k = (torch.einsum("bnd,de->bne", h, W["w_k"]) if k_proj else h).reshape(B, n, H, dk)
     v = (torch.einsum("bnd,de->bne", h, W["w_v"]) if v_proj else h).reshape(B, n, H, dk)
     s = torch.einsum("bihc,bjhc->bhij", q, k)
@@ -86,6 +86,10 @@ CACHE_BUGS = {
                       "（练习 2 和后面的单元格都会写 KVCache()）。",
                       "KVCache() without an argument fails: the signature is KVCache(n_layer=1), n_layer defaults "
                       "to 1 (exercise 2 and the cells after it write KVCache())."),
+    "length_no_default": Bug("cache_length_no_default",
+                             "length() 不带参数时出错：签名是 length(layer=0)，layer 的默认值是 0（不给层号时问的是第 0 层）。",
+                             "length() without an argument fails: the signature is length(layer=0), layer defaults to 0 "
+                             "(without a layer number it asks about layer 0)."),
     "empty_length": Bug("cache_length_fails_when_empty",
                         "length 在这一层还是空的时候出错了（例如 None 没有 .shape）：空的时候 length 要返回 0。",
                         "length fails while the layer is still empty (None has no .shape, for instance): an empty "
@@ -96,6 +100,11 @@ CACHE_BUGS = {
                   "appending several tokens at once (a 5-token prompt, t_new = 5) fails or goes wrong: append only "
                   "handles t_new = 1 (squeezing, then torch.stack of single tokens, for instance). Concatenate "
                   "along dim=-2 with torch.cat, which works for any t_new."),
+    "len_batch": Bug("cache_length_is_len_of_tensor",
+                     "length 返回的是 len(张量)：len 数的是第一维，也就是 batch B，而不是 token 数。token 在倒数第二维："
+                     "self.keys[layer].shape[-2]。",
+                     "length returns len(tensor): len counts the first axis, the batch B, not the tokens. Tokens "
+                     "are the second-to-last axis: self.keys[layer].shape[-2]."),
     "length_calls": Bug("cache_length_counts_appends",
                         "length 数的是调用 append 的次数，而不是 token 数：一次追加 5 个 token 的提示词之后，length "
                         "要加 5。length 数的是 token（dim=-2 的大小）。",
@@ -163,7 +172,8 @@ def _kv_token_by_token(cache, ks, vs) -> None:
                           hint=t("K 对了，V 没对：两者要用同样的方法保存。", "K is right but V is not: store both the same way."))
         _expect_length(cache, 0, step + 1, t(f"第 0 层 append {step + 1} 次之后的 length(0)",
                                              f"length(0) after {step + 1} appends to layer 0"),
-                       CACHE_BUGS["overwrite"] if step and cache.length(0) == 1 else None)
+                       CACHE_BUGS["overwrite"] if step and cache.length(0) == 1
+                       else CACHE_BUGS["len_batch"] if cache.length(0) == K.shape[0] != step + 1 else None)
 
 
 def _kv_prompt_then_token(cache, prompt_k, prompt_v, k, v) -> None:
@@ -214,7 +224,15 @@ def _verify_kv_cache(KVCache) -> int:
     if not same(K, ks[0], EXACT):
         raise failure(t("KVCache()（不带参数）：append(0, k, v) 返回的 K", "KVCache() (no argument): K returned by "
                         "append(0, k, v)"), show(ks[0]), show(K))
-    return 7
+    # length(layer=0): without an argument, the length of layer 0
+    missing = [(lambda exc, line: isinstance(exc, TypeError) and "required positional argument" in str(exc),
+                CACHE_BUGS["length_no_default"])]
+    got = call(default.obj.length, what=t("KVCache().length()（不给 layer）", "KVCache().length() (layer left out)"),
+               hints=missing)
+    if got != 1:
+        raise failure(t("追加 1 个 token 之后的 KVCache().length()（不给 layer）", "KVCache().length() (layer left out) "
+                        "after appending 1 token"), "1", repr(got), CACHE_BUGS["length_no_default"])
+    return 8
 
 
 def check_kv_cache(KVCache) -> None:
@@ -271,6 +289,11 @@ STEP_BUGS = [
         "the position is off by one: cache.length(layer) is read after append, so the first token gets wpe[1]. "
         "Read the position before appending.",
         lambda x, W: _layer(x, W, positions=lambda n: torch.arange(1, n + 1))),
+    Bug("step_query_without_position",
+        "q 是从没加位置的 x_t 算出来的：位置只加给了 k、v。先 h = x_t + weights[\"wpe\"][pos]，q、k、v 三个都从 h 算。",
+        "q is computed from x_t without the position: only k and v got it. First h = x_t + weights[\"wpe\"][pos], "
+        "then q, k and v all come from h.",
+        lambda x, W: _layer(x, W, q_position=False)),
     Bug("step_no_position",
         "没有加位置表 weights[\"wpe\"][pos]。",
         "the position table weights[\"wpe\"][pos] is not added.",
@@ -334,6 +357,14 @@ STEP_DTYPE = Bug("step_dtype_not_kept",
                  "x_t 是 float64，返回值却不是：结果要和 x_t 的 dtype 相同（例如中间转成了 float32 却没有转回来）。",
                  "x_t is float64 but the result is not: the result has x_t's dtype (computed in float32, say, and "
                  "not cast back).")
+STEP_OTHER_LAYER = Bug("step_other_layer",
+                       "位置超出了位置表：缓存里这一层的长度比已经生成的 token 还多。多半是读长度或追加时没有用参数 layer："
+                       "cache.length()（总是第 0 层）或 cache.append(0, ...)。两处都要写 layer：cache.length(layer)、"
+                       "cache.append(layer, k, v)。",
+                       "the position ran past the position table: this layer's length in the cache is larger than the "
+                       "number of tokens so far. Most likely the length or the append does not use the argument "
+                       "layer: cache.length() (always layer 0) or cache.append(0, ...). Both need layer: "
+                       "cache.length(layer), cache.append(layer, k, v).")
 STEP_NO_DEFAULT = Bug("step_layer_no_default",
                       "不给 layer 时出错：签名是 cached_attention_step(x_t, weights, cache, layer=0)，layer 的默认值是 0。",
                       "leaving out layer fails: the signature is cached_attention_step(x_t, weights, cache, layer=0), "
@@ -373,7 +404,8 @@ def check_cached_step(cached_attention_step, KVCache) -> None:
 def _step_checks(cached_attention_step, KVCache) -> int:
     what = "cached_attention_step"
     gen = seeded(802)
-    check = Check(what, cached_attention_step)
+    check = Check(what, cached_attention_step, hints=[(
+        lambda exc, line: isinstance(exc, IndexError) and "wpe" in line, STEP_OTHER_LAYER)])
     for label, B, d, H, steps, dtype in _step_cases(gen):
         W = _weights(d, H, steps + 3, gen, dtype)
         x = torch.randn(B, steps, d, generator=gen, dtype=dtype)
@@ -450,6 +482,10 @@ KV_TYPE = {
                  "用 // 整除，或者最后 int(...)。",
                  "the result is a float (most likely d_model / n_head with /, or a float factor): a number of "
                  "bytes is a Python int; divide with //, or int(...) at the end."),
+    "numpy": Bug("kv_bytes_returns_numpy",
+                 "返回的是 numpy 的整数（多半用了 np.prod）：字节数是 Python int，用 math.prod、直接相乘，或者最后 int(...)。",
+                 "the result is a numpy integer (most likely from np.prod): a number of bytes is a Python int; use "
+                 "math.prod, plain multiplication, or int(...) at the end."),
     "tensor": Bug("kv_bytes_returns_tensor",
                   "返回的是张量：字节数是 Python int，用 int(...) 或 .item() 转成整数。",
                   "the result is a tensor: a number of bytes is a Python int; convert it with int(...) or .item()."),
@@ -461,6 +497,8 @@ def _kv_type_bug(got):
         return KV_TYPE["float"]
     if isinstance(got, torch.Tensor):
         return KV_TYPE["tensor"]
+    if type(got).__module__ == "numpy":
+        return KV_TYPE["numpy"]
     return None
 
 
@@ -636,6 +674,47 @@ ONLINE_BUGS = [
 ]
 
 
+def _online_native(q, k, v, block_size, causal=False, m0=None, running=True):
+    """The same online softmax in the inputs' own dtype (where exp under- or overflows as the student's does),
+    with a first m of ``m0`` instead of -inf, or (``running=False``) m = the block's own max instead of the
+    running max."""
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    m = torch.full(q.shape[:-1] + (1,), float("-inf") if m0 is None else m0, dtype=q.dtype)
+    l = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype)
+    o = torch.zeros(q.shape[:-1] + v.shape[-1:], dtype=q.dtype)
+    rows = torch.arange(n_q)[:, None]
+    for start in range(0, n_k, block_size):
+        kb, vb = k[..., start:start + block_size, :], v[..., start:start + block_size, :]
+        s = q @ kb.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if causal:
+            s = s.masked_fill(torch.arange(start, start + kb.shape[-2])[None, :] > rows, float("-inf"))
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True)) if running else s.amax(-1, keepdim=True)
+        alpha, p = torch.exp(m - m_new), torch.exp(s - m_new)
+        l = alpha * l + p.sum(-1, keepdim=True)
+        o = alpha * o + p @ vb
+        m = m_new
+    return o / l
+
+
+ONLINE_BUGS += [
+    Bug("online_max_starts_at_zero",
+        "m 一开始是 0，而不是 -inf：当所有分数都远小于 0（这里约为 -400）时，exp(s - 0) 下溢成 0，ℓ = 0，o / ℓ 得到 nan。"
+        "m 是“到目前为止见过的最大分数”：一开始用 -inf（第一块之后就是第一块的最大值），每个 exp(s - m) 都不超过 1，"
+        "也不会全部下溢。",
+        "m starts at 0 instead of -inf: when every score is far below 0 (about -400 here), exp(s - 0) underflows to 0, "
+        "ℓ = 0 and o / ℓ is nan. m is \"the largest score seen so far\": start it at -inf (after the first block it is "
+        "that block's max), so every exp(s - m) is at most 1 and they cannot all underflow.",
+        lambda q, k, v, block_size, causal=False: _online_native(q, k, v, block_size, causal, m0=0.0)),
+    Bug("online_max_not_running",
+        "m 取的是这一块自己的最大值，而不是到目前为止的最大值：后面一块的最大值小得多时，α = exp(m - m_new) 溢出成 inf，"
+        "inf × 0 得到 nan。m_new = torch.maximum(m, 这一块的最大值)：m 只会变大，α 永远不超过 1。",
+        "m is the block's own max, not the largest score so far: when a later block's max is much smaller, "
+        "α = exp(m - m_new) overflows to inf, and inf × 0 gives nan. m_new = torch.maximum(m, the block's max): m "
+        "only grows, and α never exceeds 1.",
+        lambda q, k, v, block_size, causal=False: _online_native(q, k, v, block_size, causal, running=False)),
+]
+
+
 class _TensorSizes(torch.overrides.TorchFunctionMode):
     """Records the largest tensor returned by a torch function (views excluded)
     while it is active. A function mode, not a dispatch mode: entering a
@@ -663,6 +742,13 @@ def _o_as_wide_as_q(exc, line) -> bool:
 
 
 ONLINE_HINTS = [
+    (lambda exc, line: isinstance(exc, RuntimeError) and "expected scalar type" in str(exc),
+     Bug("online_state_dtype",
+         "m、ℓ、o 建成了另一种 dtype（例如写死了 dtype=torch.float64 或 torch.float32），和 q 的 dtype 不一样，"
+         "矩阵乘法就出错了：用 dtype=q.dtype（或 q.new_zeros、torch.zeros_like）建它们，out 也就和 q 的 dtype 相同。",
+         "m, ℓ, o are built in another dtype (dtype=torch.float64 or torch.float32 written in, say) than q's, so "
+         "the matrix product fails: build them with dtype=q.dtype (or q.new_zeros, torch.zeros_like), and out "
+         "keeps q's dtype too.")),
     (_o_as_wide_as_q,
      Bug("online_output_as_wide_as_q",
          "输出 o 建成了和 q 一样宽（d_k，例如 torch.zeros_like(q)），可它要和 v 一样宽：形状是 (..., n_q, d_v)，"
@@ -699,6 +785,8 @@ def _online_cases(gen) -> list[Case]:
         case(t("二维输入 (n, d)，没有批量维", "2-D inputs (n, d), no batch axis"), r(5, 4), r(5, 4), r(5, 2), 1, True),
         case(t("block_size 大于 n（只有一块）", "block_size larger than n (a single block)"),
              r(4, 8), r(6, 8), r(6, 3), 32, False),
+        case(t("所有分数都远小于 0（约 -400）：float32 里 exp(s) 会下溢", "every score far below 0 (about -400): in float32 "
+               "exp(s) underflows"), r(2, 5, 16, scale=0.3) + 10.0, -(r(2, 9, 16, scale=0.3) + 10.0), r(2, 9, 3), 4, False),
         case(t("float64，n=20，与独立参考实现比较", "float64, n=20, compared with an independent reference"),
              r(2, 20, 16, dtype=F64), r(2, 20, 16, dtype=F64), r(2, 20, 7, dtype=F64), 6, True),
     ]
@@ -732,30 +820,51 @@ def _online_memory(check, online_softmax_attention, gen) -> None:
 
 class _KeyBlocks(torch.overrides.TorchFunctionMode):
     """The sizes, along the token axis, of the pieces the function cuts out of k (slices, split, chunk, narrow),
-    k's same-shaped copies (k.float(), k.contiguous()) included."""
+    k's same-shaped copies (k.float(), k.contiguous()) and transposes (k.mT, k.transpose(-2, -1)) included."""
 
     CUTS = frozenset({"__getitem__", "split", "chunk", "narrow", "tensor_split", "split_with_sizes", "unsafe_split"})
 
     def __init__(self, k):
         super().__init__()
         self.shape = tuple(k.shape)
-        self.tracked = [k]
+        self.swapped = self.shape[:-2] + (self.shape[-1], self.shape[-2])
+        self.tracked: list[tuple[torch.Tensor, int]] = [(k, -2)]     # (tensor, its token axis)
         self.sizes: list[int] = []
+        self.starts: list[int] = []           # where each piece begins along the token axis, in cutting order
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         src = args[0] if args else None
-        if isinstance(src, torch.Tensor) and any(src is k for k in self.tracked):
+        axis = next((ax for x, ax in self.tracked if x is src), None) if isinstance(src, torch.Tensor) else None
+        if axis is not None:
             cut = getattr(func, "__name__", "") in self.CUTS
+            whole = self.shape if axis == -2 else self.swapped
+            other = self.swapped if axis == -2 else self.shape
             for x in pytree.tree_flatten(out)[0]:
                 if not isinstance(x, torch.Tensor):
                     continue
-                if tuple(x.shape) == self.shape:
-                    self.tracked.append(x)
-                elif (cut and x.dim() == len(self.shape) and tuple(x.shape[:-2]) == self.shape[:-2]
-                      and x.shape[-1] == self.shape[-1]):
-                    self.sizes.append(int(x.shape[-2]))
+                shape = tuple(x.shape)
+                if shape == whole:
+                    self.tracked.append((x, axis))
+                elif shape == other and not cut:
+                    self.tracked.append((x, -1 if axis == -2 else -2))
+                elif (cut and x.dim() == len(whole) and shape[:-2] == whole[:-2]
+                      and all(shape[i] == whole[i] for i in (-2, -1) if i != axis)):
+                    self.sizes.append(int(shape[axis]))
+                    step = src.stride(axis) or 1
+                    self.starts.append((x.storage_offset() - src.storage_offset()) // step)
         return out
+
+    def revisited(self) -> int | None:
+        """The first block cut again after another block was cut in between (a second pass over the keys)."""
+        seen: set[int] = set()
+        last = None
+        for start in self.starts:
+            if start in seen and start != last:
+                return start
+            seen.add(start)
+            last = start
+        return None
 
 
 ONLINE_BLOCKS = Bug("online_blocks_not_block_size",
@@ -774,21 +883,46 @@ def _online_blocks(check, online_softmax_attention, gen) -> None:
     q, k, v = (torch.randn(2, n, 8, generator=gen) for _ in range(3))
     label = t(f"n = {n}，block_size = {block}：记录从 k 切出的每一块有多少个键",
               f"n = {n}, block_size = {block}: how many keys each piece cut out of k holds")
-    blocks = _KeyBlocks(k)
+    blocks, query_blocks = _KeyBlocks(k), _KeyBlocks(q)
     try:
-        with forbidden(FORBIDDEN, what), blocks:
+        with forbidden(FORBIDDEN, what), blocks, query_blocks:
             out = online_softmax_attention(q, k, v, block)
     except Exception as exc:
         raise GradingFailure(t(f"{what}: {label}：你的代码抛出了 {type(exc).__name__}: {exc}",
                                f"{what}: {label}: your code raised {type(exc).__name__}: {exc}")) from None
     sizes = blocks.sizes
-    if sizes and max(sizes) != block:
+    if not sizes:
+        raise check.fail(label, t(f"键被切成每块 {block} 个", f"the keys cut into blocks of {block}"),
+                         t("键从来没有被切开：每次都用了全部 n_k 个键", "the keys were never cut: every step used all "
+                           "n_k keys"), ONLINE_KEYS_WHOLE)
+    if max(sizes) != block:
         shown = sorted(set(sizes))
         raise check.fail(label, t(f"每块 {block} 个键（最后一块 {n % block} 个）", f"blocks of {block} keys (the last "
                                   f"one {n % block})"), t(f"从 k 切出的块大小：{shown}", f"sizes of the pieces cut out "
                                                           f"of k: {shown}"), ONLINE_BLOCKS)
+    again = blocks.revisited()
+    if again is not None and not query_blocks.sizes:        # tiles of queries (FlashAttention-2) revisit key blocks
+        raise check.fail(label, t("每一块键只读一遍", "every block of keys read once"),
+                         t(f"从位置 {again} 开始的那一块读了两遍", f"the block starting at position {again} read twice"),
+                         ONLINE_TWO_PASS)
     check.expect(label, out, ref_attention(q, k, v))
 
+
+ONLINE_KEYS_WHOLE = Bug("online_keys_never_blocked",
+                        "键从来没有被切成块：多半是把查询分成了块，每一块查询都和全部 n_k 个键算分数（那是一行完整的 softmax，"
+                        "不是在线 softmax）。要切的是键和值：每次处理 block_size 个键，k[..., start:start + block_size, :]，"
+                        "并按公式更新 m、ℓ、o。",
+                        "the keys are never cut into blocks: most likely the queries are cut into blocks and each one "
+                        "is scored against all n_k keys at once (a whole softmax row, not an online one). Cut the keys "
+                        "and values: block_size keys at a time, k[..., start:start + block_size, :], updating m, ℓ, o "
+                        "by the formulas.")
+
+ONLINE_TWO_PASS = Bug("online_two_passes",
+                      "键被读了两遍：第一遍找每行的最大值，第二遍再求和、求输出。这是两遍的 softmax，不是在线 softmax。"
+                      "在线 softmax 对每一块只读一遍：来了新的一块就更新 m，再把旧的 ℓ 和 o 乘上 α = exp(m - m_new)。",
+                      "the keys are read twice: a first pass finds each row's max, a second one sums and builds the "
+                      "output. That is the two-pass softmax, not the online one. The online softmax reads every block "
+                      "once: when a block arrives, update m and multiply the old ℓ and o by α = exp(m - m_new).")
 
 ONLINE_DTYPE = Bug("online_dtype_not_kept",
                    "q 是 float64，out 却不是：out 要和 q 的 dtype 相同（例如把 q、k、v 转成了 float32 却没有转回来）。",

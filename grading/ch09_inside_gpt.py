@@ -268,6 +268,11 @@ def _score_shape_bug(out, L, B, H) -> Bug | None:
                    "不要只取一层（attn[-1]、attn[0]）或对层求平均。", "the layer axis is missing: every head of every layer "
                    "gets a score, shape (n_layer, n_head); do not take one layer (attn[-1], attn[0]) or average over "
                    "the layers.")
+    if shape == (H, L) and L != H:
+        return Bug("score_transposed", "结果是 (n_head, n_layer)，层和头的顺序反了（多半多写了 .T 或 transpose）："
+                   "形状是 (n_layer, n_head)，第 l 行是第 l 层的各个头。", "the result is (n_head, n_layer), layers and "
+                   "heads swapped (a .T or transpose too many, most likely): the shape is (n_layer, n_head), row l "
+                   "holding the heads of layer l.")
     return None
 
 
@@ -482,6 +487,13 @@ def _interleaved(model, heads, x, y):
 
 
 ABL_BUGS = [
+    Bug("ablate_one_head_per_layer",
+        "每一层只去掉了一个头：多半是用 {layer: head} 这样的字典收集了 heads，同一层的第二个头把第一个覆盖了。"
+        "heads 里同一层可以有好几个头：每一对 (layer, head) 都要去掉（一个头一个钩子，或者每层一个集合）。",
+        "only one head per layer is removed: most likely heads were gathered in a dict {layer: head}, and the second "
+        "head of a layer overwrote the first. heads may hold several heads of one layer: remove every (layer, "
+        "head) pair (one hook per head, or a set per layer).",
+        lambda model, heads, x, y: ref_ablate_heads(model, list({layer: h for layer, h in heads}.items()), x, y)),
     Bug("ablate_position_axis", "把错误的轴置零了：heads 的输出是 (B, n_head, n, d_head)，头 h 是 out[:, h]；out[:, :, h] 去掉的是位置 h。",
         "the wrong axis is zeroed: the heads' output is (B, n_head, n, d_head) and head h is out[:, h]; "
         "out[:, :, h] removes position h.",
@@ -573,6 +585,7 @@ def check_ablate_heads(ablate_heads) -> None:
         x = torch.randint(cfg.vocab_size, (3, cfg.n_ctx - 2), generator=gen)
         y = torch.randint(cfg.vocab_size, (3, cfg.n_ctx - 2), generator=gen)
         before = {name: p.detach().clone() for name, p in model.state_dict().items()}
+        state = _state(model)
         shape = f"n_layer={cfg.n_layer}, n_head={cfg.n_head}" + (t("，带 MLP 的 GPT", ", a GPT with MLPs") if cfg.mlp else "")
         label = f"{what}(model [{shape}], heads={heads}, x, y)"
         expected, base = ref_ablate_heads(model, heads, x, y), _loss64(model, x, y)
@@ -591,6 +604,10 @@ def check_ablate_heads(ablate_heads) -> None:
         if _n_hooks(model):
             raise failure(t(f"{label}：之后模型上还挂着钩子", f"{label}: hooks left on the model afterwards"), "0",
                           str(_n_hooks(model)), ABL_HOOKS_LEFT)
+        if _state(model) != state:
+            what = _state_change(model, state, _state(model))
+            raise failure(t(f"{label}：之后模型的状态（原来是 model.eval()）", f"{label}: the model's state afterwards (it "
+                            "was in model.eval())"), t("不变", "unchanged"), what, _mode_bug(what))
         changed = [name for name, p in model.state_dict().items() if not torch.equal(p, before[name])]
         if changed:
             raise failure(t(f"{label}：之后模型的参数", f"{label}: the model's parameters afterwards"),
@@ -619,16 +636,51 @@ ABL_NO_HOOKS = Bug("ablate_without_hooks",
                    "register_forward_hook on model.blocks[layer].attn.heads, zeroing output[:, h].")
 
 
+ABL_OTHER_HOOKS = Bug("ablate_removed_other_hooks",
+                      "调用之前模型上就挂着的一个钩子（不是你的）被去掉了：多半是用 _forward_hooks.clear() 清空了钩子，"
+                      "把别人的也清掉了。只移除你自己挂的：register_forward_hook 返回一个 handle，用完调用 handle.remove()。",
+                      "a hook that was on the model before the call (not yours) is gone: most likely the hooks were "
+                      "cleared with _forward_hooks.clear(), which removes everyone's. Remove only your own: "
+                      "register_forward_hook returns a handle; call handle.remove() when done.")
+
+
 def _state(model) -> tuple:
     return (tuple(m.training for m in model.modules()), tuple(p.requires_grad for p in model.parameters()))
 
 
+def _state_change(model, before, after) -> str:
+    """What changed between two _state()s, in the student's terms."""
+    if after[0] != before[0]:
+        if model.training:
+            return t("model.training 从 False 变成了 True（最后调用了 model.train()？它不管原来是什么模式）",
+                     "model.training went from False to True (model.train() at the end? it ignores the mode the "
+                     "model was in)")
+        return t("model.training 从 True 变成了 False（调用了 model.eval()？）",
+                 "model.training went from True to False (model.eval() was called?)")
+    changed = [(name, was, now) for (name, _), was, now in zip(model.named_parameters(), before[1], after[1])
+               if was != now]
+    if not changed:
+        return t("参数的 requires_grad 变了", "the parameters' requires_grad changed")
+    name, was, now = changed[0]
+    return t(f"参数的 requires_grad 变了（{name}：{was} → {now}；每个参数要恢复它自己原来的值，不能一律设成 True 或 False）",
+             f"the parameters' requires_grad changed ({name}: {was} → {now}; restore each parameter's own value, "
+             "not True or False for all)")
+
+
+def _mode_bug(what: str) -> Bug:
+    return Bug(ABL_MODE.key, ABL_MODE.zh.format(what=what), ABL_MODE.en.format(what=what))
+
+
 def _model_kept_and_hooks_used(ablate_heads, gen) -> int:
-    """A model in training mode with gradients on, as a student's would be in the middle of training: afterwards
-    its mode and requires_grad are as they were. And while the model ran, hooks were on it (our own probe, a
+    """A model in training mode with gradients on but frozen embeddings, as a student's would be in the middle of
+    fine-tuning, with a hook of its own on blocks[0].attn.heads: afterwards its mode, every requires_grad and that
+    hook are as they were. And while the model ran, hooks were on it (our own probe, a
     forward pre-hook on the model, counts them; a deep copy of the model carries the probe along)."""
     cfg = ABL_CASES[2][0]
     model = _model(cfg, 940).train()
+    model.wte.weight.requires_grad_(False)        # frozen embeddings, as when fine-tuning
+    recorded: list[tuple] = []
+    theirs = model.blocks[0].attn.heads.register_forward_hook(lambda module, args, out: recorded.append(out.shape))
     x = torch.randint(cfg.vocab_size, (2, cfg.n_ctx - 2), generator=gen)
     y = torch.randint(cfg.vocab_size, (2, cfg.n_ctx - 2), generator=gen)
     heads = [(0, 1), (1, 2)]
@@ -637,7 +689,7 @@ def _model_kept_and_hooks_used(ablate_heads, gen) -> int:
     seen: list[int] = []
 
     def probe(module, args):
-        seen.append(_n_hooks(module) - 1)
+        seen.append(_n_hooks(module) - 2)           # neither the probe nor the hook that was there before counts
 
     ensure_untampered(label)
     handle = model.register_forward_pre_hook(probe)
@@ -648,14 +700,17 @@ def _model_kept_and_hooks_used(ablate_heads, gen) -> int:
                                f"{label}: your code raised {type(exc).__name__}: {exc}")) from None
     finally:
         handle.remove()
+    kept = theirs.id in model.blocks[0].attn.heads._forward_hooks
+    theirs.remove()
     after = _state(model)
     if after != before:
-        what = (t("model.training 从 True 变成了 False（调用了 model.eval()？）",
-                  "model.training went from True to False (model.eval() was called?)")
-                if after[0] != before[0] else t("参数的 requires_grad 变了", "the parameters' requires_grad changed"))
-        bug = Bug(ABL_MODE.key, ABL_MODE.zh.format(what=what), ABL_MODE.en.format(what=what))
+        what = _state_change(model, before, after)
         raise failure(t(f"{label}：之后模型的状态", f"{label}: the model's state afterwards"), t("不变", "unchanged"),
-                      what, bug)
+                      what, _mode_bug(what))
+    if not kept:
+        raise failure(t(f"{label}：调用之前就挂在 blocks[0].attn.heads 上的一个钩子（不是你的）",
+                        f"{label}: a hook (not yours) that was on blocks[0].attn.heads before the call"),
+                      t("还在", "still there"), t("被移除了", "removed"), ABL_OTHER_HOOKS)
     if not seen or max(seen) <= 0:
         raise failure(t(f"{label}：模型运行时挂着的钩子", f"{label}: hooks on the model while it ran"),
                       t("至少一个", "at least one"), str(max(seen, default=0)), ABL_NO_HOOKS)

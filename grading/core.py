@@ -275,7 +275,8 @@ def _forbid_message(name: str, exercise: str) -> str:
              f"Use basic tensor operations (exp, sum, max, matmul, ...).")
 
 
-SOFTMAX_FAMILY = frozenset({"softmax", "log_softmax", "_softmax", "_log_softmax", "_softmax_backward_data"})
+SOFTMAX_FAMILY = frozenset({"softmax", "log_softmax", "_softmax", "_log_softmax", "_softmax_backward_data",
+                            "special_softmax", "special_log_softmax"})
 ATTENTION_FAMILY = frozenset({"scaled_dot_product_attention", "multi_head_attention_forward",
                               "_scaled_dot_product_attention_math", "_scaled_dot_product_flash_attention_for_cpu",
                               "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
@@ -297,6 +298,8 @@ class _ForbidFunctions(torch.overrides.TorchFunctionMode):
                 shown = f"torch.nn.functional.{name}"
             elif qual.startswith(("TensorBase", "Tensor")):
                 shown = f"Tensor.{name}"
+            elif name.startswith("special_"):
+                shown = f"torch.special.{name[len('special_'):]}"
             else:
                 shown = f"torch.{name}"
             if self.message is not None:           # a str.format template: no grading code runs here

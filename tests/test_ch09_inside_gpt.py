@@ -151,8 +151,9 @@ def test_references_agree_with_vectorised_formulas():
 
 
 def test_ablation_reference_equals_hooks_and_every_bug_differs():
-    # n_layer != n_head (a head width from n_layer is a known bug), and enough layers for (head, layer) pairs
-    cfg, heads = inside.Config(n_ctx=16, n_layer=5, n_head=4, d_model=32), [(2, 1), (0, 3)]
+    # n_layer != n_head (a head width from n_layer is a known bug), enough layers for (head, layer) pairs, and two
+    # heads of one layer (a {layer: head} dict keeps only one)
+    cfg, heads = inside.Config(n_ctx=16, n_layer=5, n_head=4, d_model=32), [(2, 1), (0, 3), (2, 2)]
     model = g._model(cfg, 5)
     x = torch.randint(cfg.vocab_size, (3, 10))
     y = torch.randint(cfg.vocab_size, (3, 10))

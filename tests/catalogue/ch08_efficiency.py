@@ -472,6 +472,131 @@ BUGS += [
             lose=("test_online_softmax",), words=("生成了 n×n 的矩阵",), breaks=("osa-no-nxn",)),
 ]
 
+# The outside audit (issue 39): wrong answers for stated rules that no catalogued mistake broke, written the way
+# students write them; each kept full marks before the checks below were added (numpy's int was caught, unnamed).
+BUGS += [
+    Variant("cache_length_without_default", cache(CACHE_OK.replace("def length(self, layer=0):", "def length(self, layer):")),
+            lose=("test_kv_cache",), words=("length(layer=0)", "默认值是 0"), said=KEPT, breaks=("kv-length-default",)),
+    Variant("cache_length_len_of_tensor", cache(CACHE_OK.replace(
+        "return 0 if self.keys[layer] is None else self.keys[layer].shape[-2]",
+        "return 0 if self.keys[layer] is None else len(self.keys[layer])")),
+            lose=("test_kv_cache",), words=("len(张量)", "shape[-2]"), said=KEPT, breaks=("kv-length-tokens",)),
+    Variant("step_query_without_position", step(STEP_OK.replace('q = heads(h @ weights["w_q"])', 'q = heads(x_t @ weights["w_q"])')),
+            lose=("test_cached_step",), words=("q 是从没加位置的 x_t 算出来的",), breaks=("step-position",)),
+    Variant("step_length_of_layer_0", step(STEP_OK.replace("pos = cache.length(layer)", "pos = cache.length()")),
+            lose=("test_cached_step",), words=("cache.length()（总是第 0 层）", "cache.length(layer)"),
+            breaks=("step-position",)),
+    Variant("step_appends_to_layer_0", step(STEP_OK.replace("cache.append(layer,", "cache.append(0,")),
+            lose=("test_cached_step",), words=("cache.append(0, ...)", "cache.append(layer, k, v)")),
+    Variant("online_max_starts_at_zero", online(ONLINE_OK.replace(
+        'm = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)',
+        "m = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype)                  # running max, starts at 0")),
+            lose=("test_online_softmax",), words=("m 一开始是 0", "-inf"), breaks=("osa-running-max",)),
+    Variant("online_max_of_block_only", online(ONLINE_OK.replace(
+        "m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))", "m_new = s.amax(dim=-1, keepdim=True)")),
+            lose=("test_online_softmax",), words=("这一块自己的最大值", "torch.maximum"), breaks=("osa-running-max",)),
+    Variant("kv_numpy_prod", kv("    import numpy as np\n"
+                                "    return np.prod([2, n_layer, n_tokens, n_kv_head, d_k, bytes_per_value, batch])\n"),
+            lose=("test_kv_bytes",), words=("numpy 的整数", "Python int"), breaks=("kvb-int",)),
+]
+
+BUGS += [
+    Variant("online_blocks_of_queries", online("""def online_softmax_attention(q, k, v, block_size, causal=False):
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    out = []
+    for start in range(0, n_q, block_size):              # a block of queries at a time: never n x n
+        qb = q[..., start:start + block_size, :]
+        s = qb @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if causal:
+            rows = torch.arange(start, start + qb.shape[-2])[:, None]
+            s = s.masked_fill(torch.arange(n_k)[None, :] > rows, float("-inf"))
+        m = s.amax(-1, keepdim=True)
+        e = torch.exp(s - m)
+        out.append((e / e.sum(-1, keepdim=True)) @ v)
+    return torch.cat(out, dim=-2)
+"""),
+            lose=("test_online_softmax",), words=("键从来没有被切成块", "把查询分成了块"), breaks=("osa-blocks",)),
+    Variant("online_two_pass_softmax", online("""def online_softmax_attention(q, k, v, block_size, causal=False):
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    rows = torch.arange(n_q).unsqueeze(-1)
+    def scores(start):
+        kb = k[..., start:start + block_size, :]
+        s = q @ kb.transpose(-2, -1) * scale
+        if causal:
+            cols = torch.arange(start, start + kb.shape[-2]).unsqueeze(0)
+            s = s.masked_fill(cols > rows, float("-inf"))
+        return s
+    m = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)
+    for start in range(0, n_k, block_size):                  # pass 1: the max of every row
+        m = torch.maximum(m, scores(start).amax(-1, keepdim=True))
+    l = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype)
+    o = torch.zeros(q.shape[:-1] + v.shape[-1:], dtype=q.dtype)
+    for start in range(0, n_k, block_size):                  # pass 2: sums, no rescaling needed
+        p = torch.exp(scores(start) - m)
+        l = l + p.sum(-1, keepdim=True)
+        o = o + p @ v[..., start:start + block_size, :]
+    return o / l
+"""),
+            lose=("test_online_softmax",), words=("键被读了两遍", "两遍的 softmax"), breaks=("osa-rescale",)),
+    Variant("online_torch_special_softmax", online("""def online_softmax_attention(q, k, v, block_size, causal=False):
+    out = []
+    for start in range(0, q.shape[-2], block_size):     # query blocks, every key at once
+        s = q[..., start:start + block_size, :] @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if causal:
+            s = s.masked_fill(torch.arange(k.shape[-2])[None, :] > torch.arange(start, min(start + block_size, q.shape[-2]))[:, None], float("-inf"))
+        out.append(torch.special.softmax(s, dim=-1) @ v)
+    return torch.cat(out, dim=-2)
+"""),
+            lose=("test_online_softmax",), words=("要求从零实现", "torch.special.softmax"), breaks=("osa-from-scratch",)),
+    Variant("online_state_in_float64", online(ONLINE_OK.replace("dtype=q.dtype)", "dtype=torch.float64)")),
+            lose=("test_online_softmax",), words=("dtype=q.dtype",), breaks=("osa-dtype",)),
+]
+
+# Correct answers in more styles: the step through F.scaled_dot_product_attention (softmax is allowed in exercise 2),
+# a per-block mask filled with a large finite negative, a logsumexp that is computed and not needed.
+CORRECT += [
+    Variant("ok_step_sdpa_mask_minus_1e4", {
+        **step(STEP_OK.replace("    p = torch.softmax(q @ K.transpose(-2, -1) / math.sqrt(d_k), dim=-1)\n    return (p @ V)",
+                               "    a = F.scaled_dot_product_attention(q, K, V)                 # no mask: nothing in the future\n"
+                               "    return a")),
+        **online(ONLINE_OK.replace('s = s.masked_fill(cols > rows, float("-inf"))', "s = s.masked_fill(cols > rows, -1e4)")),
+    }),
+]
+
+# FlashAttention-2's order (query tiles outside, key blocks inside), and key blocks sliced out of k.mT
+CORRECT += [
+    Variant("ok_kv_bytes_true_division_then_int", {"kv_bytes": KV_HEAD.replace("d_k = d_model // n_head", "d_k = d_model / n_head")
+                                                   + "    return int(2 * n_layer * n_tokens * n_kv_head * d_k * bytes_per_value * batch)\n"}),
+    Variant("ok_flash_query_tiles", online("""def online_softmax_attention(q, k, v, block_size, causal=False):
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    tiles = []
+    for qs in range(0, n_q, block_size):                 # FlashAttention-2: query tiles outside, key blocks inside
+        qb = q[..., qs:qs + block_size, :]
+        rows = torch.arange(qs, qs + qb.shape[-2])[:, None]
+        m = torch.full(qb.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)
+        l = torch.zeros_like(m)
+        o = torch.zeros(qb.shape[:-1] + v.shape[-1:], dtype=q.dtype)
+        for ks in range(0, n_k, block_size):
+            if causal and ks > qs + qb.shape[-2] - 1:
+                break
+            kb, vb = k[..., ks:ks + block_size, :], v[..., ks:ks + block_size, :]
+            s = qb @ kb.transpose(-2, -1) / math.sqrt(q.shape[-1])
+            if causal:
+                s = s.masked_fill(torch.arange(ks, ks + kb.shape[-2])[None, :] > rows, float("-inf"))
+            m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+            a, p = torch.exp(m - m_new), torch.exp(s - m_new)
+            l = a * l + p.sum(-1, keepdim=True)
+            o = a * o + p @ vb
+            m = m_new
+        tiles.append(o / l)
+    return torch.cat(tiles, dim=-2)
+""")),
+    Variant("ok_blocks_from_k_mT", online(ONLINE_OK.replace(
+        "    rows = torch.arange(n_q).unsqueeze(-1)\n", "    rows = torch.arange(n_q).unsqueeze(-1)\n    kt = k.mT\n").replace(
+        "s = q @ kb.transpose(-2, -1) * scale", "s = q @ kt[..., start:start + block_size] * scale"))),
+]
+
 # blocks cut with Tensor.split: block_size keys each, the last one shorter
 CORRECT += [
     Variant("ok_split_blocks", online('''def online_softmax_attention(q, k, v, block_size, causal=False):

@@ -331,6 +331,66 @@ BUGS += [
             lose=A, words=("只乘了 0.5",), breaks=("abl-zero",)),
 ]
 
+# The outside audit (issue 39): wrong answers for stated rules that kept full marks before the checks were extended
+# (an eval-mode model left in training mode, one frozen parameter unfrozen, someone else's hook cleared away).
+BUGS += [
+    Variant("abl_eval_then_train", abl(ABL_HEAD.replace("    handles = []\n", "    model.eval()\n    handles = []\n")
+                                       + HOOK + RUN.replace("            handle.remove()\n",
+                                                            "            handle.remove()\n        model.train()\n")),
+            lose=A, words=("model.training 从 False 变成了 True", "model.train()"), breaks=("abl-unchanged",)),
+    Variant("abl_requires_grad_all_true_after", abl(ABL_HEAD.replace(
+        "    handles = []\n", "    for p in model.parameters():\n        p.requires_grad_(False)\n    handles = []\n")
+        + HOOK + RUN.replace("            handle.remove()\n", "            handle.remove()\n"
+                             "        for p in model.parameters():\n            p.requires_grad_(True)\n")),
+            lose=A, words=("requires_grad 变了", "恢复它自己原来的值"), breaks=("abl-unchanged",)),
+    Variant("abl_clears_all_hooks", abl(ABL_HEAD + HOOK.replace(
+        "        handles.append(model.blocks[layer].attn.heads.register_forward_hook(zero_head))\n",
+        "        model.blocks[layer].attn.heads.register_forward_hook(zero_head)\n") + RUN.replace(
+        "        for handle in handles:\n            handle.remove()\n",
+        "        for block in model.blocks:\n            block.attn.heads._forward_hooks.clear()\n")),
+            lose=A, words=("_forward_hooks.clear()", "handle.remove()"), breaks=("abl-remove",)),
+    Variant("abl_dict_one_head_per_layer", abl(ABL_HEAD + '''    chosen = {layer: head for layer, head in heads}
+    for layer, head in chosen.items():
+        def zero_head(module, inputs, output, head=head):
+            output = output.clone()
+            output[:, head] = 0.0
+            return output
+        handles.append(model.blocks[layer].attn.heads.register_forward_hook(zero_head))
+''' + RUN), lose=A, words=("每一层只去掉了一个头",), breaks=("abl-pairs",)),
+]
+
+BUGS += [
+    Variant("prev_transposed", prev("    return attn.diagonal(-1, -2, -1).mean(dim=(1, 3)).T\n"),
+            lose=P, words=("层和头的顺序反了",), breaks=("prev-shape",)),
+]
+
+# Correct answers in more styles: hooks on a deep copy, the loss from the logits with F.cross_entropy, a head mask
+# multiplied in, the mode saved and restored, sub-block diagonals.
+CORRECT += [
+    Variant("ok_copy_mask_own_loss", {
+        "prev_token_score": PREV + "    return attn[..., 1:, :-1].diagonal(dim1=-2, dim2=-1).mean(dim=(1, 3))\n",
+        "induction_score": IND + "    return attn[..., period:, 1:].diagonal(0, -2, -1).mean(dim=(1, 3))\n",
+        "ablate_heads": """import copy
+
+
+def ablate_heads(model, heads, x, y):
+    model = copy.deepcopy(model)                     # hooks on a copy: the caller's model is never touched
+    for layer, head in heads:
+        def zero_head(module, inputs, output, head=head):
+            mask = torch.ones(output.shape[1], 1, 1)
+            mask[head] = 0
+            return output * mask
+        model.blocks[layer].attn.heads.register_forward_hook(zero_head)
+    with torch.no_grad():
+        logits, _ = model(x)
+        return F.cross_entropy(logits.flatten(0, 1), y.flatten()).item()
+"""}),
+    Variant("ok_mode_saved_and_restored", abl(ABL_HEAD.replace("    handles = []\n", "    was = model.training\n"
+                                                              "    model.eval()\n    handles = []\n")
+                                              + HOOK + RUN.replace("            handle.remove()\n",
+                                                                   "            handle.remove()\n        model.train(was)\n"))),
+]
+
 # Every rule of the exercises is broken by a wrong answer above; none is waived.
 WAIVED: dict[str, str] = {}
 
