@@ -109,6 +109,14 @@ SOFTMAX_BUGS = [
 ]
 
 
+SOFTMAX_DEFAULT_BUGS = [
+    Bug(f"softmax_default_dim_{d}",
+        f"参数 dim 的默认值不是 -1（你写成了 {d}）：题目的签名是 softmax(x, dim=-1)，不传 dim 时沿最后一维归一化。",
+        f"the default of dim is not -1 (you wrote {d}): the signature is softmax(x, dim=-1), so without dim it "
+        "normalises along the last axis.", lambda x, dim=-1, d=d: ref_softmax(x, d))
+    for d in (0, 1)]
+
+
 def _softmax_cases():
     gen = seeded(101)
     inf = float("-inf")
@@ -125,7 +133,11 @@ def _softmax_cases():
          torch.tensor([[inf, inf, 3.0, inf], [0.5, 0.1, -0.2, 0.3]]), -1),
         (t("float64 输入", "float64 input"), torch.randn(3, 6, generator=gen, dtype=torch.float64) * 10, -1),
     ]
-    return [Case(label, (x,), {"dim": dim}, bugs=SOFTMAX_BUGS) for label, x, dim in rows]
+    cases = [Case(label, (x,), {"dim": dim}, bugs=SOFTMAX_BUGS) for label, x, dim in rows]
+    # the signature's default: softmax(x) normalises along the last axis
+    cases.append(Case(t("三维输入，不传 dim（默认 dim=-1）", "3-D input, dim not given (default dim=-1)"),
+                      (torch.randn(2, 3, 4, generator=gen),), {}, bugs=SOFTMAX_DEFAULT_BUGS))
+    return cases
 
 
 KEEPDIM_HINT = [(lambda exc, line: "must match the size" in str(exc) and "@" not in line, SOFTMAX_BUGS[-1])]
@@ -182,6 +194,12 @@ VARIANCE_BUGS = {
                 "(one (n_samples, 2·d_k) tensor cut in two, another dtype, a number of samples other than n_samples, "
                 "...) has the same distribution, but the same seed then gives other numbers, so the result cannot be "
                 "compared with anyone else's."),
+    "defaults": Bug("variance_wrong_defaults",
+                    "签名里的默认值不对：题目写的是 score_variance(d_k, n_samples=100_000, scaled=False, generator=None)，"
+                    "只传 d_k 时要抽 100 000 对、不缩放，generator=None 时用 torch 的全局随机数。",
+                    "the signature's defaults are not the stated ones: score_variance(d_k, n_samples=100_000, "
+                    "scaled=False, generator=None), so with d_k alone it draws 100 000 pairs, unscaled, and with "
+                    "generator=None it uses torch's global random numbers."),
     "generator": Bug("variance_ignores_generator", "没有把 generator 传给 torch.randn：同一个种子两次结果不同，实验无法复现。",
                      "the generator is not passed to torch.randn: the same seed gives two different results, "
                      "so the experiment cannot be repeated."),
@@ -249,6 +267,23 @@ def check_score_variance(score_variance) -> None:
         if abs(v - exact) > 1e-3 * exact:
             raise check.fail(t(f"{label}：用这个种子按题目的抽法得到的方差", f"{label}: the variance the stated draw "
                                "gives with this seed"), f"{exact:.6g}", f"{v:.6g}", VARIANCE_BUGS["draw"])
+    # the signature's defaults: n_samples=100_000, scaled=False, generator=None
+    label = t("score_variance(16, generator=...)（其余参数取默认值）", "score_variance(16, generator=...) (the other "
+              "arguments at their defaults)")
+    dflt = check.call(16, generator=seeded(6), label=label)   # 1 000 … 50 000 samples land > 0.3 % away
+    exact = ref_score_variance(16, 100_000, False, 6)
+    if not isinstance(dflt, numbers.Real) or abs(float(dflt) - exact) > 1e-3 * exact:
+        raise check.fail(label, f"{exact:.6g}", str(dflt), VARIANCE_BUGS["defaults"])
+    label = t("score_variance(4)（不传 generator）", "score_variance(4) (no generator)")
+    try:
+        free = check.call(4, label=label)
+    except GradingFailure as err:
+        kept = [line for line in str(err).splitlines() if not line.lstrip().startswith(("诊断：", "Diagnosis:"))]
+        raise GradingFailure("\n".join(kept) + "\n" + t("  诊断：", "  Diagnosis: ")
+                             + VARIANCE_BUGS["defaults"].describe()) from None
+    if isinstance(free, bool) or not isinstance(free, numbers.Real) or not 0.93 * 4 < float(free) < 1.07 * 4:
+        raise check.fail(label, t("约 4 的 float", "a float of about 4"), str(free), VARIANCE_BUGS["defaults"])
+    check.n += 2
     passed(what, check.n + 3)
 
 
@@ -441,7 +476,7 @@ def _attention_checks(what, scaled_dot_product_attention) -> int:
         check.tensor(t(f"{c.label}：weights", f"{c.label}: weights"), weights, exp_w.shape,
                      hint=t("weights 的形状是 (..., n_q, n_k)。", "weights have shape (..., n_q, n_k)."))
         check.expect(t(f"{c.label}：注意力权重", f"{c.label}: attention weights"), weights, exp_w, tol=c.tol,
-                     bugs=ATTENTION_BUGS, bug_args=(q, k, v, mask), part=lambda o: o[1], count=False)
+                     bugs=ATTENTION_BUGS, bug_args=(q, k, v, mask), part=lambda o: o[1], count=False, dtype=q.dtype)
         check.tensor(t(f"{c.label}：输出 out", f"{c.label}: output out"), out, exp_out.shape,
                      hint=t("out 的形状是 (..., n_q, d_v)。", "out has shape (..., n_q, d_v)."))
         check.expect(t(f"{c.label}：输出 out", f"{c.label}: output out"), out, exp_out, tol=c.tol, dtype=q.dtype,

@@ -71,6 +71,17 @@ MASK_BUGS = {
                 "批量维和头的维度交给广播，由调用者去处理。",
                 "the mask has extra leading dimensions (a view(1, 1, n, n), as in nanoGPT): the exercise asks for "
                 "shape (n, n); broadcasting takes care of the batch and head axes at the caller."),
+    "fixed": Bug("mask_of_fixed_size",
+                 "掩码是按一个固定大小事先建好再切片的（例如 tril(ones(64, 64))[:n, :n]）：n 比它大时形状就不对了。"
+                 "题目要的是任何 n 的 (n, n) 掩码：每次按 n 现做。",
+                 "the mask is built once at a fixed size and sliced (e.g. tril(ones(64, 64))[:n, :n]): for a larger n "
+                 "the shape is wrong. The exercise asks for an (n, n) mask for any n: build it for the n at hand."),
+    "default_device": Bug("mask_default_device_ignored",
+                          "device=None 时掩码没有建在默认设备上（例如写了 device or 'cpu'，或者先在 numpy/CPU 上建好）："
+                          "None 表示 torch 的默认设备，直接把 device=device 传给 torch.ones/torch.arange 就行。",
+                          "with device=None the mask is not created on the default device (e.g. device or 'cpu', or "
+                          "built in numpy / on the CPU first): None means torch's default device; just pass "
+                          "device=device on to torch.ones / torch.arange."),
     "device": Bug("mask_ignores_device", "没有把 device 参数用上：掩码应该建在调用者要求的设备上（torch.ones(..., device=device)）。",
                   "the device argument is ignored: the mask must be created on the device the caller asks for "
                   "(torch.ones(..., device=device))."),
@@ -122,6 +133,9 @@ def check_causal_mask(causal_mask) -> None:
     passed("causal_mask", _mask_checks(causal_mask))
 
 
+LONG_N = 1030
+
+
 def _mask_checks(causal_mask) -> int:
     what = "causal_mask"
     check = Check(what, causal_mask, reference=ref_mask, dtype_follows=None)
@@ -138,6 +152,21 @@ def _mask_checks(causal_mask) -> int:
                              hint=t("True 表示可以看：掩码要用布尔张量。", "True means may attend: the mask must be boolean."))
         check.expect(label, out.cpu(), ref_mask(n), tol=EXACT, bugs=MASK_SHAPES, bug_args=(n,),
                      hint=t("第 i 行第 j 列为 True 当且仅当 j ≤ i。", "row i, column j is True exactly when j ≤ i."))
+    # any n: longer than the sizes people build a mask at once and slice (64, 256, 512, 1024)
+    label = f"{what}({LONG_N})"
+    got = check.call(LONG_N, label=label)
+    short = isinstance(got, torch.Tensor) and got.dim() == 2 and got.shape[0] < LONG_N
+    out = check.tensor(label, got, (LONG_N, LONG_N), bug=MASK_BUGS["fixed"] if short else None)
+    check.expect(label, out.cpu(), ref_mask(LONG_N), tol=EXACT)
+    # device=None means the default device
+    try:
+        with torch.device("meta"):
+            on_default = causal_mask(4)
+    except Exception:  # noqa: BLE001 - an answer that cannot run on the meta device is not judged on it
+        on_default = None
+    if isinstance(on_default, torch.Tensor) and on_default.device.type != "meta":
+        raise check.fail(t("在默认设备为 meta 时调用 (4)：掩码的设备", "(4) with meta as the default device: device of "
+                           "the mask"), "meta", str(on_default.device), MASK_BUGS["default_device"])
     if not _honours_device(causal_mask):
         raise check.fail(t("(4, device='meta') 的设备", "device of (4, device='meta')"), "meta",
                          t("别的设备", "another device"), MASK_BUGS["device"])
@@ -416,7 +445,8 @@ def _attention_checks(what, causal_self_attention) -> int:
         check.tensor(t(f"{c.label}：weights", f"{c.label}: weights"), w, exp_w.shape,
                      hint=t("weights 的形状是 (..., n, n)。", "weights have shape (..., n, n)."))
         check.expect(t(f"{c.label}：注意力权重", f"{c.label}: attention weights"), w, exp_w, tol=c.tol,
-                     bugs=ATTENTION_BUGS, bug_args=c.args, part=lambda o: o[1], count=False)
+                     bugs=ATTENTION_BUGS, bug_args=c.args, part=lambda o: o[1], count=False,
+                     dtype=c.args[0].dtype)
         check.expect(t(f"{c.label}：输出 out", f"{c.label}: output out"), out, exp_out, tol=c.tol, dtype=c.args[0].dtype,
                      bugs=OUT_BUGS, bug_args=c.args, part=lambda o: o[0],
                      hint=t("权重已经对了：out = weights @ v，v = x @ w_v。",
@@ -424,7 +454,35 @@ def _attention_checks(what, causal_self_attention) -> int:
         _first_row_exact(check, c.label, w)
     for seed, dtype in ((1, torch.float32), (2, torch.float32), (3, torch.float64)):
         _causality(check, seed, dtype)
+    _any_length(check)
     return check.n
+
+
+B_FIXED = Bug("attention_mask_of_fixed_size",
+              "掩码是按一个固定长度事先建好再切片的（例如 causal_mask(64)[:n, :n]）：输入比它长时就出错。"
+              "x 的长度 n 可以是任意的：按 x.shape[-2] 现做掩码，causal_mask(n, device=x.device)。",
+              "the mask is built once at a fixed length and sliced (e.g. causal_mask(64)[:n, :n]): an input longer "
+              "than that fails. The length n of x can be anything: build the mask for x.shape[-2], "
+              "causal_mask(n, device=x.device).")
+
+
+def _any_length(check) -> None:
+    """Any n: an input longer than the lengths people build a mask at once and slice."""
+    g = seeded(404)
+    x = torch.randn(1, LONG_N, 4, generator=g, dtype=torch.float64)
+    ws = [torch.randn(4, 4, generator=g, dtype=torch.float64) for _ in range(2)] + \
+        [torch.randn(4, 2, generator=g, dtype=torch.float64)]
+    label = t(f"很长的输入 (1, {LONG_N}, 4)", f"a long input (1, {LONG_N}, 4)")
+    try:
+        out, w = _pair(check, (x, *ws), label)
+    except GradingFailure as err:
+        kept = [line for line in str(err).splitlines() if not line.lstrip().startswith(("诊断：", "Diagnosis:"))]
+        raise GradingFailure("\n".join(kept) + "\n" + t("  诊断：", "  Diagnosis: ") + B_FIXED.describe()) from None
+    exp_out, exp_w = ref_attention(x, *ws)
+    check.tensor(t(f"{label}：weights", f"{label}: weights"), w, exp_w.shape, bug=B_FIXED)
+    check.expect(t(f"{label}：输出 out", f"{label}: output out"), out, exp_out, dtype=x.dtype,
+                 hint=t("短的输入都对，长的不对：掩码是不是按固定长度建的？",
+                        "short inputs are right and a long one is not: is the mask built at a fixed length?"))
 
 
 # ---------------------------------------------------------------- the mask-off question

@@ -400,6 +400,26 @@ def _parameter_counts(check, cls) -> None:
         check.n += 1
 
 
+B_BIAS_DEFAULT = Bug("mha_bias_default_not_true",
+                     "bias 的默认值不是 True：题目的签名是 __init__(self, d, h, bias=True)，不传 bias 时两个线性层都带偏置，"
+                     "参数个数是 4d² + 4d。",
+                     "the default of bias is not True: the signature is __init__(self, d, h, bias=True), so without bias "
+                     "both linear layers have biases and the module has 4d² + 4d parameters.")
+
+
+def _bias_default(check, cls) -> None:
+    """bias=True is the default: CausalSelfAttention(d, h) has the biases."""
+    d, h = 8, 2
+    label = f"(d={d}, h={h})"
+    m = call(cls, d, h, what=f"{check.what}{label}")
+    count = sum(p.numel() for p in m.parameters()) if isinstance(m, nn.Module) else None
+    if count != 4 * d * d + 4 * d:
+        raise check.fail(t(f"{label}（不传 bias）：参数个数", f"{label} (bias not given): number of parameters"),
+                         f"{4 * d * d + 4 * d:,} = 4d² + 4d", f"{count:,}" if count is not None else type(m).__name__,
+                         B_BIAS_DEFAULT if count == 4 * d * d else None)
+    check.n += 1
+
+
 def _not_divisible(check, cls) -> None:
     label = "(d=10, h=3)"
     exc = check.raises(label, ValueError, 10, 3, bug_if={AssertionError: B_ASSERT},
@@ -480,8 +500,8 @@ LONG_N = 1030      # longer than the fixed sizes people store a mask at (64, 256
 
 
 def _any_length(check, cls, gen) -> None:
-    """forward works for any N: an input longer than any mask stored at a fixed size."""
-    d, h = 8, 2
+    """forward works for any N: an input longer than any mask stored at a fixed size (one head, to keep it cheap)."""
+    d, h = 4, 1
     label = t(f"(d={d}, h={h})，很长的输入 (B=1, N={LONG_N}, d={d})", f"(d={d}, h={h}), a long input (B=1, N={LONG_N}, d={d})")
     m = _build(cls, d, h, True, f"{check.what}{label}")
     _randomise(m, gen)
@@ -506,6 +526,7 @@ def check_causal_self_attention(cls) -> None:
         check = Check(what, cls, hints=VIEW_HINT)
         gen = seeded(303)
         _parameter_counts(check, cls)
+        _bias_default(check, cls)
         _not_divisible(check, cls)
         _values(check, cls, gen)
         _float32_and_gradients(check, cls, gen)

@@ -136,7 +136,7 @@ def passed(what: str) -> None:
 # ------------------------------------------------------------------ from scratch
 
 SOFTMAX_NAMES = frozenset({"softmax", "log_softmax", "_softmax", "_log_softmax", "_softmax_backward_data",
-                           "special_softmax", "special_log_softmax"})
+                           "special_softmax", "special_log_softmax", "_masked_softmax"})
 ATTENTION_NAMES = frozenset({"scaled_dot_product_attention", "multi_head_attention_forward",
                              "_scaled_dot_product_attention_math", "_scaled_dot_product_flash_attention_for_cpu",
                              "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
@@ -159,9 +159,9 @@ class _NotFromScratch(torch.overrides.TorchFunctionMode):
         name = getattr(func, "__name__", "")
         if name in self.names:
             qual, module = getattr(func, "__qualname__", "") or "", getattr(func, "__module__", "") or ""
-            shown = (f"torch.nn.functional.{name}" if module.startswith("torch.nn.functional") else
-                     f"Tensor.{name}" if qual.startswith(("TensorBase", "Tensor")) else
-                     f"torch.special.{name[len('special_'):]}" if name.startswith("special_") else f"torch.{name}")
+            shown = (f"torch.special.{name[len('special_'):]}" if name.startswith("special_") else
+                     f"torch.nn.functional.{name}" if module.startswith("torch.nn.functional") else
+                     f"Tensor.{name}" if qual.startswith(("TensorBase", "Tensor")) else f"torch.{name}")
             raise CheckFailed(f"{self.exercise}: {forbid_message(shown, self.exercise)}")
         return func(*args, **(kwargs or {}))
 

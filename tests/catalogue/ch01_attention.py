@@ -169,6 +169,51 @@ BUGS = [
                   "test_attention": ("没有除以 √d_k", "已经用正确的 softmax 代替了你的", "出在这一题本身")}),
     Variant("sm_wrong_att_not_done", {**sm("    return torch.exp(x)\n"), **att("    raise NotImplementedError()\n")},
             lose=("test_softmax", "test_attention"), said={"test_attention": ("还没有实现",)}),
+    # an outside audit: wrong answers breaking a stated rule that once kept full marks
+    Variant("sm_special_softmax", sm("    return torch.special.softmax(x, dim)\n"),
+            said=KEPT, lose=("test_softmax",), words=("从零实现", "torch.special.softmax"),
+            breaks=("sm-from-scratch",)),
+    Variant("sm_default_dim_0", {"softmax": "def softmax(x, dim=0):\n"
+                                 "    e = torch.exp(x - x.amax(dim=dim, keepdim=True))\n"
+                                 "    return e / e.sum(dim=dim, keepdim=True)\n"},
+            lose=("test_softmax",), words=("dim 的默认值不是 -1",),
+            breaks=("sm-default-dim",)),
+    Variant("var_default_n_samples", {"score_variance": "def score_variance(d_k, n_samples=1000, scaled=False, "
+                                      "generator=None):\n" + """    q = torch.randn(n_samples, d_k, generator=generator)
+    k = torch.randn(n_samples, d_k, generator=generator)
+    s = (q * k).sum(-1)
+    if scaled:
+        s = s / math.sqrt(d_k)
+    return s.var().item()
+"""}, lose=("test_score_variance",), words=("默认值不对", "n_samples=100_000"), breaks=("var-defaults",)),
+    Variant("var_default_scaled", {"score_variance": "def score_variance(d_k, n_samples=100_000, scaled=True, "
+                                   "generator=None):\n" + """    q = torch.randn(n_samples, d_k, generator=generator)
+    k = torch.randn(n_samples, d_k, generator=generator)
+    s = (q * k).sum(-1)
+    if scaled:
+        s = s / math.sqrt(d_k)
+    return s.var().item()
+"""}, lose=("test_score_variance",), words=("默认值不对", "scaled=False"), breaks=("var-defaults",)),
+    Variant("var_generator_required", var("""    generator.manual_seed(generator.initial_seed())   # start from the seed again
+    q = torch.randn(n_samples, d_k, generator=generator)
+    k = torch.randn(n_samples, d_k, generator=generator)
+    s = (q * k).sum(-1)
+    if scaled:
+        s = s / math.sqrt(d_k)
+    return s.var().item()
+"""), lose=("test_score_variance",), words=("generator=None",), breaks=("var-defaults",)),
+    Variant("att_special_softmax", att("""    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    w = torch.special.softmax(s, -1)
+    return w @ v, w
+"""), lose=("test_attention",), words=("torch.special.softmax",), breaks=("att-own-softmax",)),
+    Variant("att_weights_float32", att("""    s = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).float()   # softmax in float32
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    w = softmax(s, dim=-1)
+    return w.to(v.dtype) @ v, w
+"""), lose=("test_attention",), words=("dtype", "float64"), breaks=("att-dtype",)),
 ]
 
 CORRECT = [
@@ -268,6 +313,29 @@ CORRECT = [
     w = softmax(s, dim=-1)
     return torch.matmul(w, v), w
 """)}),
+    Variant("sm_logsumexp", sm("    return torch.exp(x - torch.logsumexp(x, dim=dim, keepdim=True))\n")),
+    Variant("sm_movedim_float64", sm("""    y = x.double().movedim(dim, -1)
+    e = torch.exp(y - y.max(-1, keepdim=True).values)
+    return (e / e.sum(-1, keepdim=True)).movedim(-1, dim).to(x.dtype)
+""")),
+    Variant("var_variance_divided_by_dk", var("""    q = torch.randn(n_samples, d_k, generator=generator)
+    k = torch.randn(n_samples, d_k, generator=generator)
+    v = torch.einsum("nd,nd->n", q, k).double().var(unbiased=False).item()
+    return v / d_k if scaled else v      # Var(s / √d_k) = Var(s) / d_k
+""")),
+    Variant("att_finfo_min_where", att("""    s = torch.matmul(q, k.transpose(-1, -2)) * q.size(-1) ** -0.5
+    if mask is not None:
+        s = torch.where(mask, s, torch.finfo(s.dtype).min)
+    w = softmax(s, dim=-1)
+    return torch.matmul(w, v), w
+""")),
+    Variant("att_additive_mask_float64_inside", att("""    s = (q.double() @ k.double().transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s + torch.zeros_like(s).masked_fill(~mask, float("-inf"))
+    e = torch.exp(s - s.amax(-1, keepdim=True))
+    w = (e / e.sum(-1, keepdim=True)).to(q.dtype)
+    return w @ v, w
+""")),
 ]
 
 WORDS_ARE_NOT_CALLS = ("ok_comments_name_forbidden_calls",)

@@ -119,6 +119,21 @@ BUGS = [
     return attend(q, k, v, is_causal=True), w
 """), lose=("test_attention",), words=("从零实现", "scaled_dot_product_attention"),
             breaks=("csa-no-sdpa",)),
+    # an outside audit: wrong answers breaking a stated rule that once kept full marks
+    Variant("mask_built_once_at_64", {"causal_mask": "_CAUSAL = torch.ones(64, 64, dtype=torch.bool).tril()   # built once\n\n\n"
+                                      + MASK_HEAD + "    return _CAUSAL[:n, :n].to(device)\n"},
+            lose=("test_causal_mask",), words=("固定大小", "任何 n"), breaks=("mask-shape",)),
+    Variant("mask_default_device_cpu", mask("    return torch.ones(n, n, dtype=torch.bool, device=device or 'cpu').tril()\n"),
+            lose=("test_causal_mask",), words=("默认设备",), breaks=("mask-device",)),
+    Variant("attention_mask_sliced_from_64", att(ATT_OK.replace("causal_mask(x.shape[-2], device=x.device)",
+                                                                "causal_mask(64, device=x.device)[:x.shape[-2], :x.shape[-2]]")),
+            lose=("test_attention",), words=("固定长度",), breaks=("csa-any-n",)),
+    Variant("attention_weights_float32", att("""    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    s = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).float()      # softmax in float32
+    s = apply_mask(s, causal_mask(x.shape[-2], device=x.device))
+    w = torch.softmax(s, dim=-1)
+    return w.to(v.dtype) @ v, w
+"""), lose=("test_attention",), words=("dtype", "float64"), breaks=("csa-dtype",)),
 ]
 
 CORRECT = [
@@ -173,6 +188,29 @@ CORRECT = [
     w = torch.softmax(q @ k.transpose(-1, -2) / np.sqrt(q.shape[-1]) + bias, dim=-1)
     return w @ v, w
 """)}),
+    Variant("mask_arange_to_device", mask("    i = torch.arange(n)\n    return (i[None, :] <= i[:, None]).to(device)\n")),
+    Variant("apply_additive_mask", apply("    return scores + torch.where(mask, 0.0, float('-inf')).to(scores.dtype)\n")),
+    Variant("apply_index_expanded_clone", apply("""    out = scores.clone()
+    out[~mask.expand_as(scores)] = float("-inf")
+    return out
+""")),
+    Variant("attention_one_row_at_a_time", att("""    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    n = x.shape[-2]
+    outs, rows = [], []
+    for i in range(n):                                   # query i sees keys 0..i
+        s = q[..., i:i + 1, :] @ k[..., :i + 1, :].transpose(-2, -1) / math.sqrt(q.shape[-1])
+        w = torch.softmax(s, dim=-1)
+        outs.append(w @ v[..., :i + 1, :])
+        rows.append(torch.nn.functional.pad(w, (0, n - i - 1)))
+    return torch.cat(outs, dim=-2), torch.cat(rows, dim=-2)
+""")),
+    Variant("attention_float64_inside", att("""    xd = x.double()
+    q, k, v = xd @ w_q.double(), xd @ w_k.double(), xd @ w_v.double()
+    s = torch.einsum("...id,...jd->...ij", q, k) / q.shape[-1] ** 0.5
+    s = apply_mask(s, causal_mask(x.shape[-2], x.device))
+    w = torch.softmax(s, -1)
+    return (w @ v).to(x.dtype), w.to(x.dtype)
+""")),
 ]
 
 WORDS_ARE_NOT_CALLS = ("ok_comments_name_forbidden_calls",)

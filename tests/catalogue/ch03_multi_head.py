@@ -130,6 +130,10 @@ BUGS = [
     Variant("forward_returns_weights_too", attn(ATT_OK.replace("return self.proj(merge_heads(w @ v))",
                                                                "return self.proj(merge_heads(w @ v)), w")),
             lose=("test_causal_self_attention",), words=("返回了一个元组",), breaks=("mha-forward-shape",)),
+    # an outside audit: a wrong answer breaking a stated rule that once kept full marks
+    Variant("bias_default_false", attn(ATT_OK.replace("def __init__(self, d, h, bias=True):",
+                                                      "def __init__(self, d, h, bias=False):")),
+            lose=("test_causal_self_attention",), words=("bias 的默认值不是 True",), breaks=("mha-bias-default",)),
 ]
 
 CORRECT = [
@@ -209,6 +213,17 @@ CORRECT = [
             heads.append(torch.softmax(s, dim=-1) @ vb)
         return self.proj(merge_heads(torch.stack(heads)))
 ''')}),
+    Variant("split_chunk_stack", split("    return torch.stack(x.chunk(h, dim=-1), dim=1)\n")),
+    Variant("merge_unbind_cat", merge("    return torch.cat(x.unbind(1), dim=-1)\n")),
+    Variant("attention_float_mask_eq_0", attn(ATT_OK.replace(
+        's = s.masked_fill(~torch.ones(N, N, dtype=torch.bool).tril(), float("-inf"))',
+        's = s.masked_fill(torch.tril(torch.ones(N, N)) == 0, -1e9)'))),
+    Variant("attention_einsum_heads_inline", attn(INIT + """        q, k, v = self.qkv(x).view(B, N, 3, self.h, self.d_k).unbind(2)   # (B, N, h, d_k) each
+        s = torch.einsum("bqhd,bkhd->bhqk", q, k) / self.d_k ** 0.5
+        s = s.masked_fill(torch.triu(torch.ones(N, N, dtype=torch.bool, device=x.device), 1), float("-inf"))
+        y = torch.einsum("bhqk,bkhd->bqhd", s.softmax(-1), v).reshape(B, N, d)
+        return self.proj(y)
+""")),
 ]
 
 # ------------------------------------------------------------------ browser test
