@@ -80,8 +80,8 @@ def _forked_main(target: str, payload, root: str, env: dict, log_path: str) -> N
     """A forked command: its own session, output to ``log_path``; ``target``
     ("module:function") is called with ``payload`` and its return is the exit code."""
     os.setsid()
+    _die_with_parent()        # first: the fork server may exit as soon as the pipe below is closed
     _release_fork_server()
-    _die_with_parent()
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
