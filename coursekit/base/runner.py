@@ -76,12 +76,16 @@ def _noop() -> None:
     pass
 
 
-def _forked_main(target: str, payload, root: str, env: dict, log_path: str) -> None:
+def _forked_main(target: str, payload, root: str, env: dict, log_path: str, grader: int | None = None) -> None:
     """A forked command: its own session, output to ``log_path``; ``target``
-    ("module:function") is called with ``payload`` and its return is the exit code."""
+    ("module:function") is called with ``payload`` and its return is the exit code.
+    It ends, with everything it started, when the process that asked for it
+    (``grader``: the grader or Dask worker) ends, however that ends."""
     os.setsid()
+    _die_with_parent()        # first: the fork server may exit as soon as the pipe below is closed
     _release_fork_server()
-    _die_with_parent()
+    if grader is not None:
+        _die_with_grader(grader)
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -124,6 +128,30 @@ def _release_fork_server() -> None:
             os.close(fd)
     except (ImportError, AttributeError, OSError):
         pass
+
+
+def _die_with_grader(pid: int) -> None:
+    """Kill this command's session when process ``pid`` ends. The fork server
+    ends too, but it exits as a Python interpreter full of nbgrader does, which
+    under load took seconds: long enough for a killed worker's nbgrader to
+    remove the notebook another worker had graded. A thread waits on the
+    grader's pidfd (no pid reuse, no polling)."""
+    import select
+    import threading
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:   # gone before this command started
+        os._exit(1)
+    except (AttributeError, OSError):   # not Linux 5.3+: the fork server's end only
+        return
+
+    def watch() -> None:
+        select.select([fd], [], [])
+        try:
+            os.killpg(os.getpgid(0), signal.SIGKILL)
+        finally:
+            os._exit(1)
+    threading.Thread(target=watch, name="die-with-grader", daemon=True).start()
 
 
 def _die_with_parent() -> None:
@@ -175,7 +203,8 @@ def run_forked(target: str, payload, root: Path, env: dict, log: Path, timeout: 
 
 def start_forked(target: str, payload, root: Path, env: dict, log: Path):
     """``run_forked`` without waiting: the started process (``stop_forked`` ends it early)."""
-    proc = _context().Process(target=_forked_main, args=(target, payload, str(root), env, str(log)), daemon=False)
+    proc = _context().Process(target=_forked_main, args=(target, payload, str(root), env, str(log), os.getpid()),
+                              daemon=False)
     proc.start()
     return proc
 

@@ -475,16 +475,18 @@ class Engine:
         good, refused = [], []
         deadline = time.monotonic() + PROBE_TIMEOUT
         for addr, fut in futures.items():
+            name = names.get(addr, addr)
             try:
                 result = fut.result(timeout=max(1.0, deadline - time.monotonic()))
                 problems = [tuple(p) for p in result["problems"]]
+                name = result.get("name") or name      # as the worker names itself (--name)
             except Exception as exc:  # noqa: BLE001 (a worker that went, or whose probe did not answer)
                 if _cluster_gone(exc) and not self.worker_names():
                     raise
                 fut.cancel()
                 problems = [("probe", f"{type(exc).__name__}: {exc}")]
             if problems:
-                refused.append(_refusal(names.get(addr, addr), addr, problems))
+                refused.append(_refusal(name, addr, problems))
             else:
                 good.append(addr)
         for line in refused:
