@@ -374,6 +374,14 @@ T_HINT = [(lambda exc, line: ".T" in line.replace(" ", "") or ".t()" in line,
           (lambda exc, line: isinstance(exc, IndexError) and "shape of the mask" in str(exc), B_MASK_INDEX)]
 
 
+B_WEIGHTS_DTYPE = Bug("attention_weights_dtype_changed",
+                      "注意力权重的 dtype 和输入不同（例如分数先 .float() 再 softmax，或者只把 out 转回了原来的 dtype）："
+                      "题目要求 weights 和 out 都保持输入的 dtype，float64 进，float64 出。",
+                      "the attention weights do not keep the inputs' dtype (the scores cast with .float() before softmax, "
+                      "or only out cast back): the exercise keeps the dtype of both weights and out, float64 in, "
+                      "float64 out.")
+
+
 def _attention_cases():
     gen = seeded(202)
 
@@ -476,7 +484,10 @@ def _attention_checks(what, scaled_dot_product_attention) -> int:
         check.tensor(t(f"{c.label}：weights", f"{c.label}: weights"), weights, exp_w.shape,
                      hint=t("weights 的形状是 (..., n_q, n_k)。", "weights have shape (..., n_q, n_k)."))
         check.expect(t(f"{c.label}：注意力权重", f"{c.label}: attention weights"), weights, exp_w, tol=c.tol,
-                     bugs=ATTENTION_BUGS, bug_args=(q, k, v, mask), part=lambda o: o[1], count=False, dtype=q.dtype)
+                     bugs=ATTENTION_BUGS, bug_args=(q, k, v, mask), part=lambda o: o[1], count=False)
+        if weights.dtype != q.dtype:
+            raise check.fail(t(f"{c.label}：注意力权重的 dtype", f"{c.label}: dtype of the attention weights"),
+                             str(q.dtype), str(weights.dtype), B_WEIGHTS_DTYPE)
         check.tensor(t(f"{c.label}：输出 out", f"{c.label}: output out"), out, exp_out.shape,
                      hint=t("out 的形状是 (..., n_q, d_v)。", "out has shape (..., n_q, d_v)."))
         check.expect(t(f"{c.label}：输出 out", f"{c.label}: output out"), out, exp_out, tol=c.tol, dtype=q.dtype,

@@ -371,6 +371,14 @@ def _pair(check, args, label):
     return result
 
 
+B_WEIGHTS_DTYPE = Bug("attention_weights_dtype_changed",
+                      "注意力权重的 dtype 和输入不同（例如分数先 .float() 再 softmax，或者只把 out 转回了原来的 dtype）："
+                      "题目要求 weights 和 out 都保持输入的 dtype，float64 进，float64 出。",
+                      "the attention weights do not keep the inputs' dtype (the scores cast with .float() before softmax, "
+                      "or only out cast back): the exercise keeps the dtype of both weights and out, float64 in, "
+                      "float64 out.")
+
+
 def _attention_cases():
     from helpers.ch02_causal_mask import calculator
 
@@ -445,8 +453,10 @@ def _attention_checks(what, causal_self_attention) -> int:
         check.tensor(t(f"{c.label}：weights", f"{c.label}: weights"), w, exp_w.shape,
                      hint=t("weights 的形状是 (..., n, n)。", "weights have shape (..., n, n)."))
         check.expect(t(f"{c.label}：注意力权重", f"{c.label}: attention weights"), w, exp_w, tol=c.tol,
-                     bugs=ATTENTION_BUGS, bug_args=c.args, part=lambda o: o[1], count=False,
-                     dtype=c.args[0].dtype)
+                     bugs=ATTENTION_BUGS, bug_args=c.args, part=lambda o: o[1], count=False)
+        if w.dtype != c.args[0].dtype:
+            raise check.fail(t(f"{c.label}：注意力权重的 dtype", f"{c.label}: dtype of the attention weights"),
+                             str(c.args[0].dtype), str(w.dtype), B_WEIGHTS_DTYPE)
         check.expect(t(f"{c.label}：输出 out", f"{c.label}: output out"), out, exp_out, tol=c.tol, dtype=c.args[0].dtype,
                      bugs=OUT_BUGS, bug_args=c.args, part=lambda o: o[0],
                      hint=t("权重已经对了：out = weights @ v，v = x @ w_v。",

@@ -136,7 +136,7 @@ def passed(what: str) -> None:
 # ------------------------------------------------------------------ from scratch
 
 SOFTMAX_NAMES = frozenset({"softmax", "log_softmax", "_softmax", "_log_softmax", "_softmax_backward_data",
-                           "special_softmax", "special_log_softmax", "_masked_softmax"})
+                           "special_softmax", "special_log_softmax"})
 ATTENTION_NAMES = frozenset({"scaled_dot_product_attention", "multi_head_attention_forward",
                              "_scaled_dot_product_attention_math", "_scaled_dot_product_flash_attention_for_cpu",
                              "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
