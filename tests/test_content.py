@@ -1236,3 +1236,15 @@ def test_no_chapter_speaks_of_the_pages_it_was_written_from(lang):
     for path in sorted((ROOT / "grading").glob("*.py")) + sorted((ROOT / "helpers").rglob("*.py")):
         found = WHERE_THE_COURSE_CAME_FROM.search(path.read_text(encoding="utf-8"))
         assert not found, f"{path.relative_to(ROOT)}: {found.group(0)!r}"
+
+
+def test_ch07_plan_max_steps_is_the_step_the_schedule_ends_not_the_steps_left():
+    """The outside read: the run hands train_step the step at which the schedule ends
+    (steps done plus steps that still fit), fixed once, not "how many steps are left"."""
+    _gone_and_there("ch07_gpt", ("估计还能走多少步，把这个数作为 `plan.max_steps`",
+                                 "how many steps are left, and hands that number to your"),
+                    ("`plan.max_steps` 是计划结束的那一步（已经走的步数加上还来得及走的步数），从此不再改变",
+                     "is the step at which the schedule ends (the steps done plus the steps that still fit), and "
+                     "from then on it does not change"))
+    from helpers import training
+    assert hasattr(training, "fix_schedule"), "the text describes a schedule fixed in steps"
