@@ -472,21 +472,3 @@ def test_without_proc_the_load_average_counts_only_other_programs(monkeypatch):
     assert training.busy_elsewhere(own_load=8.0) == pytest.approx(0.2)      # only this run: all 8 CPUs stay ours
     assert training.choose_threads(training.busy_elsewhere(own_load=8.0), limit=8) == 8
     assert training.busy_elsewhere(own_load=1.0) == pytest.approx(7.2)
-
-
-def test_the_4e3_argument_quotes_the_kept_sweep():
-    """The text's 3e-3 against 4e-3 comparison is the one in bench/results (3 layers, width 128, batch 16)."""
-    from pathlib import Path
-
-    from coursekit.author import build
-    root = Path(__file__).resolve().parent.parent
-    runs = [json.loads(line) for line in (root / "bench" / "results" / "recipe_sweep_round2.jsonl").read_text().splitlines()
-            if line.startswith("{")]
-    same_model = [r for r in runs if r["ch"].get("n_layer") == 3 and r["ch"].get("batch_size") == 16
-                  and "d_model" not in r["ch"] and "min_lr" not in r["ch"]]
-    at = {lr: sorted(f"{r['val']:.3f}" for r in same_model if r["ch"]["lr"] == lr) for lr in (3e-3, 4e-3)}
-    assert at[4e-3] == ["1.697"] and at[3e-3] == ["1.684", "1.698"], at
-    for lang, words in (("zh", "4e-3 是 1.697，3e-3 两次是 1.684 和 1.698"),
-                        ("en", "1.697 at 4e-3, 1.684 and 1.698 in two runs at 3e-3")):
-        prose = "\n".join(c.source for c in build.build_chapter("ch07_gpt", lang).cells if c.cell_type == "markdown")
-        assert words in prose, lang
