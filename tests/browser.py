@@ -87,6 +87,20 @@ def course_copy(dest: Path) -> Path:
     return dest
 
 
+def read_saved(path: Path, timeout: float = 30.0):
+    """The notebook at ``path`` as JupyterLab left it. JupyterLab saves in place after
+    keeping a backup, so a read can land mid-write (an empty or cut file): read again."""
+    import nbformat
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return nbformat.read(path, as_version=4)
+        except ValueError:   # nbformat.reader.NotJSONError is one
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 class Lab:
     """A JupyterLab server on ``root`` (also its working directory, where
     nbgrader's server extensions read ``nbgrader_config.py``)."""

@@ -98,7 +98,7 @@ def test_student_fills_runs_steps_the_calculator_and_validates(page, lab):
     for i in answers:                                   # the student writes the answers
         nb.type_into(i, solved.cells[i].source)
     nb.save()
-    on_disk = nbformat.read(lab.root / path, as_version=4)
+    on_disk = browser.read_saved(lab.root / path)
     for i in answers:
         assert on_disk.cells[i].source == solved.cells[i].source, f"cell {i} was not typed in as written"
 

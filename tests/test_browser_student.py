@@ -260,14 +260,7 @@ def test_students_answer_survives_a_new_release(context, tmp_path, capsys):
         nb.type_into(cell, answer)
         nb.save()
         import time
-
-        def on_disk():
-            # JupyterLab saves in place after keeping a backup, so a read can land mid-write
-            try:
-                return nbformat.read(lab.root / rel, as_version=4).cells[cell].source
-            except ValueError:  # nbformat.reader.NotJSONError is one
-                return None
-
+        on_disk = lambda: browser.read_saved(lab.root / rel).cells[cell].source  # noqa: E731
         deadline = time.monotonic() + 30
         while on_disk() != answer and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -283,7 +276,7 @@ def test_students_answer_survives_a_new_release(context, tmp_path, capsys):
         assert (lab.root / ch2).read_bytes() != before, "chapter 2 was never autosaved"
     finally:
         lab.stop()
-    assert nbformat.read(lab.root / rel, as_version=4).cells[cell].source == answer
+    assert browser.read_saved(lab.root / rel).cells[cell].source == answer
 
     # the instructor changes chapter 1 and releases it (both committed, as an instructor would)
     src = course / "source" / CH01 / f"{CH01}.ipynb"
@@ -318,7 +311,7 @@ def test_students_answer_survives_a_new_release(context, tmp_path, capsys):
         assert "MY_ANSWER = 42" in editor, editor
     finally:
         lab.stop()
-    assert nbformat.read(lab.root / rel, as_version=4).cells[cell].source == answer
+    assert browser.read_saved(lab.root / rel).cells[cell].source == answer
     assert "补充：新的一节。" in (lab.root / CH01 / beside).read_text(encoding="utf-8")
     # the chapter opened and autosaved, never changed by the student, was brought up to date in place
     assert f"{CH02}/{CH02}.ipynb：已更新" in told and not list((lab.root / CH02).glob("*.new-*")), told
