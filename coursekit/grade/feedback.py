@@ -188,7 +188,7 @@ ATTRIBUTES = {"*": ["class", "id", "title", "lang", "dir", "aria-label", "aria-h
               "a": ["href", "name", "rel"], "img": ["src", "alt", "width", "height"],
               "td": ["colspan", "rowspan", "align"], "th": ["colspan", "rowspan", "align", "scope"],
               "ol": ["start", "type"], "math": ["display", "xmlns"], "annotation": ["encoding"],
-              "mi": ["mathvariant", "style"], "mo": ["stretchy", "fence", "separator", "lspace", "rspace", "form"],
+              "mi": ["mathvariant", "style"], "mo": ["stretchy", "fence", "separator", "lspace", "rspace", "form", "minsize", "maxsize", "movablelimits"],
               "mspace": ["width"], "mstyle": ["mathvariant", "displaystyle", "scriptlevel"],
               "mover": ["accent"], "munder": ["accentunder"], "mtable": ["columnalign", "rowspacing"],
               "mtd": ["columnalign"], "mtext": ["mathvariant"], "mn": ["mathvariant"]}
