@@ -331,7 +331,10 @@ def write_project(stage: Path, lang: str, pages: dict[str, object], guides: list
              "```{toctree}", ":hidden:", f":caption: {words['chapters']}", "",
              *(f"chapters/{c}" for c in pages), "```", ""]
     if written:
-        index += ["```{toctree}", ":maxdepth: 1", f":caption: {words['guides']}", "",
+        titles = {g: next((line[2:].strip() for line in (stage / "guides" / f"{g}.md").read_text(
+            encoding="utf-8").splitlines() if line.startswith("# ")), g) for g in written}
+        index += [f"## {words['guides']}", "", *(f"- [{titles[g]}](guides/{g}.md)" for g in written), "",
+                  "```{toctree}", ":hidden:", f":caption: {words['guides']}", "",
                   *(f"guides/{g}" for g in written), "```", ""]
     (stage / "index.md").write_text("\n".join(index), encoding="utf-8")
 
