@@ -172,7 +172,10 @@ def leaks(out: Path, lines: set[str]) -> list[str]:
             continue
         raw = path.read_text(encoding="utf-8", errors="replace")
         seen = raw + "\n" + text_of(raw) if path.suffix == ".html" else raw
-        found += [f"{path.relative_to(out)}: {line}" for line in lines if line in seen]
+        # whole lines: code is shown line by line, and a line of an answer inside a longer
+        # public one (a stub's comment `# q03 = "A" | "B"`, a sentence naming an attribute) is no leak
+        seen_lines = {line.strip() for line in seen.splitlines()}
+        found += [f"{path.relative_to(out)}: {line}" for line in lines if line in seen_lines]
     return found
 
 
@@ -184,17 +187,22 @@ def test_no_model_answer_hidden_test_or_grading_text_is_anywhere_in_the_site(sit
     assert not list(site.out.rglob("*.ipynb")) and not list(site.out.rglob("_sources"))
 
 
-def test_the_leak_check_finds_a_model_answer_shown_as_highlighted_code(tmp_path):
-    """The scan sees through Pygments' spans and HTML escapes: a page showing one line
-    of the model answer as Sphinx would is caught."""
+def test_the_leak_check_finds_every_answer_line_of_a_page_that_shows_the_solution(tmp_path):
+    """The scan sees through Pygments' spans and HTML escapes: a page that shows the
+    source build's code cells (model answers and hidden tests) as Sphinx highlights
+    them gives away every line the check looks for, and a clean page none."""
     from pygments import highlight
     from pygments.formatters import HtmlFormatter
     from pygments.lexers import PythonLexer
 
-    line = max(secret(marked(CHAPTERS[0])), key=len)
-    (tmp_path / "page.html").write_text(f"<html><body>{highlight(line, PythonLexer(), HtmlFormatter())}</body></html>")
-    (tmp_path / "clean.html").write_text("<html><body><p>nothing</p></body></html>")
-    assert leaks(tmp_path, {line}) == [f"page.html: {line}"]
+    chapter = CHAPTERS[0]
+    cells = [c.source for lang in build.LANGS for c in build.build_chapter(chapter, lang).cells
+             if c.cell_type == "code"]
+    shown = "".join(highlight(source, PythonLexer(), HtmlFormatter()) for source in cells)
+    (tmp_path / "page.html").write_text(f"<html><body>{shown}</body></html>", encoding="utf-8")
+    (tmp_path / "clean.html").write_text("<html><body><p>nothing</p></body></html>", encoding="utf-8")
+    answers = secret(marked(chapter))
+    assert sorted(leaks(tmp_path, answers)) == sorted(f"page.html: {line}" for line in answers)
 
 
 # ------------------------------------------------------------------ figures, widgets, maths, no network

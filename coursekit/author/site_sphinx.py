@@ -61,6 +61,21 @@ MENDS = (
 )
 
 
+# Furo has no Chinese messages: its few words of its own, on a Chinese page, in Chinese
+# (otherwise a screen reader reads them with Chinese rules: WCAG 3.1.2, language of parts).
+FURO_ZH = (
+    ('aria-label="Toggle site navigation sidebar"', 'aria-label="打开或关闭导航栏"'),
+    ('aria-label="Toggle table of contents sidebar"', 'aria-label="打开或关闭本页目录"'),
+    ('aria-label="Toggle Light / Dark / Auto color theme"', 'aria-label="切换浅色、深色或自动配色"'),
+    ('href="#furo-main-content">Skip to content</a>', 'href="#furo-main-content">跳到正文</a>'),
+    ("<span>Back to top</span>", "<span>回到顶部</span>"),
+    ("<span>Next</span>", "<span>下一页</span>"),
+    ("<span>Previous</span>", "<span>上一页</span>"),
+    ('<div class="title">Home</div>', '<div class="title">首页</div>'),
+    ("\n            On this page\n", "\n            本页内容\n"),
+)
+
+
 def _mend(app, exception) -> None:
     if exception is not None or app.builder.format != "html":
         return
@@ -68,6 +83,9 @@ def _mend(app, exception) -> None:
         text = original = path.read_text(encoding="utf-8")
         for pattern, replacement in MENDS:
             text = pattern.sub(replacement, text)
+        if app.config.course_lang == "zh":
+            for english, chinese in FURO_ZH:
+                text = text.replace(english, chinese)
         if text != original:
             path.write_text(text, encoding="utf-8")
 
