@@ -91,6 +91,7 @@ def test_chapter_pages_are_in_their_language_with_study_time_and_how_to_run(site
         for lang in ("zh", "en"):
             page = (site.out / site_mod.PREFIX[lang] / "chapters" / f"{chapter}.html").read_text(encoding="utf-8")
             assert 'href="../guides/student.html' in page          # how to run it: the student guide
+            assert ("回到顶部" in page) == (lang == "zh") and ("Back to top" in page) == (lang == "en")
             assert "copybutton.js" in page                           # code has copy buttons
 
 

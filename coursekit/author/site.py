@@ -381,29 +381,45 @@ def build_site(out: Path = OUT, chapters: list[str] | None = None, langs=build.L
 
         with ThreadPoolExecutor(max_workers=jobs or max(1, min(len(todo), os.cpu_count() or 1))) as pool:
             runs = dict(pool.map(one, todo))
-    if out.exists():
-        shutil.rmtree(out)
-    procs = {}
-    for lang in langs:
-        pages = {c: page_notebook(c, lang, runs.get((c, lang))) for c in chapters}
-        stage = cache / "src" / lang
-        write_project(stage, lang, pages, list(guides))
-        procs[lang] = sphinx(stage, out / PREFIX[lang], cache / "doctrees" / lang, cache / f"sphinx.{lang}.log")
-    failed = []
-    for lang, proc in procs.items():
-        log = cache / f"sphinx.{lang}.log"
-        if proc.wait() != 0:
-            failed.append(f"{lang}:\n{log.read_text(errors='replace')[-3000:]}")
-        report.warnings[lang] = [line for line in log.read_text(errors="replace").splitlines() if "WARNING" in line]
-    if failed:
-        raise build.BuildError("site: Sphinx failed for " + "\n".join(failed))
-    for extra in (".buildinfo", ".doctrees", "jupyter_execute", "_sources"):
+    # each language is built in a folder of its own (no build sees the other's pages; two
+    # builds at once, a test's and make site's, share nothing but the cached runs)
+    cache.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="build-", dir=cache))
+    try:
+        procs = {}
         for lang in langs:
-            target = out / PREFIX[lang] / extra
-            if target.is_dir():
-                shutil.rmtree(target)
-            elif target.exists():
-                target.unlink()
+            pages = {c: page_notebook(c, lang, runs.get((c, lang))) for c in chapters}
+            write_project(work / "src" / lang, lang, pages, list(guides))
+            procs[lang] = sphinx(work / "src" / lang, work / "html" / lang, work / "doctrees" / lang,
+                                 work / f"sphinx.{lang}.log")
+        failed = []
+        for lang, proc in procs.items():
+            log = work / f"sphinx.{lang}.log"
+            code = proc.wait()
+            shutil.copy(log, cache / log.name)            # the last build's log, for reading afterwards
+            if code != 0:
+                failed.append(f"{lang}:\n{log.read_text(errors='replace')[-3000:]}")
+            report.warnings[lang] = [line for line in log.read_text(errors="replace").splitlines()
+                                     if "WARNING" in line]
+        if failed:
+            raise build.BuildError("site: Sphinx failed for " + "\n".join(failed))
+        for lang in langs:
+            html_dir = work / "html" / lang
+            for extra in (".buildinfo", ".doctrees", "jupyter_execute", "_sources"):
+                target = html_dir / extra
+                if target.is_dir():
+                    shutil.rmtree(target)
+                elif target.exists():
+                    target.unlink()
+        if out.exists():
+            shutil.rmtree(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        for lang in sorted(langs, key=lambda lang: PREFIX[lang]):     # the root language first
+            dest = out / PREFIX[lang]
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(work / "html" / lang), str(dest))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     report.seconds = round(time.perf_counter() - start, 1)
     return report
 
