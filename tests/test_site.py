@@ -343,3 +343,16 @@ def test_in_chromium_the_search_finds_the_chapter(tab, served, lang, word):
     assert any(f"chapters/{CHAPTERS[0]}.html" in h for h in hrefs), hrefs
     browser.shot(tab, f"site_search_{lang}")
     assert console.errors == []
+
+
+def test_make_site_and_course_py_site_are_wired():
+    import course
+    from coursekit import cli
+
+    assert course.available("site") and "site" in course.help_text()
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert "\nsite:" in makefile and "course.py site $(CHAPTERS)" in makefile
+    assert "/_site/" in (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
+    with pytest.raises(SystemExit) as done:
+        cli.main(["site", "--help"])
+    assert done.value.code == 0

@@ -273,6 +273,7 @@ def guide_text(name: str, lang: str) -> str | None:
         return None
     text = path.read_text(encoding="utf-8")
     text = re.sub(r"\]\((\w+)\.zh\.md", r"](\1.md", text)          # links between guides: one page name
+    text = re.sub(r"\n(-{3,}|\*{3,})\s*$", "\n", text)             # a closing rule: docutils refuses to end on one
     if lang not in files and TEXT[lang]["only_en"]:
         lines = text.splitlines()
         head = next((i for i, line in enumerate(lines) if line.startswith("# ")), -1)
