@@ -12,7 +12,7 @@ endif
 override LANG := C.UTF-8
 export LANG
 
-.PHONY: help env lab instructor-lab test source release dist grade serve collect return bench bench-train
+.PHONY: help env lab instructor-lab test source release dist site grade serve collect return bench bench-train
 
 help:
 	@$(PY) course.py help
@@ -37,6 +37,10 @@ release:  ## source/ -> release/
 
 dist:     ## the student packs, one zip per language, in dist/
 	$(PY) course.py dist
+
+# make site [CHAPTERS="ch01_attention ch04_positions"]
+site:     ## the course as a static website in _site/ (zh at the root, en under en/)
+	$(PY) course.py site $(CHAPTERS)
 
 # make grade [CHAPTER=ch01_attention] [STUDENT=alice] [REGRADE=1]
 grade:    ## autograde submitted/, feedback, grades.csv, class report

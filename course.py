@@ -144,6 +144,7 @@ COMMANDS = {
     "return": ("[--chapter C] [--canvas-url URL --canvas-course ID] [--send]",
                "hand back: Moodle's feedback archives, Canvas comments with page and score", ("coursekit",)),
     "dist": ("", "the student packs (dist/*.zip), one per language", ("coursekit",)),
+    "site": ("[CHAPTER...] [--no-run]", "the course as a static website, zh and en (_site/)", ("notebooks", "coursekit")),
     "bench": ("", "the benchmarks (output in bench/results/)", ("bench",)),
     "bench-train": ("--text PATH --seconds N", "the training recipe against nanoGPT's CPU recipe", ("bench",)),
 }

@@ -31,6 +31,13 @@ def cmd_dist(args) -> int:
     return 0
 
 
+def cmd_site(args) -> int:
+    from .author import site
+    argv = [*args.chapters, "--out", args.out] + (["--no-run"] if args.no_run else []) + \
+        (["--jobs", str(args.jobs)] if args.jobs else [])
+    return site.main(argv)
+
+
 def cmd_grade(args) -> int:
     from .grade import pipeline
     if args.check:
@@ -133,6 +140,12 @@ def main(argv=None) -> int:
     d = sub.add_parser("dist", help="build the student packs (one zip per language) in dist/")
     d.add_argument("langs", nargs="*", choices=[[], *build.LANGS])
     d.set_defaults(fn=cmd_dist)
+    w = sub.add_parser("site", help="the course as a static website, zh and en, in _site/ (coursekit/author/site.py)")
+    w.add_argument("chapters", nargs="*", help="only these chapters (default: all)")
+    w.add_argument("--out", default=str(build.ROOT / "_site"), help="the output folder (default: _site/)")
+    w.add_argument("--no-run", action="store_true", help="leave the lecture outputs out (runs no chapter)")
+    w.add_argument("--jobs", type=int, help="chapters run at once (default: number of cores)")
+    w.set_defaults(fn=cmd_site)
     g = sub.add_parser("grade", help="grade everything under submitted/ (autograde, feedback, grades.csv, report)")
     g.add_argument("--chapter", help="only this chapter, e.g. ch01_attention")
     g.add_argument("--student", help="only this student")

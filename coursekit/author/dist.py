@@ -59,7 +59,8 @@ def _student_release(lang: str, work: Path) -> Path:
 # what only the course's own tests and deployment checks need; a student's environment goes without
 # (and the instructor-only reports: answer similarity, Canvas upload)
 DEV_ONLY = {"pytest", "pytest-xdist", "playwright", "jupyterhub", "psycopg", "psycopg-binary", "psycopg2-binary",
-            "ruff", "copydetect", "canvasapi", "axe-playwright-python", "dask", "distributed"}
+            "ruff", "copydetect", "canvasapi", "axe-playwright-python", "dask", "distributed",
+            "sphinx", "myst-nb", "furo", "sphinx-copybutton", "jieba"}     # make site: the instructor builds the website
 
 
 def student_requirements() -> str:
