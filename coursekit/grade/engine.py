@@ -22,14 +22,21 @@ Where the jobs run (``from_environment``):
 * ``COURSE_ENGINE=processes``: a local cluster of worker processes (one thread
   each), sharing the run's kernel factory through its socket;
 * ``COURSE_ENGINE=threads``: no Dask, the pipeline's own thread pool;
-* ``COURSE_DASK_SCHEDULER=tcp://host:8786``: an existing cluster. Its workers
-  see the course folder at the same path (a shared filesystem) and run the
-  course's environment; a worker plugin (``CourseWorker``) starts the sandbox's
-  kernel factory once per worker and keeps it warm between jobs and runs.
+* ``COURSE_DASK_SCHEDULER=tcp://host:8786``: an existing cluster whose workers
+  share nothing with the grader: each job carries the submission's files and
+  returns the graded notebook and the gradebook's rows, which the grader writes
+  (coursekit.grade.carried); a worker needs only the course installed, at any
+  path. With ``COURSE_SHARED_FS=1`` the workers instead see the course folder
+  at the same path (a shared filesystem) and write there; ``COURSE_SHARED_FS=0``
+  makes the local ``processes`` cluster's jobs carry their files too. A worker
+  plugin (``CourseWorker``) starts the sandbox's kernel factory once per worker
+  (in its own course folder when the jobs carry their files) and keeps it warm
+  between jobs and runs.
   Plain ``dask worker tcp://…`` workers do (a job's fork server may start in a
   daemonic worker: coursekit.base.runner). Before a run sends them a job, each
   worker proves it can grade (``probe_worker``: the grader's code and
-  environment, the sandbox, the fork server, one forked kernel's preflight);
+  environment, and for jobs that carry their files its chapters' source and
+  release, the sandbox, the fork server, one forked kernel's preflight);
   one that cannot is refused by name with its fix, and with none left the run
   stops before any job.
 
