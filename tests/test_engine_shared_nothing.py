@@ -14,7 +14,9 @@ worker is killed while it grades a notebook.
 - the gradebook gets what ``make grade`` on one machine writes: each grade's
   auto score and review mark, each comment, each submission's time;
 - the autograded notebooks and the feedback pages are in the grader's folder;
-- the killed worker changes nothing: the run ends 0, each notebook is recorded once.
+- the killed worker changes nothing: the run ends 0, each notebook is recorded once;
+- the rows a worker returns go into the grader's gradebook as nbgrader's autograde
+  writes them: a manual score entered by a grader stays and marks its cell for review.
 """
 from __future__ import annotations
 
@@ -39,8 +41,8 @@ from coursekit.grade.sandbox import sandbox_available
 CH = "ch01_attention"
 SANDBOX, WHY = sandbox_available()
 NAMESPACES = os.geteuid() == 0 and shutil.which("unshare") is not None and sys.platform.startswith("linux")
-pytestmark = [pytest.mark.skipif(not SANDBOX, reason=f"no sandbox here: {WHY}"),
-              pytest.mark.skipif(not NAMESPACES, reason="needs root and unshare (a mount namespace per worker)")]
+CLUSTER = [pytest.mark.skipif(not SANDBOX, reason=f"no sandbox here: {WHY}"),
+           pytest.mark.skipif(not NAMESPACES, reason="needs root and unshare (a mount namespace per worker)")]
 STUDENTS = ("s0", "s1", "s2", "s3", "s4")
 
 
@@ -166,6 +168,8 @@ def shared_nothing(tmp_path_factory):
     return out
 
 
+@CLUSTER[0]
+@CLUSTER[1]
 def test_a_worker_sees_nothing_of_the_grader(shared_nothing):
     assert shared_nothing["sees_grader"] and not any(shared_nothing["sees_grader"].values())
     assert not any(shared_nothing["sees_code"].values())
@@ -174,6 +178,8 @@ def test_a_worker_sees_nothing_of_the_grader(shared_nothing):
     assert where == sorted(copies), where
 
 
+@CLUSTER[0]
+@CLUSTER[1]
 def test_the_workers_give_the_gradebook_make_grade_gives(shared_nothing):
     assert shared_nothing["local_rc"] == 0, shared_nothing["local_log"][-3000:]
     assert shared_nothing["rc"] == 0, shared_nothing["log"][-3000:]
@@ -188,6 +194,8 @@ def test_the_workers_give_the_gradebook_make_grade_gives(shared_nothing):
     assert here[("s2", "timestamp")].startswith("2026-11-03 09:12")
 
 
+@CLUSTER[0]
+@CLUSTER[1]
 def test_the_grader_alone_writes_the_graded_notebooks_and_feedback(shared_nothing):
     remote = shared_nothing["remote"]
     for s in STUDENTS:
@@ -199,8 +207,51 @@ def test_the_grader_alone_writes_the_graded_notebooks_and_feedback(shared_nothin
     assert sorted(x["student"] for x in lines) == sorted(STUDENTS) and all(x["carried"] for x in lines)
 
 
+@CLUSTER[0]
+@CLUSTER[1]
 def test_a_killed_worker_changes_nothing(shared_nothing):
     assert shared_nothing["killed"], "no worker was seen grading, so none was killed:\n" + \
         shared_nothing["log"][-3000:]
     # each notebook recorded once, none lost (the scores are make grade's: the test above)
     assert Ledger(f"sqlite:///{shared_nothing['remote'] / 'gradebook.db'}").count() == len(STUDENTS)
+
+
+def test_returned_rows_go_in_as_nbgrader_writes_them(tmp_path):
+    """A regrade's rows keep the manual score entered in the formgrader (and mark its cell
+    for review, as nbgrader's SaveAutoGrades does); a written answer without a score is
+    marked for review; the submission gets its time, and a late one no penalty (nbgrader's
+    default late policy)."""
+    import datetime as dt
+
+    from nbgrader.api import Gradebook
+
+    from coursekit.grade.carried import import_rows
+    from coursekit.grade.intake import Job
+    with Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}", "transformer") as gb:
+        gb.add_assignment(CH, duedate=dt.datetime(2026, 11, 2))
+        gb.add_notebook(CH, CH)
+        gb.add_grade_cell("test_a", CH, CH, max_score=3, cell_type="code")
+        gb.add_grade_cell("answer", CH, CH, max_score=2, cell_type="markdown")
+        gb.add_solution_cell("answer", CH, CH)
+        gb.add_solution_cell("code_a", CH, CH)
+        rows = {"timestamp": "2026-11-03 10:00:00.000000 UTC",
+                "grades": [{"name": "test_a", "auto_score": 3.0, "needs_manual_grade": False},
+                           {"name": "answer", "auto_score": None, "needs_manual_grade": True}],
+                "comments": [{"name": "answer", "auto_comment": None},
+                             {"name": "code_a", "auto_comment": "No response."}]}
+        import_rows(gb, Job(CH, "amy"), rows)
+        nb = gb.find_submission_notebook(CH, CH, "amy")
+        got = {g.name: (g.auto_score, g.manual_score, g.needs_manual_grade) for g in nb.grades}
+        assert got == {"test_a": (3.0, None, False), "answer": (None, None, True)}
+        assert {c.name: c.auto_comment for c in nb.comments} == {"answer": None, "code_a": "No response."}
+        sub = gb.find_submission(CH, "amy")
+        assert sub.timestamp == dt.datetime(2026, 11, 3, 10) and sub.total_seconds_late > 0
+        assert nb.late_submission_penalty is None
+        # a grader gives test_a 1 point by hand; the notebook is graded again
+        grade = gb.find_grade("test_a", CH, CH, "amy")
+        grade.manual_score = 1.0
+        gb.db.commit()
+        rows["grades"][0]["auto_score"] = 0.0
+        import_rows(gb, Job(CH, "amy"), rows)
+        grade = gb.find_grade("test_a", CH, CH, "amy")
+        assert (grade.auto_score, grade.manual_score, grade.needs_manual_grade, grade.score) == (0.0, 1.0, True, 1.0)

@@ -499,8 +499,8 @@ class Engine:
         """The grader's grading code, environment and chapters, as a worker must have them."""
         from . import carried
         if not self._digests:
-            self._digests = {"code": code_digest(), "env": environment_digest(), "chapter_digests": {}}
-        known = self._digests["chapter_digests"]
+            self._digests = {"code": code_digest(), "env": environment_digest()}
+        known = self._digests.setdefault("chapter_digests", {})
         for ch in chapters:
             if ch not in known:
                 known[ch] = carried.chapter_digest(run.root, ch)
@@ -615,6 +615,7 @@ class Engine:
             if not todo:
                 return
             chapters = sorted({j.chapter for j in run.everyone})
+            self._digests.pop("chapter_digests", None)   # a long-lived grader's chapters may have changed since
             self.start()
             plugin = self._plugin(run) if self.remote or self.carried else None
             self._allowed = self.admit(run, sorted({j.chapter for j in todo}), plugin)
