@@ -173,7 +173,7 @@ def remove_user(name: str) -> None:
 
 @contextlib.contextmanager
 def dask_cluster(workers: int = 2, threads: int = 1, timeout: float = 90, base: Path | None = None,
-                 plain: bool = False, worker_env: dict | None = None):
+                 plain: bool = False, worker_env: dict | None = None, wrap=None):
     """A Dask scheduler and ``workers`` workers, each its own process (``dask
     scheduler``, ``dask worker --no-nanny``, from the course's environment), on
     127.0.0.1 at free ports. Yields ``(address, {name: Popen})``; everything is
@@ -181,7 +181,9 @@ def dask_cluster(workers: int = 2, threads: int = 1, timeout: float = 90, base: 
     as docs/deploy.md says (a grading job starts processes of its own).
     ``plain``: the workers started as Dask's own documentation starts them
     (``dask worker tcp://…``: under a nanny, daemonic). ``worker_env``: worker
-    name -> what its environment changes (a value None removes the variable)."""
+    name -> what its environment changes (a value None removes the variable).
+    ``wrap``: (worker name, its command) -> the command that starts it (another
+    namespace, another copy of the course)."""
     import sys
     bindir = Path(sys.executable).parent
     port = free_port()
@@ -207,9 +209,10 @@ def dask_cluster(workers: int = 2, threads: int = 1, timeout: float = 90, base: 
         start("scheduler", [str(bindir / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port),
                             "--dashboard-address", "127.0.0.1:0", "--no-show"])
         for i in range(workers):
-            start(f"worker{i + 1}", [str(bindir / "dask"), "worker", address, "--name", f"worker{i + 1}",
-                                     "--nthreads", str(threads), *([] if plain else ["--no-nanny"]),
-                                     "--host", "127.0.0.1", "--dashboard-address", "127.0.0.1:0"])
+            cmd = [str(bindir / "dask"), "worker", address, "--name", f"worker{i + 1}",
+                   "--nthreads", str(threads), *([] if plain else ["--no-nanny"]),
+                   "--host", "127.0.0.1", "--dashboard-address", "127.0.0.1:0"]
+            start(f"worker{i + 1}", wrap(f"worker{i + 1}", cmd) if wrap else cmd)
         from distributed import Client
         with Client(address, timeout=timeout) as client:
             client.wait_for_workers(workers, timeout=timeout)

@@ -3,7 +3,8 @@
 - The ledger of finished jobs: a key is written once, a gradebook that does
   not exist is not created by looking, two students handing in the same bytes
   are two jobs.
-- A real cluster: a Dask scheduler and two workers, each its own process on
+- A real cluster on a shared filesystem (COURSE_SHARED_FS=1; the path without one:
+  tests/test_engine_shared_nothing.py): a Dask scheduler and two workers, each its own process on
   127.0.0.1, grade a small class (sandbox on, each worker with its own warm
   kernel factory). One worker is killed while it grades a notebook. Every
   notebook must be graded exactly once (one ledger row each, none lost), with
@@ -95,7 +96,7 @@ def killed_run(tmp_path_factory):
     pipeline.grade(local, chapter=CH, quiet=True, report=False)          # make grade, as on one machine
     out = {"local": local, "remote": remote}
     with dask_cluster(workers=2, base=base) as (address, procs):
-        env = dict(os.environ, COURSE_DASK_SCHEDULER=address,
+        env = dict(os.environ, COURSE_DASK_SCHEDULER=address, COURSE_SHARED_FS="1",   # the shared-filesystem path
                    PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
         env.pop("COURSE_DB_URL", None)
         log = open(base / "grade.log", "w")

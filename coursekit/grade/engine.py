@@ -22,14 +22,21 @@ Where the jobs run (``from_environment``):
 * ``COURSE_ENGINE=processes``: a local cluster of worker processes (one thread
   each), sharing the run's kernel factory through its socket;
 * ``COURSE_ENGINE=threads``: no Dask, the pipeline's own thread pool;
-* ``COURSE_DASK_SCHEDULER=tcp://host:8786``: an existing cluster. Its workers
-  see the course folder at the same path (a shared filesystem) and run the
-  course's environment; a worker plugin (``CourseWorker``) starts the sandbox's
-  kernel factory once per worker and keeps it warm between jobs and runs.
+* ``COURSE_DASK_SCHEDULER=tcp://host:8786``: an existing cluster whose workers
+  share nothing with the grader: each job carries the submission's files and
+  returns the graded notebook and the gradebook's rows, which the grader writes
+  (coursekit.grade.carried); a worker needs only the course installed, at any
+  path. With ``COURSE_SHARED_FS=1`` the workers instead see the course folder
+  at the same path (a shared filesystem) and write there; ``COURSE_SHARED_FS=0``
+  makes the local ``processes`` cluster's jobs carry their files too. A worker
+  plugin (``CourseWorker``) starts the sandbox's kernel factory once per worker
+  (in its own course folder when the jobs carry their files) and keeps it warm
+  between jobs and runs.
   Plain ``dask worker tcp://…`` workers do (a job's fork server may start in a
   daemonic worker: coursekit.base.runner). Before a run sends them a job, each
   worker proves it can grade (``probe_worker``: the grader's code and
-  environment, the sandbox, the fork server, one forked kernel's preflight);
+  environment, and for jobs that carry their files its chapters' source and
+  release, the sandbox, the fork server, one forked kernel's preflight);
   one that cannot is refused by name with its fix, and with none left the run
   stops before any job.
 
@@ -90,6 +97,8 @@ class Grader:
     check: Callable     # in the grader: (run, job, gradebook) -> None, the seal check of a graded notebook
     #                     (``job.sealed`` True once done; left False, the seal check step does it)
     probe: Callable | None = None   # on a worker: (spec, base, socket) -> None or why one graded kernel failed
+    seal: Callable | None = None    # on a worker whose jobs carry their files: (run, job, gradebook) -> None,
+    #                                 the seal check there, failing closed (coursekit.grade.carried)
 
 
 # ------------------------------------------------------------------ the ledger
@@ -185,16 +194,18 @@ class CourseWorker:
 
     idempotent = True   # registering it again (the next run) keeps the warm factory
 
-    def __init__(self, root: str, sandbox: bool, chapters: list[str], warm_type: type):
+    def __init__(self, root: str, sandbox: bool, chapters: list[str], warm_type: type, first: list[str] = ()):
         self.root, self.sandbox, self.chapters, self.warm_type = root, sandbox, chapters, warm_type
+        self.first = list(first)   # jobs that carry their files: the chapters whose assignments to make now
         self.warm = None
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:   # sent to the workers: the settings, not this process's factory
-        return {"root": self.root, "sandbox": self.sandbox, "chapters": self.chapters, "warm_type": self.warm_type}
+        return {"root": self.root, "sandbox": self.sandbox, "chapters": self.chapters, "warm_type": self.warm_type,
+                "first": self.first}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["root"], state["sandbox"], state["chapters"], state["warm_type"])
+        self.__init__(state["root"], state["sandbox"], state["chapters"], state["warm_type"], state.get("first", ()))
 
     @property
     def name(self) -> str:
@@ -202,7 +213,14 @@ class CourseWorker:
         return "course-grader-" + hashlib.sha256(text.encode()).hexdigest()[:12]
 
     def setup(self, worker=None) -> None:
-        self.warm = self.warm_type.start(Path(self.root), self.sandbox, self.chapters)
+        root = self.root
+        if not root:   # jobs that carry their files: the worker's own course folder (coursekit.grade.carried)
+            from . import carried
+            home = carried.home(self.chapters)
+            root = str(home)
+            if self.first:   # the run's chapters' assignments, made while the kernel factory starts
+                threading.Thread(target=_quietly, args=(carried.prepare, home, self.first), daemon=True).start()
+        self.warm = self.warm_type.start(Path(root), self.sandbox, self.chapters)
 
     def teardown(self, worker=None) -> None:
         if self.warm is not None:
@@ -217,13 +235,20 @@ class CourseWorker:
             return self.warm.base, self.warm.socket(say=lambda *a: None)
 
 
+def _quietly(fn, *args) -> None:
+    try:
+        fn(*args)
+    except Exception:  # noqa: BLE001 (the job or the probe that needs it does it again and says why)
+        pass
+
+
 def _as_plugin(plugin: CourseWorker):
     """The plugin as Dask's WorkerPlugin (imported only where Dask is)."""
     from distributed.diagnostics.plugin import WorkerPlugin
 
     class Plugin(CourseWorker, WorkerPlugin):
         pass
-    out = Plugin(plugin.root, plugin.sandbox, plugin.chapters, plugin.warm_type)
+    out = Plugin(plugin.root, plugin.sandbox, plugin.chapters, plugin.warm_type, plugin.first)
     return out
 
 
@@ -253,6 +278,9 @@ def grade_notebook(spec: dict, grader: Grader) -> dict:
     job = Job(spec["chapter"], spec["student"], flags=[Flag.from_json(f) for f in spec.get("flags", [])])
     where = _where()
     try:
+        if spec.get("carried"):   # the worker shares nothing with the grader
+            from . import carried
+            return carried.run_job(spec, job, grader, where)
         base, socket, workers = _worker_factory(spec, grader.warm)
         run = grader.grade(spec, job, base, socket, workers)
     except Exception as exc:  # noqa: BLE001 (outside the student's kernel: the worker, its sandbox, nbgrader's start)
@@ -319,12 +347,8 @@ def probe_worker(spec: dict, grader: Grader) -> dict:
     grader's (``spec["code"]``, ``spec["env"]``), its sandbox works, it may start the
     fork server, and one graded kernel forked from its factory runs a chapter's
     preflight (``grader.probe``). Returns its name, address and problems: [(kind, detail)]."""
-    problems: list[tuple[str, str]] = []
-    if code_digest() != spec["code"]:
-        from ..author.build import ROOT
-        problems.append(("code", f"its grading code ({ROOT}) is not the grader's"))
-    if environment_digest() != spec["env"]:
-        problems.append(("environment", "its Python or installed packages are not the grader's"))
+    from . import carried
+    problems: list[tuple[str, str]] = carried.mismatch(spec)
     if spec["sandbox"]:
         from .sandbox import sandbox_available
         ok, why = sandbox_available()
@@ -336,6 +360,13 @@ def probe_worker(spec: dict, grader: Grader) -> dict:
             runner.warm_up()
         except Exception as exc:  # noqa: BLE001
             problems.append(("fork", f"it cannot start the fork server ({type(exc).__name__}: {exc})"))
+    if not problems and spec.get("carried"):   # its own course folder, each chapter's assignment in its gradebook
+        try:
+            home = carried.home(spec["chapters"])
+            carried.prepare(home, spec["chapters"])
+            spec = {**spec, "root": str(home)}
+        except Exception as exc:  # noqa: BLE001
+            problems.append(("code", f"its own course cannot grade these chapters ({type(exc).__name__}: {exc})"))
     if not problems and grader.probe is not None:
         try:
             base, socket, _ = _worker_factory(spec, grader.warm)
@@ -373,9 +404,14 @@ class Engine:
     """A Dask cluster the grader sends its notebooks to (see the module's doc);
     its jobs run what ``grader`` gives."""
 
-    def __init__(self, grader: Grader, address: str | None = None, workers: int = 1, processes: bool = False):
+    def __init__(self, grader: Grader, address: str | None = None, workers: int = 1, processes: bool = False,
+                 carried: bool | None = None):
+        from . import carried as carried_mod
         self.grader = grader
         self.address, self.workers, self.processes = address, max(1, workers), processes
+        # jobs that carry their files (coursekit.grade.carried): a remote cluster's by default
+        self.carried = carried_mod.wanted(address is not None, processes) if carried is None else carried
+        self._digests: dict = {}
         self._client = self._cluster = None
         self._lock = threading.Lock()
         self._registered: set[str] = set()
@@ -386,10 +422,11 @@ class Engine:
         return self.address is not None
 
     def describe(self) -> str:
+        how = "; jobs carry their files (no shared filesystem)" if self.carried else ""
         if self.remote:
-            return f"Dask scheduler {self.address}"
+            return f"Dask scheduler {self.address}" + (how or "; workers share the course folder")
         if self.processes:
-            return f"Dask local cluster of {self.workers} worker processes"
+            return f"Dask local cluster of {self.workers} worker processes" + how
         return f"Dask local cluster ({self.workers} threads in this process)"
 
     def start(self, run=None) -> None:
@@ -398,13 +435,15 @@ class Engine:
         with self._lock:
             if self._client is None:
                 self._connect()
-        if run is not None and self.remote:
+        if run is not None and (self.remote or self.carried):
             self._plugin(run)
 
     def _plugin(self, run) -> str:
-        """The name of the worker plugin for ``run``'s course folder, registered once."""
-        worker = CourseWorker(str(run.root), run.sandbox, _all_chapters(run.root) or run.chapters,
-                              self.grader.warm)
+        """The name of the worker plugin for ``run``'s course folder (for jobs that carry
+        their files, the worker's own), registered once."""
+        worker = CourseWorker("" if self.carried else str(run.root), run.sandbox,
+                              _all_chapters(run.root) or run.chapters, self.grader.warm,
+                              first=run.chapters if self.carried else ())
         with self._lock:
             if worker.name not in self._registered:
                 self._client.register_plugin(_as_plugin(worker), name=worker.name)
@@ -447,9 +486,25 @@ class Engine:
                 "key": job_key(job), "sandbox": run.sandbox, "warm": run.warm, "timeout": run.timeout,
                 "cell_timeout": run.cell_timeout, "flags": [f.to_json() for f in job.flags], "plugin": plugin,
                 "chapters": chapters}
-        if not self.remote:   # this machine: the run's own factory and socket folder
+        if self.carried:   # the worker shares nothing: the submission's files and what it must agree with
+            from . import carried
+            digests = self.digests(run, chapters)
+            spec.update(root="", scratch="", carried=True, files=carried.pack(run, job), code=digests["code"],
+                        env=digests["env"], chapter_digests={job.chapter: digests["chapter_digests"][job.chapter]})
+        elif not self.remote:   # this machine: the run's own factory and socket folder
             spec.update(base=str(run.base), zygote=run.zygote_socket, workers=run.workers)
         return spec
+
+    def digests(self, run, chapters: list[str]) -> dict:
+        """The grader's grading code, environment and chapters, as a worker must have them."""
+        from . import carried
+        if not self._digests:
+            self._digests = {"code": code_digest(), "env": environment_digest()}
+        known = self._digests.setdefault("chapter_digests", {})
+        for ch in chapters:
+            if ch not in known:
+                known[ch] = carried.chapter_digest(run.root, ch)
+        return self._digests
 
     def worker_names(self) -> dict[str, str]:
         """The cluster's workers now: address -> name."""
@@ -461,12 +516,15 @@ class Engine:
         """The workers that proved they can grade (``probe_worker``), each refused one
         said by name with its fix; GradingStopped when none can. Local clusters run the
         grader's own code and factory, which the preflight has just proved: all of them."""
-        if not self.remote:
+        if not self.remote and not self.carried:
             return list(self.worker_names())
         self.client.wait_for_workers(1, timeout=PROBE_TIMEOUT)
         spec = {"root": str(run.root), "sandbox": run.sandbox, "warm": run.warm, "plugin": plugin,
-                "chapters": chapters, "code": code_digest(), "env": environment_digest(),
-                "timeout": run.timeout, "cell_timeout": run.cell_timeout}
+                "chapters": chapters, "timeout": run.timeout, "cell_timeout": run.cell_timeout,
+                **{k: v for k, v in self.digests(run, chapters).items() if k != "chapter_digests"}}
+        if self.carried:
+            spec.update(root="", carried=True,
+                        chapter_digests={ch: self.digests(run, chapters)["chapter_digests"][ch] for ch in chapters})
         tag = os.urandom(4).hex()
         futures = {addr: self.client.submit(probe_worker, spec, self.grader, workers=[addr], allow_other_workers=False,
                                             pure=False, key=f"probe-{tag}-{addr}")
@@ -557,8 +615,9 @@ class Engine:
             if not todo:
                 return
             chapters = sorted({j.chapter for j in run.everyone})
+            self._digests.pop("chapter_digests", None)   # a long-lived grader's chapters may have changed since
             self.start()
-            plugin = self._plugin(run) if self.remote else None
+            plugin = self._plugin(run) if self.remote or self.carried else None
             self._allowed = self.admit(run, sorted({j.chapter for j in todo}), plugin)
             futures, tried, faults = {}, {}, []
 
@@ -580,7 +639,8 @@ class Engine:
                             raise
                         result = {"ok": False, "failure": MACHINERY, "seconds": 0.0, "flags": [], "worker": None,
                                   "error": f"{type(exc).__name__}: {exc}"}
-                    if result["failure"] == MACHINERY or (self.remote and result["failure"] in INFRASTRUCTURE):
+                    elsewhere = self.remote or self.carried   # a kernel that cannot start on that worker
+                    if result["failure"] == MACHINERY or (elsewhere and result["failure"] in INFRASTRUCTURE):
                         been = tried.setdefault(job_key(job), set())
                         been.add(result.get("worker"))
                         live = self.worker_names()
@@ -596,7 +656,7 @@ class Engine:
                                                     f"{', '.join(sorted(w for w in been if w)) or 'the cluster'}:"
                                                     f"\n{result.get('trace') or result['error']}\n")
                             continue
-                        if self.remote:   # a kernel that could start on none of the workers that tried
+                        if elsewhere:   # a kernel that could start on none of the workers that tried
                             faults.append((job, {**result, "error": f"{result['failure'].replace('_', ' ')} on every "
                                                  f"worker that tried (see {run.log(job)})"}, workers))
                             continue
@@ -604,10 +664,18 @@ class Engine:
                     for f in result["flags"]:
                         flag = Flag.from_json(f)
                         job.flag(flag.kind, flag.detail)
+                    if "outputs" in result:   # a worker that shares nothing: the grader writes what it returned
+                        from . import carried
+                        if gb is None:
+                            gb = Gradebook(protocol.gradebook_url(run.root), protocol.COURSE_ID)
+                        carried.accept(run, job, result["outputs"], gb)
+                        if run.graded_path(job).exists() and result["outputs"].get("files"):
+                            carried.record_line(run, job, result.get("worker"))
                     if job.ok and not job.failure and run.graded_path(job).exists():
                         if gb is None:
                             gb = Gradebook(protocol.gradebook_url(run.root), protocol.COURSE_ID)
-                        self.grader.check(run, job, gb)
+                        if not job.sealed:
+                            self.grader.check(run, job, gb)
                         # recorded once its seals are checked: a record is a result kept as it is
                         if job.sealed and not any(f.kind in TRANSIENT for f in job.flags):
                             ledger.record(job_key(job), job, {"seconds": job.seconds, "worker": result.get("worker"),

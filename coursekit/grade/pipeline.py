@@ -712,7 +712,8 @@ def run_steps(run: Run, steps=STEPS) -> None:
 # ------------------------------------------------------------------ the command
 
 # what a grading engine's jobs run: a worker's kernel factory, a notebook's autograde, its seal check
-GRADER = Grader(warm=Warm, grade=autograde_on_worker, check=seal_check_as_it_comes, probe=probe_on_worker)
+GRADER = Grader(warm=Warm, grade=autograde_on_worker, check=seal_check_as_it_comes, probe=probe_on_worker,
+                seal=seal_check_one)
 
 
 def grade(root: Path = ROOT, chapter: str | None = None, student: str | None = None, jobs: int | None = None,
