@@ -38,7 +38,7 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 # the student, nothing later reads what they define) are not run: their recorded
 # output is put in their place (coursekit.grade.replay). Validate runs every cell.
 c.Autograde.autograde_preprocessors = [
-    "coursekit.grade.replay.ReplayExecute",
+    "coursekit.grade.replay.Execute",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",

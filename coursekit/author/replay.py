@@ -15,7 +15,7 @@ The mark
     is not run: the output it printed when the course graded its own model
     answer (``replay/<chapter>.json``, one record per language, made by
     ``python course.py replay chNN``) is put in its place
-    (coursekit.grade.replay.ReplayExecute), so the feedback page shows the
+    (coursekit.grade.replay.Execute), so the feedback page shows the
     same output and the kernel's time goes to the cells that depend on the
     student. Under Validate and in the student's own run nothing changes. The
     build strips the tag: source/ and release/ never show it.

@@ -1,6 +1,6 @@
 """nbgrader's Execute that replays the lecture cells marked ``replay``.
 
-``nbgrader autograde`` runs ``ReplayExecute`` (nbgrader_config.py,
+``nbgrader autograde`` runs ``coursekit.grade.replay.Execute`` (nbgrader_config.py,
 ``Autograde.autograde_preprocessors``) in place of nbgrader's ``Execute``. For
 each cell that the chapter marks ``replay`` (coursekit.author.replay) it
 puts the output the course recorded for that cell (``replay/<chapter>.json``,
@@ -20,7 +20,7 @@ import json
 import os
 from pathlib import Path
 
-from nbgrader.preprocessors import Execute
+from nbgrader.preprocessors import Execute as NbgraderExecute
 
 from coursekit.author import replay
 
@@ -72,8 +72,10 @@ def plan(nb, recorded: dict, ours: set[str]) -> dict[int, list]:
     return {code[k][0]: rec["outputs"] for k, rec in candidates.items()}
 
 
-class ReplayExecute(Execute):
-    """nbgrader's Execute, with the marked lecture cells replayed (module docstring)."""
+class Execute(NbgraderExecute):
+    """nbgrader's Execute, with the marked lecture cells replayed (module docstring).
+    (Named like nbgrader's, so the per-notebook account, coursekit.grade.account,
+    still finds the kernel's time under ``Execute``.)"""
 
     def preprocess(self, nb, resources=None, km=None):
         self._replayed = {}
