@@ -389,3 +389,18 @@ def test_both_ways_catches_a_mark_whose_effect_the_analysis_cannot_see():
     got = run_shared({"ran": [before, lecture, test], "replayed": [before, test]}, "zh")
     assert got["ran"]["t"] != got["replayed"]["t"]
     assert torch.get_num_threads() >= 1
+
+
+def test_a_new_record_makes_the_chapters_pages_graded_again(tmp_path):
+    """The recorded outputs are on the feedback pages: a result kept from before a
+    record changed would show the old ones (coursekit.grade.reuse)."""
+    from coursekit.grade import intake, reuse
+    (tmp_path / "source" / "ch99_demo").mkdir(parents=True)
+    (tmp_path / "source" / "ch99_demo" / "ch99_demo.ipynb").write_text("{}")
+    jobs = [intake.Job("ch99_demo", "ann")]
+    before = reuse.Keys.of(tmp_path, jobs, {}).chapters["ch99_demo"]
+    (tmp_path / "replay").mkdir()
+    (tmp_path / "replay" / "ch99_demo.json").write_text("{}")
+    after = reuse.Keys.of(tmp_path, jobs, {}).chapters["ch99_demo"]
+    (tmp_path / "replay" / "ch99_demo.json").write_text('{"zh": {}}')
+    assert len({before, after, reuse.Keys.of(tmp_path, jobs, {}).chapters["ch99_demo"]}) == 3
