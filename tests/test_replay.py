@@ -308,7 +308,7 @@ def test_every_catalogue_entry_grades_the_same_with_marks_run_or_replayed(chapte
     ours = grade_replay.course_sources(ROOT, chapter)
     # the graded cells restored as nbgrader restores them (the hidden tests are in the test cells)
     tests = {c.metadata["nbgrader"]["grade_id"]: c.source for c in source.cells
-             if c.metadata.get("nbgrader", {}).get("grade")}
+             if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code"}
     runs, replayed = {}, {}
     for name, replace in [(UNTOUCHED, None), *_variants(chapter)]:
         nb = make_submission(release, source, replace, fill=replace is not None)
