@@ -19,6 +19,7 @@ import contextlib
 import html
 import importlib
 import io
+import json
 import linecache
 import os
 import textwrap
@@ -297,20 +298,35 @@ def _variants(chapter):
 BOTH_WAYS = [ch for ch in MARKED if ch in catalogued_chapters()]
 
 
-@pytest.mark.parametrize("chapter", BOTH_WAYS)
-def test_every_catalogue_entry_grades_the_same_with_marks_run_or_replayed(chapter, monkeypatch):
+def _en_build(chapter: str):
+    """The chapter's English source build (answers and hidden tests in place)."""
+    return nbformat.from_dict(json.loads(build.dumps(build.build_chapter(chapter, "en"))))
+
+
+# zh: the untouched release, the model answer and every catalogue entry; en: the model
+# answer and the correct variants (the same code cells, the other language's record)
+@pytest.mark.parametrize("chapter,lang", [(ch, lang) for ch in BOTH_WAYS for lang in build.LANGS])
+def test_every_catalogue_entry_grades_the_same_with_marks_run_or_replayed(chapter, lang, monkeypatch):
     import matplotlib
     matplotlib.use("Agg")
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
-    release = nbformat.read(ROOT / "release" / chapter / f"{chapter}.ipynb", as_version=4)
-    source = nbformat.read(ROOT / "source" / chapter / f"{chapter}.ipynb", as_version=4)
-    recorded = replay.load(chapter)["zh"]
-    ours = grade_replay.course_sources(ROOT, chapter)
+    if lang == "zh":
+        release = nbformat.read(ROOT / "release" / chapter / f"{chapter}.ipynb", as_version=4)
+        source = nbformat.read(ROOT / "source" / chapter / f"{chapter}.ipynb", as_version=4)
+        ours = grade_replay.course_sources(ROOT, chapter)
+        entries = [(UNTOUCHED, None), *_variants(chapter)]
+    else:
+        release = source = _en_build(chapter)
+        ours = {c.source for c in source.cells
+                if c.cell_type == "code" and not c.metadata.get("nbgrader", {}).get("solution")}
+        correct = {v.name for v in importlib.import_module(f"catalogue.{chapter}").CORRECT}
+        entries = [(n, r) for n, r in _variants(chapter) if n == "model_answer" or n in correct]
+    recorded = replay.load(chapter)[lang]
     # the graded cells restored as nbgrader restores them (the hidden tests are in the test cells)
     tests = {c.metadata["nbgrader"]["grade_id"]: c.source for c in source.cells
              if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code"}
     runs, replayed = {}, {}
-    for name, replace in [(UNTOUCHED, None), *_variants(chapter)]:
+    for name, replace in entries:
         nb = make_submission(release, source, replace, fill=replace is not None)
         for cell in nb.cells:
             gid = cell.metadata.get("nbgrader", {}).get("grade_id")
@@ -324,15 +340,16 @@ def test_every_catalogue_entry_grades_the_same_with_marks_run_or_replayed(chapte
                   else None} for c in nb.cells]
         runs[(name, "ran")] = [cells[i] for i in sorted(run)]
         runs[(name, "replayed")] = [cells[i] for i in sorted(run - skip)]
-    got = run_shared(runs, "zh")
+    got = run_shared(runs, lang)
     assert set(got) == set(runs), f"runs that never finished: {sorted(set(runs) - set(got))}"
     differ = [f"{name}: {gid}: {got[(name, 'ran')][gid]!r} vs {got[(name, 'replayed')].get(gid)!r}"
-              for name, _ in [(UNTOUCHED, None), *_variants(chapter)]
+              for name, _ in entries
               for gid in got[(name, "ran")] if got[(name, "ran")][gid] != got[(name, "replayed")].get(gid)]
     assert not differ, "\n".join(differ)
     assert replayed["model_answer"] == len(recorded), f"{chapter}: the model answer did not replay every mark"
     assert len(got[("model_answer", "ran")]) == len(tests)
-    assert any(o[0] for o in got[(UNTOUCHED, "ran")].values()), "the untouched release should fail its tests"
+    if lang == "zh":
+        assert any(o[0] for o in got[(UNTOUCHED, "ran")].values()), "the untouched release should fail its tests"
 
 
 # ------------------------------------------------------------------ one real autograde, replay on
