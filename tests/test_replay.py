@@ -421,3 +421,14 @@ def test_a_new_record_makes_the_chapters_pages_graded_again(tmp_path):
     after = reuse.Keys.of(tmp_path, jobs, {}).chapters["ch99_demo"]
     (tmp_path / "replay" / "ch99_demo.json").write_text('{"zh": {}}')
     assert len({before, after, reuse.Keys.of(tmp_path, jobs, {}).chapters["ch99_demo"]}) == 3
+
+
+def test_the_record_goes_stale_when_the_cell_or_what_it_reads_from_changes(tmp_path):
+    def fingerprint(setup: str, other: str, marked: str) -> str:
+        text = chapter_text(code(setup), code(other), code(marked, MARK), ANSWER_CELL, code("assert f(2) == 4", TEST))
+        (tmp_path / "ch99_demo.md").write_text(text, encoding="utf-8")
+        return replay.marked_inputs("ch99_demo", "zh", tmp_path)["ch99-003"]["inputs_sha"]
+    base = fingerprint("n = 3", "m = 1", "print(n * 2)")
+    assert fingerprint("n = 3", "m = 2", "print(n * 2)") == base          # a cell it does not read from
+    assert fingerprint("n = 4", "m = 1", "print(n * 2)") != base          # a cell it reads from
+    assert fingerprint("n = 3", "m = 1", "print(n * 3)") != base          # the cell itself

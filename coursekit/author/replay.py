@@ -347,6 +347,31 @@ def marked_cells(chapter: str, lang: str) -> list:
     return [c for c in nb.cells if is_marked(c)]
 
 
+def inputs_hash(nb, index: int) -> str:
+    """A fingerprint of what the output of marked cell ``index`` of the build ``nb`` follows
+    from in the chapter: its source and the sources of the earlier cells it reads from,
+    directly or through another (the helpers' code it calls is not in it)."""
+    want = set(names(nb.cells[index].source).reads)
+    parts = [nb.cells[index].source]
+    for cell in reversed(nb.cells[:index]):
+        if cell.cell_type != "code":
+            continue
+        n = names(cell.source)
+        if EVERYTHING in want or set(n.defines) & want or EVERYTHING in n.defines:
+            parts.append(cell.source)
+            want |= set(n.reads)
+    return source_hash("\n\x00".join(parts))
+
+
+def marked_inputs(chapter: str, lang: str, root: Path | None = None) -> dict[str, dict]:
+    """cell id -> {source_sha, inputs_sha} for each marked cell of the build in ``lang``
+    (of the chapter texts in ``root``, by default notebooks/)."""
+    from .build import NOTEBOOKS, build_chapter
+    nb = build_chapter(chapter, lang, root or NOTEBOOKS, keep_marks=True)
+    return {c.id: {"source_sha": source_hash(c.source), "inputs_sha": inputs_hash(nb, i)}
+            for i, c in enumerate(nb.cells) if is_marked(c)}
+
+
 def record_path(chapter: str, course_root: Path | None = None) -> Path:
     from .build import ROOT
     return Path(course_root or ROOT) / "replay" / f"{chapter}.json"
@@ -358,9 +383,11 @@ def load(chapter: str, course_root: Path | None = None) -> dict:
 
 
 def expected(chapter: str) -> dict:
-    """What the record must say per language, from the build alone: cell id -> source hash."""
+    """What the record must say per language, from the build alone: cell id ->
+    {source_sha, inputs_sha} (a marked cell edited, or an earlier cell it reads from
+    edited, asks for a new record)."""
     from .build import LANGS
-    return {lang: {c.id: source_hash(c.source) for c in marked_cells(chapter, lang)} for lang in LANGS}
+    return {lang: marked_inputs(chapter, lang) for lang in LANGS}
 
 
 def in_sync(chapter: str, course_root: Path | None = None) -> list[str]:
@@ -371,9 +398,9 @@ def in_sync(chapter: str, course_root: Path | None = None) -> list[str]:
         return [] if not have else [f"{record_path(chapter, course_root)} exists but {chapter} marks no cell"]
     out = []
     for lang, cells in want.items():
-        got = {cid: rec.get("source_sha") for cid, rec in (have.get(lang) or {}).items()}
+        got = {cid: {k: rec.get(k) for k in ("source_sha", "inputs_sha")} for cid, rec in (have.get(lang) or {}).items()}
         if got != cells:
-            out.append(f"{chapter} ({lang}): the record holds {sorted(got.items())}, the build marks "
+            out.append(f"{chapter} ({lang}): the record holds {sorted(got.items())}, the build has "
                        f"{sorted(cells.items())}: run `python course.py replay {chapter}`")
     return out
 
@@ -429,6 +456,7 @@ def record(chapter: str, course_root: Path | None = None, work: Path | None = No
     from .build import LANGS, BuildError
     path = record_path(chapter, course_root)
     marked = {lang: {c.id: c.source for c in marked_cells(chapter, lang)} for lang in LANGS}
+    inputs = {lang: marked_inputs(chapter, lang) for lang in LANGS}
     if not any(marked.values()):
         path.unlink(missing_ok=True)
         return path
@@ -446,7 +474,7 @@ def record(chapter: str, course_root: Path | None = None, work: Path | None = No
                     raise BuildError(f"{chapter} ({lang}): marked cell {cell.id} failed under grading; "
                                      "a cell that fails is not replayed")
                 times = cell.metadata.get("execution", {})
-                cells[cell.id] = {"source_sha": source_hash(cell.source), "outputs": cell.get("outputs", []),
+                cells[cell.id] = {**inputs[lang][cell.id], "outputs": cell.get("outputs", []),
                                   "seconds": _seconds(times)}
             missing = set(marked[lang]) - set(cells)
             if missing:
