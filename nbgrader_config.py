@@ -34,6 +34,19 @@ c.CourseDirectory.feedback_directory = "feedback"
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
+# Under autograde the lecture cells a chapter marks `replay` (output independent of
+# the student, nothing later reads what they define) are not run: their recorded
+# output is put in their place (coursekit.grade.replay). Validate runs every cell.
+c.Autograde.autograde_preprocessors = [
+    "coursekit.grade.replay.Execute",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+
 c.Execute.interrupt_on_timeout = True
 c.Execute.raise_on_iopub_timeout = False
 

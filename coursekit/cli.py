@@ -107,6 +107,14 @@ def cmd_collect(args) -> int:
     return 1 if result.left_out else 0
 
 
+def cmd_replay(args) -> int:
+    from .author import replay
+    for ch in args.chapters or build.chapters():
+        path = replay.record(ch)
+        print(f"{ch}: {path.relative_to(build.ROOT)}" if path.exists() else f"{ch}: no cell marked `replay`")
+    return 0
+
+
 def cmd_return(args) -> int:
     from .lms import handback
     root = Path(args.root or build.ROOT)
@@ -134,6 +142,9 @@ def main(argv=None) -> int:
     s.add_argument("chapters", nargs="*")
     s.add_argument("--lang", default=build.DEFAULT_LANG, choices=build.LANGS)
     s.set_defaults(fn=cmd_source)
+    rp = sub.add_parser("replay", help="record the outputs of the cells marked `replay` (replay/<chapter>.json)")
+    rp.add_argument("chapters", nargs="*")
+    rp.set_defaults(fn=cmd_replay)
     r = sub.add_parser("release", help="regenerate release/ from source/")
     r.add_argument("chapters", nargs="*")
     r.set_defaults(fn=cmd_release)

@@ -132,8 +132,18 @@ def grading_course(root: Path, chapter: str):
     shutil.copy(ROOT / "nbgrader_config.py", root / "nbgrader_config.py")
     for part in ("source", "release"):
         shutil.copytree(ROOT / part / chapter, root / part / chapter)
+    copy_replay(root, chapter)
     return (nbformat.read(root / "release" / chapter / f"{chapter}.ipynb", as_version=4),
             nbformat.read(root / "source" / chapter / f"{chapter}.ipynb", as_version=4))
+
+
+def copy_replay(root: Path, chapter: str) -> None:
+    """The recorded outputs of the chapter's cells marked ``replay`` (replay/<chapter>.json),
+    which grading puts in place of running them (coursekit.grade.replay), if it has any."""
+    record = ROOT / "replay" / f"{chapter}.json"
+    if record.exists():
+        (root / "replay").mkdir(parents=True, exist_ok=True)
+        shutil.copy(record, root / "replay" / record.name)
 
 
 def submit(root: Path, student: str, chapter: str, nb) -> None:
@@ -164,6 +174,7 @@ def setup_course(workdir: Path, chapter: str) -> Path:
     workdir.mkdir(parents=True, exist_ok=True)
     shutil.copy(ROOT / "nbgrader_config.py", workdir / "nbgrader_config.py")
     shutil.copytree(ROOT / "source" / chapter, workdir / "source" / chapter, dirs_exist_ok=True)
+    copy_replay(workdir, chapter)
     nbgrader(["generate_assignment", chapter, "--force", "--log-level=ERROR"], workdir)
     return workdir
 

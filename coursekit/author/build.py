@@ -3,7 +3,7 @@
 A chapter is one jupytext MyST file holding both languages. The build is a chain
 of small steps, each testable alone:
 
-    read_chapter -> validate -> select_language -> strip_rule_marks -> resolve_claims -> resolve_strings
+    read_chapter -> validate -> replay.check -> select_language -> strip_rule_marks -> resolve_claims -> resolve_strings
         -> localise_stubs -> complete_nbgrader_metadata -> to_notebook
 
 Rules a chapter must follow (violations raise BuildError naming the cell):
@@ -14,7 +14,10 @@ Rules a chapter must follow (violations raise BuildError naming the cell):
   the grade id;
 - grade ids are unique within a language;
 - a code solution cell contains ``### BEGIN SOLUTION`` / ``### END SOLUTION``;
-- a graded cell has ``points``.
+- a graded cell has ``points``;
+- a lecture code cell marked ``replay`` (replayed, not run, under grading) is
+  one the analysis cannot prove wrong (coursekit.author.replay); the build
+  strips the mark.
 """
 from __future__ import annotations
 
@@ -273,13 +276,19 @@ def to_notebook(nb, chapter: str, lang: str):
     return out
 
 
-def build_chapter(chapter: str, lang: str = DEFAULT_LANG, root: Path = NOTEBOOKS):
+def build_chapter(chapter: str, lang: str = DEFAULT_LANG, root: Path = NOTEBOOKS, keep_marks: bool = False):
+    """The source notebook of ``chapter`` in ``lang``; ``keep_marks`` keeps the
+    ``replay`` marks (coursekit.author.replay), which the course's build strips."""
+    from coursekit.author import replay
     path = Path(root) / f"{chapter}.md"
     if not path.exists():
         raise BuildError(f"no chapter text {path}")
     nb, refs = read_chapter(path)
     validate(nb, refs, name=path.name)
+    replay.check(nb, refs, name=path.name)
     nb = select_language(nb, lang)
+    if not keep_marks:
+        nb = replay.strip(nb)
     nb = strip_rule_marks(nb)
     nb = resolve_claims(nb, chapter)
     nb = resolve_strings(nb, lang)

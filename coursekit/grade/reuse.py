@@ -87,7 +87,8 @@ class Keys:
     def of(cls, root: Path, jobs: list[Job], rules: dict) -> Keys:
         run = hashlib.sha256(json.dumps([environment_digest(), code_digest(root), rules], sort_keys=True)
                              .encode()).hexdigest()
-        chapters = {ch: digest_paths([root / "source" / ch, root / "release" / ch])
+        # the recorded outputs of the chapter's replayed cells (coursekit.grade.replay) are on its pages too
+        chapters = {ch: digest_paths([root / "source" / ch, root / "release" / ch, root / "replay" / f"{ch}.json"])
                     for ch in sorted({j.chapter for j in jobs})}
         return cls(run, chapters)
 
