@@ -63,9 +63,11 @@ def wanted(remote: bool, processes: bool) -> bool:
 # ------------------------------------------------------------------ in the grader
 
 def chapter_digest(root: Path, chapter: str) -> str:
-    """A chapter's source and release (its points, test cells and stubs), by names and bytes."""
+    """A chapter's source and release (its points, test cells and stubs) and its replay record
+    (the outputs its replayed lecture cells show), by names and bytes."""
     from .reuse import digest_paths
-    return digest_paths([Path(root) / "source" / chapter, Path(root) / "release" / chapter])
+    return digest_paths([Path(root) / "source" / chapter, Path(root) / "release" / chapter,
+                         Path(root) / "replay" / f"{chapter}.json"])
 
 
 def pack(run, job) -> dict[str, bytes]:
@@ -183,7 +185,7 @@ _READY: set[str] = set()
 
 def home(chapters: list[str]) -> Path:
     """This worker's private course folder (one per process, made once): the nbgrader
-    config, and the source and release of ``chapters`` from the worker's own installed
+    config, and the source, release and replay record of ``chapters`` from the worker's own installed
     course; its gradebook is its own (never COURSE_DB_URL: the grader's)."""
     from ..author.build import ROOT
     with _LOCK:
@@ -192,7 +194,7 @@ def home(chapters: list[str]) -> Path:
             os.environ.pop(protocol.DB_URL_ENV, None)
             h = Path(tempfile.mkdtemp(prefix="course-worker-")).resolve()
             shutil.copy(ROOT / "nbgrader_config.py", h / "nbgrader_config.py")
-            for sub in ("source", "release"):
+            for sub in ("source", "release", "replay"):
                 (h / sub).mkdir()
             atexit.register(shutil.rmtree, h, True)
             _HOME["path"] = h
@@ -200,6 +202,9 @@ def home(chapters: list[str]) -> Path:
             if (ROOT / "source" / ch).is_dir() and not (h / "release" / ch).exists():
                 shutil.copytree(ROOT / "source" / ch, h / "source" / ch)
                 shutil.copytree(ROOT / "release" / ch, h / "release" / ch)
+                record = ROOT / "replay" / f"{ch}.json"
+                if record.exists():   # the replayed cells' outputs (coursekit.grade.replay)
+                    shutil.copy(record, h / "replay" / record.name)
         return h
 
 
@@ -229,7 +234,7 @@ def prepare(h: Path, chapters: list[str]) -> None:
 
 def mismatch(spec: dict) -> list[tuple[str, str]]:
     """How this worker's course differs from the grader's (its grading code, environment,
-    and the chapters' source and release): [(kind, detail)], empty when it is the same."""
+    and the chapters' source, release and replay record): [(kind, detail)], empty when it is the same."""
     from ..author.build import ROOT
     from .engine import code_digest, environment_digest
     problems = []
@@ -239,7 +244,7 @@ def mismatch(spec: dict) -> list[tuple[str, str]]:
         problems.append(("environment", "its Python or installed packages are not the grader's"))
     for ch, digest in sorted((spec.get("chapter_digests") or {}).items()):
         if _cached(f"chapter:{ch}", lambda ch=ch: chapter_digest(ROOT, ch)) != digest:
-            problems.append(("code", f"its chapter {ch} (source/, release/ in {ROOT}) is not the grader's"))
+            problems.append(("code", f"its chapter {ch} (source/, release/, replay/ in {ROOT}) is not the grader's"))
     return problems
 
 
