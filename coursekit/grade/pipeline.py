@@ -52,7 +52,7 @@ from ..author.build import ROOT
 from ..base import runner
 from ..base.nbgrader_run import env_with_bin
 from ..report.flags import Flag
-from . import account, figures, kernels, reuse, seals
+from . import account, figures, kernel_client, kernels, reuse, seals
 from . import intake as intake_mod
 from . import preflight as pre
 from .engine import Grader, from_environment
@@ -342,7 +342,8 @@ def autograde_one(run: Run, job: Job) -> Job:
     # IPC sockets for every kernel, warm or cold: a kernel has no network at all
     args = ["autograde", job.chapter, f"--student={job.student}", "--force", "--log-level=WARN",
             f"--CourseDirectory.submitted_directory={run.scratch}",
-            "--KernelManager.transport=ipc", f"--KernelManager.ip={runtime / 'kernel'}"]
+            "--KernelManager.transport=ipc", f"--KernelManager.ip={runtime / 'kernel'}",
+            f"--AsyncKernelManager.client_class={kernel_client.NAME}"]   # no 0.2 s wait after the handshake
     env = run.kernel_env(job, runtime)
     if os.environ.get(account.ENV):   # the per-notebook account (bench/grade_course.py): each step timed
         env[account.ENV] = os.environ[account.ENV]
