@@ -118,6 +118,8 @@ class Run:
     engine: object | None = None     # where notebooks are autograded (coursekit.grade.engine); None: a thread pool
     shared: Warm | None = None       # a long-lived grader's kernel factory and prepared chapters (the service)
     class_files: bool = True         # write grades.csv, the LMS files and the class report at the end
+    ahead: bool = False              # record a new gradebook while the kernel factory starts (GradebookAhead)
+    gradebook_ahead: GradebookAhead | None = None
 
     @property
     def everyone(self) -> list[Job]:
@@ -258,6 +260,68 @@ def step_kernels(run: Run) -> None:
     if run.warm and run.jobs:
         run.zygote = kernels.Zygote(run.root, run.state, run.base, run.sandbox,
                                     kernels.notebook_imports(run.root, run.chapters))
+    if run.ahead and run.jobs:
+        run.gradebook_ahead = GradebookAhead.start(run)
+
+
+class GradebookAhead:
+    """A new gradebook's record of the run's chapters (nbgrader generate_assignment,
+    1.5-3 s), made while the kernel factory imports torch and the preflight runs,
+    when one core would otherwise wait.
+
+    Nothing may be written before the preflight passes, so it is made in a file
+    of the run's own and linked into place by the gradebook step (``place``),
+    only where there was no gradebook at all (a SQLite file that does not exist:
+    a class's first run). A gradebook that exists may be written by others
+    meanwhile (the formgrader, another grader): its record is made in the
+    gradebook step, as before; so is this one's when it could not be placed."""
+
+    def __init__(self, run: Run, target: Path):
+        self.target = target
+        self.path = run.scratch.parent / "gradebook-ahead.db"
+        self.chapters = new_chapters(run)
+        self.failed: list[str] | None = None
+        self.thread = threading.Thread(target=self._make, args=(run,), name="gradebook-ahead", daemon=True)
+
+    @classmethod
+    def start(cls, run: Run) -> GradebookAhead | None:
+        url = protocol.gradebook_url(run.root)
+        if run.shared is not None or not url.startswith("sqlite:///"):
+            return None
+        target = Path(url[len("sqlite:///"):])
+        if target.exists():
+            return None
+        ahead = cls(run, target)
+        ahead.thread.start()
+        return ahead
+
+    def _make(self, run: Run) -> None:
+        from ..author.release import generate_assignments
+        scratch = Path(tempfile.mkdtemp(prefix="release-ahead-", dir=self.path.parent))
+        try:
+            self.failed = generate_assignments(self.chapters, run.root, scratch,
+                                               run.state / "logs" / "generate_assignment_ahead.log",
+                                               gradebook=True, db_url=f"sqlite:///{self.path}")
+        except Exception:  # noqa: BLE001 (the gradebook step records them itself)
+            self.failed = self.chapters
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def wait(self) -> None:
+        self.thread.join()
+
+    def place(self, chapters: list[str]) -> bool:
+        """Whether the record of ``chapters`` is now the course's gradebook: made,
+        for these chapters, and linked where still no gradebook is."""
+        self.wait()
+        if self.failed is None or self.failed or sorted(chapters) != sorted(self.chapters) or not self.path.exists():
+            return False
+        try:
+            os.link(self.path, self.target)   # never over a gradebook that appeared meanwhile
+        except OSError:
+            return False
+        self.path.unlink(missing_ok=True)
+        return True
 
 
 def step_intake(run: Run) -> None:
@@ -320,17 +384,27 @@ def step_gradebook(run: Run) -> None:
         return
     from ..author.release import generate_assignments
     with runner.one_at_a_time(run.state):
-        scratch = Path(tempfile.mkdtemp(prefix="release-scratch-", dir=run.state))
-        log = run.state / "logs" / "generate_assignment.log"
-        try:
-            failed = generate_assignments(chapters, run.root, scratch, log, gradebook=True)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        if failed:
-            raise SystemExit(f"grade: nbgrader generate_assignment failed for {', '.join(failed)}:\n"
-                             f"{log.read_text(errors='replace')}")
+        if run.gradebook_ahead is None or not run.gradebook_ahead.place(chapters):   # else recorded meanwhile
+            scratch = Path(tempfile.mkdtemp(prefix="release-scratch-", dir=run.state))
+            log = run.state / "logs" / "generate_assignment.log"
+            try:
+                failed = generate_assignments(chapters, run.root, scratch, log, gradebook=True)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+            if failed:
+                raise SystemExit(f"grade: nbgrader generate_assignment failed for {', '.join(failed)}:\n"
+                                 f"{log.read_text(errors='replace')}")
     if run.shared is not None:   # preflighted (the step before) and recorded: not again while nothing changes
         run.shared.ready.update({ch: run.shared.chapter_key(run, ch) for ch in chapters})
+
+
+# nbgrader's autograde preprocessors, in its order, with its SaveAutoGrades (a commit per cell) replaced by
+# one that writes the notebook's grades in one commit (coursekit.grade.batched)
+AUTOGRADE_PREPROCESSORS = [
+    "nbgrader.preprocessors.execute.Execute", "nbgrader.preprocessors.ignorepattern.IgnorePattern",
+    "nbconvert.preprocessors.clearmetadata.ClearMetadataPreprocessor", "nbgrader.preprocessors.limitoutput.LimitOutput",
+    "coursekit.grade.batched.SaveAutoGrades", "nbgrader.preprocessors.latesubmissions.AssignLatePenalties",
+    "nbgrader.preprocessors.checkcellmetadata.CheckCellMetadata"]
 
 
 def autograde_one(run: Run, job: Job) -> Job:
@@ -343,7 +417,8 @@ def autograde_one(run: Run, job: Job) -> Job:
     args = ["autograde", job.chapter, f"--student={job.student}", "--force", "--log-level=WARN",
             f"--CourseDirectory.submitted_directory={run.scratch}",
             "--KernelManager.transport=ipc", f"--KernelManager.ip={runtime / 'kernel'}",
-            f"--AsyncKernelManager.client_class={kernel_client.NAME}"]   # no 0.2 s wait after the handshake
+            f"--AsyncKernelManager.client_class={kernel_client.NAME}",   # no 0.2 s wait after the handshake
+            *(f"--Autograde.autograde_preprocessors={p}" for p in AUTOGRADE_PREPROCESSORS)]
     env = run.kernel_env(job, runtime)
     if os.environ.get(account.ENV):   # the per-notebook account (bench/grade_course.py): each step timed
         env[account.ENV] = os.environ[account.ENV]
@@ -733,7 +808,7 @@ def grade(root: Path = ROOT, chapter: str | None = None, student: str | None = N
         say("grade: nothing to grade under submitted/")
         return []
     run = Run(root, todo, sandbox=sandbox, warm=warm, workers=jobs or max(1, os.cpu_count() or 1),
-              timeout=timeout, cell_timeout=cell_timeout, report=report, regrade=regrade, say=say)
+              timeout=timeout, cell_timeout=cell_timeout, report=report, regrade=regrade, say=say, ahead=True)
     own = engine is None
     run.engine = from_environment(run.workers, GRADER) if own else engine
     _prepare(run)
@@ -810,6 +885,8 @@ def _prepare(run: Run) -> None:
 def _clean_up(run: Run) -> None:
     if run.zygote is not None:
         run.zygote.close()
+    if run.gradebook_ahead is not None:   # its file is in the scratch folder removed below
+        run.gradebook_ahead.wait()
     for job in run.jobs:
         run.key_file(job).unlink(missing_ok=True)
     shutil.rmtree(run.scratch.parent, ignore_errors=True)
