@@ -43,7 +43,7 @@ def test_cell_seconds_by_kind_and_the_rest_of_the_account(tmp_path):
 
 # ------------------------------------------------------------------ the README's table is the kept record's
 
-RECORD = "grade_course_2students_sitting42.json"   # bench/grade_course.py --students 2, the sitting the README quotes
+RECORD = "grade_course_4students_quiet42.json"   # bench/grade_course.py --students 4, the sitting the README quotes
 
 
 def _bench_grade_course():
@@ -62,7 +62,7 @@ def test_the_readme_shows_the_per_notebook_account_of_the_kept_record():
     table = bench.account_table(record["account_by_chapter"])
     readme = (root / "README.md").read_text(encoding="utf-8")
     assert readme.count(table) == 2, "the README's table (in both languages) is not the kept record's"
-    assert len(record["account_by_chapter"]) == record["chapters"] == 12 and record["students"] == 2
+    assert len(record["account_by_chapter"]) == record["chapters"] == 12 and record["students"] == 4
     for chapter, row in record["account_by_chapter"].items():
         parts = bench.account_row(row)
         # the parts of a notebook's autograde add up to it (the feedback column comes after it)
