@@ -793,3 +793,24 @@ def test_autograde_runs_nbgraders_own_steps_with_only_the_gradebook_writes_batch
     assert [a for a, b in zip(ours, stock) if a != b] == ["coursekit.grade.batched.SaveAutoGrades"]
     assert stock[ours.index("coursekit.grade.batched.SaveAutoGrades")] == \
         "nbgrader.preprocessors.saveautogrades.SaveAutoGrades"
+
+
+def test_a_graded_kernel_reads_its_options_as_traitlets_would():
+    """The forked kernel's short reading of its command line (coursekit.grade.kernel_boot)
+    gives what traitlets' full parser gives for what a grading kernel is started with,
+    and leaves anything else to that parser."""
+    from ipykernel.kernelapp import IPKernelApp
+
+    from coursekit.grade.kernel_boot import graded_app, simple_config
+    argv = ["-f", "/tmp/rt1/kernel-1.json", "--HistoryManager.hist_file=:memory:", "--IPKernelApp.log_level=40"]
+    full = IPKernelApp()
+    full.parse_command_line(argv)
+    short = simple_config(argv)
+    for section, trait in (("IPKernelApp", "connection_file"), ("HistoryManager", "hist_file"),
+                           ("IPKernelApp", "log_level")):
+        assert str(short[section][trait]) == str(full.cli_config[section][trait])
+    for other in (["--debug"], ["-f"], ["script.py"], ["-f", "k.json", "--ip=1.2.3.4"]):
+        assert simple_config(other) is None, other
+    app = graded_app(IPKernelApp)()
+    app.parse_command_line(argv)
+    assert app.connection_file == "/tmp/rt1/kernel-1.json" and app.log_level == 40 and app.extra_args == []
