@@ -5,12 +5,14 @@ an ordered list of small steps, each ``step(run) -> None``:
 
     reuse      keep the result of every notebook nothing of whose grade changed since it was
                graded (coursekit.grade.reuse); only the others go on (--regrade: none is kept)
-    kernels    start the warm kernel factory (it imports torch while intake and repair run)
+    kernels    start the warm kernel factory (it imports torch while intake and repair run); a class
+               with no gradebook yet has its chapters recorded meanwhile, in a file of the run's own
     intake     copy each submission to the run's scratch folder (submitted/ is never written)
     repair     fix on that copy what stock nbgrader trips over, noting each repair as a Flag
     preflight  one graded kernel per chapter on its release notebook (chapters side by side);
                on failure stop, writing nothing
-    gradebook  record the chapters' cells in the gradebook (first write of the run; one process)
+    gradebook  record the chapters' cells in the gradebook (first write of the run; one process), or
+               link the record made while the factory started into place (GradebookAhead)
     autograde  nbgrader autograde on the copies, one student at a time per worker, workers over the
                cores, the longest first; each kernel forked in the sandbox from a warm process that
                imported torch once (coursekit.grade.zygote), with the guard booted and no network; a run
