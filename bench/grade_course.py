@@ -102,6 +102,33 @@ def print_account(table: dict) -> None:
         print(f"{ch:<22}" + "".join(f"{row.get(k, 0.0):>10.2f}" for k, _ in cols) + f"  {pre}  [{kernel}]")
 
 
+TABLE_COLUMNS = ["autograde", "lecture", "answer", "test", "kernel start", "kernel stop", "between cells",
+                 "preprocessors", "gradebook", "nbgrader", "feedback"]
+
+
+def account_row(row: dict) -> list[float]:
+    """A chapter's row of the README's table, in seconds per notebook: the whole autograde, then its parts,
+    which add up to it: the kernel's cells (lecture, answer, test); outside them, the kernel's start and
+    stop, the rest of nbgrader's Execute (the messages between cells), nbgrader's other preprocessors,
+    its gradebook writes (SaveAutoGrades), nbgrader's app and the fork around them. Last, after autograde
+    and not part of it, the feedback page with its figures, shared out per notebook."""
+    pre = sum(v for k, v in row.items() if k.startswith("pre_") and k != "pre_SaveAutoGrades_s")
+    start = row.get("kernel_start_new_kernel_s", 0.0) + row.get("kernel_start_new_kernel_client_s", 0.0)
+    stop = row.get("kernel_cleanup_kernel_s", 0.0)
+    return [row.get("autograde_s", 0.0), row.get("cells_lecture_s", 0.0), row.get("cells_answer_s", 0.0),
+            row.get("cells_test_s", 0.0), start, stop, max(0.0, row.get("kernel_start_and_stop_s", 0.0) - start - stop),
+            pre, row.get("pre_SaveAutoGrades_s", 0.0), row.get("nbgrader_app_s", 0.0) + row.get("fork_and_wait_s", 0.0),
+            row.get("after_feedback_s", 0.0) + row.get("after_figures_s", 0.0) + row.get("after_seal_check_s", 0.0)]
+
+
+def account_table(table: dict) -> str:
+    """The per-notebook account by chapter as a Markdown table (the README shows it)."""
+    lines = ["| chapter | " + " | ".join(TABLE_COLUMNS) + " |", "|---" + "|---:" * len(TABLE_COLUMNS) + "|"]
+    for ch, row in table.items():
+        lines.append(f"| {ch[:4]} | " + " | ".join(f"{v:.2f}" for v in account_row(row)) + " |")
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------ what two runs must agree on
 
 STAMP = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(\.\d+)?")
@@ -190,6 +217,7 @@ def main() -> None:
                       autograde_s_by_notebook={f"{j.chapter}/{j.student}": round(j.seconds, 1) for j in jobs},
                       account_by_chapter=chapter_account(first, jobs, phases))
         print_account(result["account_by_chapter"])
+        print(account_table(result["account_by_chapter"]))
         print(f"full run: {len(jobs)} notebooks in {wall:.1f} s ({wall / n:.1f} s per student)", flush=True)
         if args.rerun:
             ch, who = "ch03_multi_head", f"student{n // 2:03d}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import nbformat
+import pytest
 
 from coursekit.grade import account
 
@@ -38,3 +39,42 @@ def test_cell_seconds_by_kind_and_the_rest_of_the_account(tmp_path):
     assert row["kernel_start_new_kernel_client_s"] == 0.5
     assert row["nbgrader_app_s"] == 6.0 - 5.0 and row["fork_and_wait_s"] == 1.0
     assert account.summed([row, {**row, "autograde_s": 9.0}])["autograde_s"] == 8.0
+
+
+# ------------------------------------------------------------------ the README's table is the kept record's
+
+RECORD = "grade_course_4students_quiet42.json"   # bench/grade_course.py --students 4, the sitting the README quotes
+
+
+def _bench_grade_course():
+    import importlib.util
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("bench_grade_course", root / "bench" / "grade_course.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return root, module
+
+
+def test_the_readme_shows_the_per_notebook_account_of_the_kept_record():
+    root, bench = _bench_grade_course()
+    record = json.loads((root / "bench" / "results" / RECORD).read_text())
+    table = bench.account_table(record["account_by_chapter"])
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    assert readme.count(table) == 2, "the README's table (in both languages) is not the kept record's"
+    assert len(record["account_by_chapter"]) == record["chapters"] == 12 and record["students"] == 4
+    for chapter, row in record["account_by_chapter"].items():
+        parts = bench.account_row(row)
+        # the parts of a notebook's autograde add up to it (the feedback column comes after it)
+        assert abs(sum(parts[1:-1]) - parts[0]) < 0.02, (chapter, parts)
+
+
+def test_a_chapters_row_puts_each_measured_time_in_its_column():
+    _, bench = _bench_grade_course()
+    row = {"autograde_s": 5.0, "cells_lecture_s": 1.0, "cells_answer_s": 0.25, "cells_test_s": 0.5,
+           "kernel_start_new_kernel_s": 0.05, "kernel_start_new_kernel_client_s": 0.25, "kernel_cleanup_kernel_s": 0.1,
+           "kernel_start_and_stop_s": 0.6, "pre_SaveAutoGrades_s": 0.3, "pre_CheckCellMetadata_s": 0.2,
+           "pre_OverwriteCells_s": 0.1, "nbgrader_app_s": 1.4, "fork_and_wait_s": 0.3, "after_feedback_s": 0.4,
+           "after_figures_s": 0.1, "after_seal_check_s": 0.0}
+    assert bench.account_row(row) == pytest.approx([5.0, 1.0, 0.25, 0.5, 0.3, 0.1, 0.2, 0.3, 0.3, 1.7, 0.5])
+    assert bench.account_table({"ch01_attention": row}).splitlines()[2].startswith("| ch01 | 5.00 | 1.00 |")

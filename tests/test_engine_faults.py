@@ -266,13 +266,16 @@ def test_with_only_workers_that_cannot_grade_nothing_is_scored(reference):
 
 
 def _grading(pid: int) -> bool:
-    """Whether the worker process ``pid`` runs an nbgrader command (a child of its fork server)."""
+    """Whether the worker process ``pid`` grades a notebook: a command forked from its
+    fork server has started a kernel. Any child of the fork server is not enough: the
+    fork server's own warm-up forks one too (seconds long on a Dask worker, which
+    imports its main module), while the worker proves itself before its first job."""
     import psutil
     try:
         kids = psutil.Process(pid).children()
+        return any(c.children() for k in kids if "forkserver" in " ".join(k.cmdline()) for c in k.children())
     except psutil.NoSuchProcess:
         return False
-    return any(k.children() for k in kids if "forkserver" in " ".join(k.cmdline()))
 
 
 def test_a_worker_restarted_by_its_nanny_proves_itself_again_and_grades_the_rest(reference):

@@ -743,3 +743,74 @@ def test_pages_made_aside_take_only_the_time_nothing_else_wants(tmp_path):
     assert seen["policy"] == os.SCHED_IDLE and seen["nice"] == 19
     if seen["group"]:
         assert seen["group"].split()[-1] == "19", seen["group"]
+
+
+# ------------------------------------------------------------------ a new gradebook recorded while the factory starts
+
+def _ahead(tmp_path, failed):
+    import threading
+    ahead = pipeline.GradebookAhead.__new__(pipeline.GradebookAhead)
+    ahead.path, ahead.target = tmp_path / "ahead.db", tmp_path / "course" / "gradebook.db"
+    ahead.target.parent.mkdir(exist_ok=True)
+    ahead.path.write_bytes(b"recorded ahead")
+    ahead.chapters, ahead.failed = ["ch01_attention", "ch02_causal_mask"], failed
+    ahead.thread = threading.Thread(target=lambda: None)
+    ahead.thread.start()
+    return ahead
+
+
+def test_a_gradebook_recorded_ahead_takes_the_place_only_of_no_gradebook(tmp_path):
+    ahead = _ahead(tmp_path, failed=[])
+    assert ahead.place(["ch02_causal_mask", "ch01_attention"])
+    assert ahead.target.read_bytes() == b"recorded ahead" and not ahead.path.exists()
+    # a gradebook that appeared meanwhile (another grader, the formgrader) is never replaced
+    ahead = _ahead(tmp_path, failed=[])
+    ahead.target.write_bytes(b"someone else's")
+    assert not ahead.place(["ch01_attention", "ch02_causal_mask"])
+    assert ahead.target.read_bytes() == b"someone else's"
+    ahead.target.unlink()
+    # nor is one placed whose record failed, or that holds other chapters than the step's
+    assert not _ahead(tmp_path, failed=["ch01_attention"]).place(["ch01_attention", "ch02_causal_mask"])
+    assert not _ahead(tmp_path, failed=None).place(["ch01_attention", "ch02_causal_mask"])
+    assert not _ahead(tmp_path, failed=[]).place(["ch01_attention"])
+    assert not ahead.target.exists()
+
+
+def test_only_a_class_run_records_its_gradebook_ahead_and_never_into_an_existing_one(tmp_path):
+    run = pipeline.Run(tmp_path, [pipeline.Job("ch01_attention", "s1")], say=lambda *a: None)
+    run.scratch = tmp_path / ".grading" / "scratch" / "run-x" / "submitted"
+    (tmp_path / "gradebook.db").write_bytes(b"")
+    assert pipeline.GradebookAhead.start(run) is None
+    assert not run.ahead   # check() (preflight only) and the service leave it off
+
+
+def test_autograde_runs_nbgraders_own_steps_with_only_the_gradebook_writes_batched():
+    from nbgrader.converters.autograde import Autograde
+    stock = [f"{p.__module__}.{p.__qualname__}" for p in
+             Autograde.class_traits()["autograde_preprocessors"].make_dynamic_default()]
+    ours = pipeline.AUTOGRADE_PREPROCESSORS
+    assert len(ours) == len(stock)
+    assert [a for a, b in zip(ours, stock) if a != b] == ["coursekit.grade.batched.SaveAutoGrades"]
+    assert stock[ours.index("coursekit.grade.batched.SaveAutoGrades")] == \
+        "nbgrader.preprocessors.saveautogrades.SaveAutoGrades"
+
+
+def test_a_graded_kernel_reads_its_options_as_traitlets_would():
+    """The forked kernel's short reading of its command line (coursekit.grade.kernel_boot)
+    gives what traitlets' full parser gives for what a grading kernel is started with,
+    and leaves anything else to that parser."""
+    from ipykernel.kernelapp import IPKernelApp
+
+    from coursekit.grade.kernel_boot import graded_app, simple_config
+    argv = ["-f", "/tmp/rt1/kernel-1.json", "--HistoryManager.hist_file=:memory:", "--IPKernelApp.log_level=40"]
+    full = IPKernelApp()
+    full.parse_command_line(argv)
+    short = simple_config(argv)
+    for section, trait in (("IPKernelApp", "connection_file"), ("HistoryManager", "hist_file"),
+                           ("IPKernelApp", "log_level")):
+        assert str(short[section][trait]) == str(full.cli_config[section][trait])
+    for other in (["--debug"], ["-f"], ["script.py"], ["-f", "k.json", "--ip=1.2.3.4"]):
+        assert simple_config(other) is None, other
+    app = graded_app(IPKernelApp)()
+    app.parse_command_line(argv)
+    assert app.connection_file == "/tmp/rt1/kernel-1.json" and app.log_level == 40 and app.extra_args == []

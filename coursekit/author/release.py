@@ -30,12 +30,13 @@ def generate_releases(chapters: list[str], course_root: Path = ROOT) -> list[Pat
 
 
 def generate_assignments(chapters: list[str], course_root: Path, release_dir: Path, log: Path,
-                         gradebook: bool) -> list[str]:
+                         gradebook: bool, db_url: str | None = None) -> list[str]:
     """nbgrader generate_assignment for ``chapters`` into ``release_dir``, one
     nbgrader process per hand-graded stub language, each written answer cell
     given the stub of its chapter's language: the release a student gets and
     the cells the gradebook records (``gradebook=True``) must agree on it, or
     nbgrader cannot see that an answer was left as it came (and scores it 0).
+    ``db_url``: the gradebook to record them in, when not the course's own.
     Returns the chapters whose group failed."""
     from ..base.nbgrader_run import env_with_bin
     from ..base.runner import run_forked
@@ -46,7 +47,8 @@ def generate_assignments(chapters: list[str], course_root: Path, release_dir: Pa
         by_stub.setdefault(text_stub(ch, course_root), []).append(ch)
     failed = []
     for stub, group in by_stub.items():
-        extra = ([] if gradebook else ["--no-db"]) + [f"--ClearSolutions.text_stub={stub}"]
+        extra = ([] if gradebook else ["--no-db"]) + [f"--ClearSolutions.text_stub={stub}"] + \
+            ([f"--CourseDirectory.db_url={db_url}"] if gradebook and db_url else [])
         payload = {"chapters": group, "release": str(release_dir), "extra": extra}
         if run_forked("coursekit.base.batch:assignments", payload, course_root, env_with_bin(), log) != 0:
             failed += group

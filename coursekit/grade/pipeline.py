@@ -5,12 +5,14 @@ an ordered list of small steps, each ``step(run) -> None``:
 
     reuse      keep the result of every notebook nothing of whose grade changed since it was
                graded (coursekit.grade.reuse); only the others go on (--regrade: none is kept)
-    kernels    start the warm kernel factory (it imports torch while intake and repair run)
+    kernels    start the warm kernel factory (it imports torch while intake and repair run); a class
+               with no gradebook yet has its chapters recorded meanwhile, in a file of the run's own
     intake     copy each submission to the run's scratch folder (submitted/ is never written)
     repair     fix on that copy what stock nbgrader trips over, noting each repair as a Flag
     preflight  one graded kernel per chapter on its release notebook (chapters side by side);
                on failure stop, writing nothing
-    gradebook  record the chapters' cells in the gradebook (first write of the run; one process)
+    gradebook  record the chapters' cells in the gradebook (first write of the run; one process), or
+               link the record made while the factory started into place (GradebookAhead)
     autograde  nbgrader autograde on the copies, one student at a time per worker, workers over the
                cores, the longest first; each kernel forked in the sandbox from a warm process that
                imported torch once (coursekit.grade.zygote), with the guard booted and no network; a run
@@ -52,7 +54,7 @@ from ..author.build import ROOT
 from ..base import runner
 from ..base.nbgrader_run import env_with_bin
 from ..report.flags import Flag
-from . import account, figures, kernels, reuse, seals
+from . import account, figures, kernel_client, kernels, reuse, seals
 from . import intake as intake_mod
 from . import preflight as pre
 from .engine import Grader, from_environment
@@ -118,6 +120,8 @@ class Run:
     engine: object | None = None     # where notebooks are autograded (coursekit.grade.engine); None: a thread pool
     shared: Warm | None = None       # a long-lived grader's kernel factory and prepared chapters (the service)
     class_files: bool = True         # write grades.csv, the LMS files and the class report at the end
+    ahead: bool = False              # record a new gradebook while the kernel factory starts (GradebookAhead)
+    gradebook_ahead: GradebookAhead | None = None
 
     @property
     def everyone(self) -> list[Job]:
@@ -258,6 +262,68 @@ def step_kernels(run: Run) -> None:
     if run.warm and run.jobs:
         run.zygote = kernels.Zygote(run.root, run.state, run.base, run.sandbox,
                                     kernels.notebook_imports(run.root, run.chapters))
+    if run.ahead and run.jobs:
+        run.gradebook_ahead = GradebookAhead.start(run)
+
+
+class GradebookAhead:
+    """A new gradebook's record of the run's chapters (nbgrader generate_assignment,
+    1.5-3 s), made while the kernel factory imports torch and the preflight runs,
+    when one core would otherwise wait.
+
+    Nothing may be written before the preflight passes, so it is made in a file
+    of the run's own and linked into place by the gradebook step (``place``),
+    only where there was no gradebook at all (a SQLite file that does not exist:
+    a class's first run). A gradebook that exists may be written by others
+    meanwhile (the formgrader, another grader): its record is made in the
+    gradebook step, as before; so is this one's when it could not be placed."""
+
+    def __init__(self, run: Run, target: Path):
+        self.target = target
+        self.path = run.scratch.parent / "gradebook-ahead.db"
+        self.chapters = new_chapters(run)
+        self.failed: list[str] | None = None
+        self.thread = threading.Thread(target=self._make, args=(run,), name="gradebook-ahead", daemon=True)
+
+    @classmethod
+    def start(cls, run: Run) -> GradebookAhead | None:
+        url = protocol.gradebook_url(run.root)
+        if run.shared is not None or not url.startswith("sqlite:///"):
+            return None
+        target = Path(url[len("sqlite:///"):])
+        if target.exists():
+            return None
+        ahead = cls(run, target)
+        ahead.thread.start()
+        return ahead
+
+    def _make(self, run: Run) -> None:
+        from ..author.release import generate_assignments
+        scratch = Path(tempfile.mkdtemp(prefix="release-ahead-", dir=self.path.parent))
+        try:
+            self.failed = generate_assignments(self.chapters, run.root, scratch,
+                                               run.state / "logs" / "generate_assignment_ahead.log",
+                                               gradebook=True, db_url=f"sqlite:///{self.path}")
+        except Exception:  # noqa: BLE001 (the gradebook step records them itself)
+            self.failed = self.chapters
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def wait(self) -> None:
+        self.thread.join()
+
+    def place(self, chapters: list[str]) -> bool:
+        """Whether the record of ``chapters`` is now the course's gradebook: made,
+        for these chapters, and linked where still no gradebook is."""
+        self.wait()
+        if self.failed is None or self.failed or sorted(chapters) != sorted(self.chapters) or not self.path.exists():
+            return False
+        try:
+            os.link(self.path, self.target)   # never over a gradebook that appeared meanwhile
+        except OSError:
+            return False
+        self.path.unlink(missing_ok=True)
+        return True
 
 
 def step_intake(run: Run) -> None:
@@ -320,17 +386,27 @@ def step_gradebook(run: Run) -> None:
         return
     from ..author.release import generate_assignments
     with runner.one_at_a_time(run.state):
-        scratch = Path(tempfile.mkdtemp(prefix="release-scratch-", dir=run.state))
-        log = run.state / "logs" / "generate_assignment.log"
-        try:
-            failed = generate_assignments(chapters, run.root, scratch, log, gradebook=True)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        if failed:
-            raise SystemExit(f"grade: nbgrader generate_assignment failed for {', '.join(failed)}:\n"
-                             f"{log.read_text(errors='replace')}")
+        if run.gradebook_ahead is None or not run.gradebook_ahead.place(chapters):   # else recorded meanwhile
+            scratch = Path(tempfile.mkdtemp(prefix="release-scratch-", dir=run.state))
+            log = run.state / "logs" / "generate_assignment.log"
+            try:
+                failed = generate_assignments(chapters, run.root, scratch, log, gradebook=True)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+            if failed:
+                raise SystemExit(f"grade: nbgrader generate_assignment failed for {', '.join(failed)}:\n"
+                                 f"{log.read_text(errors='replace')}")
     if run.shared is not None:   # preflighted (the step before) and recorded: not again while nothing changes
         run.shared.ready.update({ch: run.shared.chapter_key(run, ch) for ch in chapters})
+
+
+# nbgrader's autograde preprocessors, in its order, with its SaveAutoGrades (a commit per cell) replaced by
+# one that writes the notebook's grades in one commit (coursekit.grade.batched)
+AUTOGRADE_PREPROCESSORS = [
+    "nbgrader.preprocessors.execute.Execute", "nbgrader.preprocessors.ignorepattern.IgnorePattern",
+    "nbconvert.preprocessors.clearmetadata.ClearMetadataPreprocessor", "nbgrader.preprocessors.limitoutput.LimitOutput",
+    "coursekit.grade.batched.SaveAutoGrades", "nbgrader.preprocessors.latesubmissions.AssignLatePenalties",
+    "nbgrader.preprocessors.checkcellmetadata.CheckCellMetadata"]
 
 
 def autograde_one(run: Run, job: Job) -> Job:
@@ -342,7 +418,9 @@ def autograde_one(run: Run, job: Job) -> Job:
     # IPC sockets for every kernel, warm or cold: a kernel has no network at all
     args = ["autograde", job.chapter, f"--student={job.student}", "--force", "--log-level=WARN",
             f"--CourseDirectory.submitted_directory={run.scratch}",
-            "--KernelManager.transport=ipc", f"--KernelManager.ip={runtime / 'kernel'}"]
+            "--KernelManager.transport=ipc", f"--KernelManager.ip={runtime / 'kernel'}",
+            f"--AsyncKernelManager.client_class={kernel_client.NAME}",   # no 0.2 s wait after the handshake
+            *(f"--Autograde.autograde_preprocessors={p}" for p in AUTOGRADE_PREPROCESSORS)]
     env = run.kernel_env(job, runtime)
     if os.environ.get(account.ENV):   # the per-notebook account (bench/grade_course.py): each step timed
         env[account.ENV] = os.environ[account.ENV]
@@ -733,7 +811,7 @@ def grade(root: Path = ROOT, chapter: str | None = None, student: str | None = N
         say("grade: nothing to grade under submitted/")
         return []
     run = Run(root, todo, sandbox=sandbox, warm=warm, workers=jobs or max(1, os.cpu_count() or 1),
-              timeout=timeout, cell_timeout=cell_timeout, report=report, regrade=regrade, say=say)
+              timeout=timeout, cell_timeout=cell_timeout, report=report, regrade=regrade, say=say, ahead=True)
     own = engine is None
     run.engine = from_environment(run.workers, GRADER) if own else engine
     _prepare(run)
@@ -810,6 +888,8 @@ def _prepare(run: Run) -> None:
 def _clean_up(run: Run) -> None:
     if run.zygote is not None:
         run.zygote.close()
+    if run.gradebook_ahead is not None:   # its file is in the scratch folder removed below
+        run.gradebook_ahead.wait()
     for job in run.jobs:
         run.key_file(job).unlink(missing_ok=True)
     shutil.rmtree(run.scratch.parent, ignore_errors=True)

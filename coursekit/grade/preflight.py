@@ -88,8 +88,9 @@ async def _probe(spec_dir: Path, env: dict, workdir: Path, code: str, log: Path,
     from jupyter_client import AsyncKernelManager
     from jupyter_client.kernelspec import KernelSpecManager
 
+    from .kernel_client import NAME
     km = AsyncKernelManager(kernel_name="python3", transport="ipc", ip=ipc_ip, connection_file=ipc_ip + ".json",
-                            kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(spec_dir)]))
+                            kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(spec_dir)]), client_class=NAME)
     out: list[str] = []
     with open(log, "w") as f:
         try:

@@ -44,7 +44,13 @@ from grading import protocol
 PRELOAD = ("torch", "numpy", "matplotlib", "matplotlib.pyplot", "matplotlib_inline.backend_inline",
            "IPython", "ipykernel.kernelapp", "ipykernel.ipkernel", "ipywidgets", "tqdm", "tqdm.auto",
            "helpers", "helpers.checks", "helpers.ch12_quiz", "grading", "grading.protocol", "grading.core",
-           "grading.guard", "grading.cases", "torch._dynamo")
+           "grading.guard", "grading.cases", "torch._dynamo",
+           # what IPKernelApp.initialize imports in every kernel: its debugger (debugpy: 0.3 s a kernel,
+           # most of a forked kernel's start), the shell's history database, pdb
+           "ipykernel.debugger", "ipykernel.zmqshell", "IPython.core.history", "sqlite3", "pdb",
+           "tornado.queues", "tornado.locks", "tornado.gen", "tornado.platform.asyncio", "faulthandler",
+           "numpy.testing", "IPython.extensions.storemagic", "IPython.core.completerlib", "IPython.core.debugger",
+           "IPython.core.oinspect", "IPython.utils.wildcard", "coursekit.grade.kernel_boot")
 
 
 def preload() -> None:
@@ -56,6 +62,7 @@ def preload() -> None:
     import pkgutil
 
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")   # debugpy's note on frozen modules, once a kernel
     extra = [m for m in os.environ.pop(protocol.ENV_ZYGOTE_IMPORTS, "").split(",") if m]
     for name in (*PRELOAD, *extra):
         try:
