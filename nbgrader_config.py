@@ -34,15 +34,18 @@ c.CourseDirectory.feedback_directory = "feedback"
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
-# Under autograde the lecture cells a chapter marks `replay` (output independent of
-# the student, nothing later reads what they define) are not run: their recorded
-# output is put in their place (coursekit.grade.replay). Validate runs every cell.
+# nbgrader's autograde steps, in its order, with two of ours in place of its own:
+# - the lecture cells a chapter marks `replay` (output independent of the student,
+#   nothing later reads what they define) are not run: their recorded output is put
+#   in their place (coursekit.grade.replay). Validate runs every cell.
+# - a notebook's grades go to the gradebook in one commit, not one per cell
+#   (coursekit.grade.batched).
 c.Autograde.autograde_preprocessors = [
     "coursekit.grade.replay.Execute",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
-    "nbgrader.preprocessors.SaveAutoGrades",
+    "coursekit.grade.batched.SaveAutoGrades",
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]

@@ -784,15 +784,26 @@ def test_only_a_class_run_records_its_gradebook_ahead_and_never_into_an_existing
     assert not run.ahead   # check() (preflight only) and the service leave it off
 
 
-def test_autograde_runs_nbgraders_own_steps_with_only_the_gradebook_writes_batched():
+def test_autograde_runs_nbgraders_own_steps_with_only_replay_and_batched_gradebook_writes():
+    """The course's nbgrader_config.py is nbgrader's autograde steps in nbgrader's order, with
+    exactly two replaced by subclasses of the step they replace: the replayed lecture cells and
+    the one-commit gradebook writes (a step left out or added would change what is graded)."""
+    from importlib import import_module
+
     from nbgrader.converters.autograde import Autograde
-    stock = [f"{p.__module__}.{p.__qualname__}" for p in
-             Autograde.class_traits()["autograde_preprocessors"].make_dynamic_default()]
-    ours = pipeline.AUTOGRADE_PREPROCESSORS
+    from traitlets.config.loader import PyFileConfigLoader
+
+    def cls(name: str):
+        module, _, attr = name.rpartition(".")
+        return getattr(import_module(module), attr)
+
+    stock = Autograde.class_traits()["autograde_preprocessors"].make_dynamic_default()
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+    ours = [cls(n) for n in config.Autograde.autograde_preprocessors]
     assert len(ours) == len(stock)
-    assert [a for a, b in zip(ours, stock) if a != b] == ["coursekit.grade.batched.SaveAutoGrades"]
-    assert stock[ours.index("coursekit.grade.batched.SaveAutoGrades")] == \
-        "nbgrader.preprocessors.saveautogrades.SaveAutoGrades"
+    replaced = {f"{a.__module__}.{a.__qualname__}" for a, b in zip(ours, stock) if a is not b}
+    assert replaced == {"coursekit.grade.replay.Execute", "coursekit.grade.batched.SaveAutoGrades"}, replaced
+    assert all(issubclass(a, b) for a, b in zip(ours, stock))
 
 
 def test_a_graded_kernel_reads_its_options_as_traitlets_would():

@@ -7,8 +7,8 @@ writes the same rows and commits them once, when the notebook's cells are
 all done; a notebook whose grading fails midway leaves none of them (it is
 graded again or scored as empty, and either writes them all).
 
-coursekit.grade.pipeline.AUTOGRADE_PREPROCESSORS is nbgrader's list of
-autograde preprocessors with it in place of nbgrader's.
+The course's nbgrader_config.py lists nbgrader's autograde preprocessors with
+it in place of nbgrader's.
 """
 from __future__ import annotations
 

@@ -400,15 +400,6 @@ def step_gradebook(run: Run) -> None:
         run.shared.ready.update({ch: run.shared.chapter_key(run, ch) for ch in chapters})
 
 
-# nbgrader's autograde preprocessors, in its order, with its SaveAutoGrades (a commit per cell) replaced by
-# one that writes the notebook's grades in one commit (coursekit.grade.batched)
-AUTOGRADE_PREPROCESSORS = [
-    "nbgrader.preprocessors.execute.Execute", "nbgrader.preprocessors.ignorepattern.IgnorePattern",
-    "nbconvert.preprocessors.clearmetadata.ClearMetadataPreprocessor", "nbgrader.preprocessors.limitoutput.LimitOutput",
-    "coursekit.grade.batched.SaveAutoGrades", "nbgrader.preprocessors.latesubmissions.AssignLatePenalties",
-    "nbgrader.preprocessors.checkcellmetadata.CheckCellMetadata"]
-
-
 def autograde_one(run: Run, job: Job) -> Job:
     """nbgrader autograde of one scratch copy; the failure's kind goes to ``job.failure``."""
     run.new_key(job)
@@ -419,8 +410,8 @@ def autograde_one(run: Run, job: Job) -> Job:
     args = ["autograde", job.chapter, f"--student={job.student}", "--force", "--log-level=WARN",
             f"--CourseDirectory.submitted_directory={run.scratch}",
             "--KernelManager.transport=ipc", f"--KernelManager.ip={runtime / 'kernel'}",
-            f"--AsyncKernelManager.client_class={kernel_client.NAME}",   # no 0.2 s wait after the handshake
-            *(f"--Autograde.autograde_preprocessors={p}" for p in AUTOGRADE_PREPROCESSORS)]
+            f"--AsyncKernelManager.client_class={kernel_client.NAME}"]   # no 0.2 s wait after the handshake
+    # (nbgrader's own autograde steps, with the replayed cells and one gradebook commit: nbgrader_config.py)
     env = run.kernel_env(job, runtime)
     if os.environ.get(account.ENV):   # the per-notebook account (bench/grade_course.py): each step timed
         env[account.ENV] = os.environ[account.ENV]
