@@ -135,7 +135,8 @@ def _canvas_options(parser) -> None:
                         help="the Canvas assignment of a chapter (default: the one named like the chapter)")
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The course's commands and their options (``python course.py COMMAND``)."""
     p = argparse.ArgumentParser(prog="course", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("source", help="build source/ from notebooks/")
@@ -202,7 +203,11 @@ def main(argv=None) -> int:
     b.add_argument("--root", help="the course folder (default: this one)")
     _canvas_options(b)
     b.set_defaults(fn=cmd_return)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
     try:
         return args.fn(args)
     except build.BuildError as exc:

@@ -172,6 +172,17 @@ def remove_user(name: str) -> None:
 # ------------------------------------------------------------------ a Dask cluster
 
 @contextlib.contextmanager
+def exit_code(proc: subprocess.Popen, timeout: float = 300):
+    """``proc``'s exit code, or "timeout" once its whole process group has been killed
+    for running past ``timeout`` seconds (a test that waits on a grader never hangs)."""
+    import signal
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        return "timeout"
+
+
 def dask_cluster(workers: int = 2, threads: int = 1, timeout: float = 90, base: Path | None = None,
                  plain: bool = False, worker_env: dict | None = None, wrap=None):
     """A Dask scheduler and ``workers`` workers, each its own process (``dask

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 from harness import grading_course, make_submission, submit
-from services import dask_cluster
+from services import dask_cluster, exit_code
 
 from coursekit.grade.engine import Ledger, job_key
 from coursekit.grade.intake import Job
@@ -116,11 +116,7 @@ def killed_run(tmp_path_factory):
                 break
             time.sleep(0.05)
         out["killed"] = killed
-        try:
-            out["rc"] = grader.wait(timeout=300)
-        except subprocess.TimeoutExpired:
-            os.killpg(grader.pid, signal.SIGKILL)
-            out["rc"] = "timeout"
+        out["rc"] = exit_code(grader)
         log.close()
         out["log"] = (base / "grade.log").read_text()
         time.sleep(1)

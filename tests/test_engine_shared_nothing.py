@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 from harness import grading_course, make_submission, submit
-from services import dask_cluster
+from services import dask_cluster, exit_code
 
 from coursekit.author.build import ROOT
 from coursekit.grade.engine import Ledger
@@ -150,19 +150,11 @@ def shared_nothing(tmp_path_factory):
                     out["killed"] = True
                     break
                 time.sleep(0.05)
-            try:
-                out["rc"] = grader.wait(timeout=300)
-            except subprocess.TimeoutExpired:
-                os.killpg(grader.pid, signal.SIGKILL)
-                out["rc"] = "timeout"
+            out["rc"] = exit_code(grader)
             log.close()
             out["log"] = (base / "grade.log").read_text()
     finally:
-        try:
-            out["local_rc"] = reference.wait(timeout=300)
-        except subprocess.TimeoutExpired:
-            os.killpg(reference.pid, signal.SIGKILL)
-            out["local_rc"] = "timeout"
+        out["local_rc"] = exit_code(reference)
         local_log.close()
     out["local_log"] = (base / "local.log").read_text()
     return out

@@ -1,0 +1,102 @@
+"""Every command the README lists (both languages) still exists and takes the options shown.
+
+A `make X VAR=…` is a target of the Makefile whose recipe uses each variable shown; a
+`python course.py X …` is one of course.py's commands, and the options shown parse
+with the command's own parser (coursekit.cli) or are the ones course.py passes on; a
+`python bench/….py --opt` is a file that defines the option. Placeholders (`FROM=…`,
+`[--send]`, `path`) are read as a value of the right kind.
+"""
+from __future__ import annotations
+
+import importlib.util
+import re
+import shlex
+
+import pytest
+from harness import ROOT
+
+from coursekit import cli
+
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+MAKEFILE = (ROOT / "Makefile").read_text(encoding="utf-8")
+SHOWN = sorted(set(re.findall(r"`((?:make|python) [^`]+)`", README)))
+
+
+def course_py():
+    spec = importlib.util.spec_from_file_location("course_front_door", ROOT / "course.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def recipe(target: str) -> str:
+    """The target's recipe and the variables it expands (one level of NAME = … definitions)."""
+    m = re.search(rf"^{re.escape(target)}:.*\n((?:\t.*\n)+)", MAKEFILE, re.M)
+    assert m, f"the README shows `make {target}`, which the Makefile does not define"
+    text = m.group(1)
+    for name in set(re.findall(r"\$\(([A-Z_]+)\)", text)):
+        d = re.search(rf"^{name} = (.*(?:\\\n.*)*)", MAKEFILE, re.M)
+        text += d.group(1) if d else ""
+    return text
+
+
+def as_argv(words: list[str]) -> list[str]:
+    """The README's placeholders as values: `FROM…` a path, `[--send]` the option."""
+    out = []
+    for w in words:
+        w = w.strip("[]")
+        out.append("submissions.zip" if "…" in w or w == "FROM" else w)
+    return out
+
+
+def test_the_readme_shows_commands_of_both_kinds():
+    assert sum(c.startswith("make ") for c in SHOWN) >= 10
+    assert sum(c.startswith("python course.py ") for c in SHOWN) >= 10
+
+
+@pytest.mark.parametrize("shown", [c for c in SHOWN if c.startswith("make ")])
+def test_each_make_command_is_a_target_using_the_variables_shown(shown):
+    for part in shown.split("&&"):
+        words = shlex.split(part.replace("…", "x"))[1:]
+        target, variables = words[0], [w.split("=")[0] for w in words[1:] if "=" in w]
+        body = recipe(target)
+        for var in variables:
+            name = "COURSE_LANG" if var == "LANG" else var   # LANG= on the command line becomes COURSE_LANG
+            assert f"$({name})" in body or f"$(or $({name})" in body, \
+                f"`{shown}`: the recipe of `{target}` does not use {var}"
+
+
+@pytest.mark.parametrize("shown", [c for c in SHOWN if c.startswith("python course.py ")])
+def test_each_course_py_command_exists_and_takes_the_options_shown(shown):
+    words = as_argv(shlex.split(shown)[2:])
+    front = course_py()
+    assert words[0] in front.COMMANDS or words[0] == "help", f"`{shown}`: course.py has no command {words[0]}"
+    if words[0] in ("help", "env", "lab", "instructor-lab", "test", "bench"):
+        return   # course.py's own: no options to check beyond the name
+    if words[0] == "bench-train":
+        source = (ROOT / "bench" / "train_gpt.py").read_text(encoding="utf-8")
+        assert all(f'"{w}"' in source for w in words[1:] if w.startswith("--")), shown
+        return
+    try:
+        cli.parser().parse_args(words)
+    except SystemExit as exc:
+        pytest.fail(f"`{shown}`: the command's parser refuses these options ({exc})")
+
+
+@pytest.mark.parametrize("shown", [c for c in SHOWN if re.match(r"python bench/", c)])
+def test_each_bench_command_is_a_script_with_the_options_shown(shown):
+    words = shlex.split(shown)[1:]
+    script = ROOT / words[0]
+    assert script.is_file(), f"`{shown}`: no {words[0]}"
+    source = script.read_text(encoding="utf-8")
+    for w in words[1:]:
+        if w.startswith("--"):
+            assert f'"{w}"' in source, f"`{shown}`: {words[0]} has no option {w}"
+
+
+def test_this_test_refuses_a_command_that_is_gone():
+    """The checks above fail on a README that shows a command nobody defines."""
+    with pytest.raises(AssertionError):
+        recipe("grade-everything")
+    with pytest.raises(SystemExit):
+        cli.parser().parse_args(["grade", "--chapters", "ch01_attention"])
