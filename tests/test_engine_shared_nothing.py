@@ -42,7 +42,8 @@ CH = "ch01_attention"
 SANDBOX, WHY = sandbox_available()
 NAMESPACES = os.geteuid() == 0 and shutil.which("unshare") is not None and sys.platform.startswith("linux")
 CLUSTER = [pytest.mark.skipif(not SANDBOX, reason=f"no sandbox here: {WHY}"),
-           pytest.mark.skipif(not NAMESPACES, reason="needs root and unshare (a mount namespace per worker)")]
+           pytest.mark.skipif(not NAMESPACES, reason="needs root and unshare (a mount namespace per worker)"),
+           pytest.mark.xdist_group("shared_nothing")]   # one test worker grades the class once for all its tests
 STUDENTS = ("s0", "s1", "s2", "s3", "s4")
 
 
@@ -162,6 +163,7 @@ def shared_nothing(tmp_path_factory):
 
 @CLUSTER[0]
 @CLUSTER[1]
+@CLUSTER[2]
 def test_a_worker_sees_nothing_of_the_grader(shared_nothing):
     assert shared_nothing["sees_grader"] and not any(shared_nothing["sees_grader"].values())
     assert not any(shared_nothing["sees_code"].values())
@@ -172,6 +174,7 @@ def test_a_worker_sees_nothing_of_the_grader(shared_nothing):
 
 @CLUSTER[0]
 @CLUSTER[1]
+@CLUSTER[2]
 def test_the_workers_give_the_gradebook_make_grade_gives(shared_nothing):
     assert shared_nothing["local_rc"] == 0, shared_nothing["local_log"][-3000:]
     assert shared_nothing["rc"] == 0, shared_nothing["log"][-3000:]
@@ -188,6 +191,7 @@ def test_the_workers_give_the_gradebook_make_grade_gives(shared_nothing):
 
 @CLUSTER[0]
 @CLUSTER[1]
+@CLUSTER[2]
 def test_the_grader_alone_writes_the_graded_notebooks_and_feedback(shared_nothing):
     remote = shared_nothing["remote"]
     for s in STUDENTS:
@@ -201,6 +205,7 @@ def test_the_grader_alone_writes_the_graded_notebooks_and_feedback(shared_nothin
 
 @CLUSTER[0]
 @CLUSTER[1]
+@CLUSTER[2]
 def test_a_killed_worker_changes_nothing(shared_nothing):
     assert shared_nothing["killed"], "no worker was seen grading, so none was killed:\n" + \
         shared_nothing["log"][-3000:]
