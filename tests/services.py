@@ -171,7 +171,6 @@ def remove_user(name: str) -> None:
 
 # ------------------------------------------------------------------ a Dask cluster
 
-@contextlib.contextmanager
 def exit_code(proc: subprocess.Popen, timeout: float = 300):
     """``proc``'s exit code, or "timeout" once its whole process group has been killed
     for running past ``timeout`` seconds (a test that waits on a grader never hangs)."""
@@ -183,6 +182,7 @@ def exit_code(proc: subprocess.Popen, timeout: float = 300):
         return "timeout"
 
 
+@contextlib.contextmanager
 def dask_cluster(workers: int = 2, threads: int = 1, timeout: float = 90, base: Path | None = None,
                  plain: bool = False, worker_env: dict | None = None, wrap=None):
     """A Dask scheduler and ``workers`` workers, each its own process (``dask
