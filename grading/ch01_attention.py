@@ -10,7 +10,17 @@ import torch
 from helpers.i18n import t
 
 from .cases import F32, LOOSE, Case, Check, Earlier, on_its_own, passes, same
-from .core import ATTENTION_FAMILY, SOFTMAX_FAMILY, Bug, GradingFailure, expect_autograd, passed, seeded, show
+from .core import (
+    ATTENTION_FAMILY,
+    B_WEIGHTS_DTYPE,
+    SOFTMAX_FAMILY,
+    Bug,
+    GradingFailure,
+    expect_autograd,
+    passed,
+    seeded,
+    show,
+)
 
 FORBIDDEN = SOFTMAX_FAMILY | ATTENTION_FAMILY
 
@@ -372,14 +382,6 @@ T_HINT = [(lambda exc, line: ".T" in line.replace(" ", "") or ".t()" in line,
                "k.transpose(-2, -1).")),
           (lambda exc, line: "batch1" in str(exc) or "batch2" in str(exc) or "bmm" in line, B_BMM),
           (lambda exc, line: isinstance(exc, IndexError) and "shape of the mask" in str(exc), B_MASK_INDEX)]
-
-
-B_WEIGHTS_DTYPE = Bug("attention_weights_dtype_changed",
-                      "注意力权重的 dtype 和输入不同（例如分数先 .float() 再 softmax，或者只把 out 转回了原来的 dtype）："
-                      "题目要求 weights 和 out 都保持输入的 dtype，float64 进，float64 出。",
-                      "the attention weights do not keep the inputs' dtype (the scores cast with .float() before softmax, "
-                      "or only out cast back): the exercise keeps the dtype of both weights and out, float64 in, "
-                      "float64 out.")
 
 
 def _attention_cases():

@@ -9,7 +9,7 @@ import torch
 from helpers.i18n import t
 
 from .cases import EXACT, LOOSE, Case, Check, Earlier, on_its_own, passes, same
-from .core import ATTENTION_FAMILY, Bug, GradingFailure, call, close, failure, passed, seeded, show
+from .core import ATTENTION_FAMILY, B_WEIGHTS_DTYPE, Bug, GradingFailure, call, close, failure, passed, seeded, show
 
 NEG = float("-inf")
 
@@ -369,14 +369,6 @@ def _pair(check, args, label):
         raise check.fail(label, t("(out, weights) 两个张量组成的元组", "a tuple (out, weights) of two tensors"),
                          type(result).__name__)
     return result
-
-
-B_WEIGHTS_DTYPE = Bug("attention_weights_dtype_changed",
-                      "注意力权重的 dtype 和输入不同（例如分数先 .float() 再 softmax，或者只把 out 转回了原来的 dtype）："
-                      "题目要求 weights 和 out 都保持输入的 dtype，float64 进，float64 出。",
-                      "the attention weights do not keep the inputs' dtype (the scores cast with .float() before softmax, "
-                      "or only out cast back): the exercise keeps the dtype of both weights and out, float64 in, "
-                      "float64 out.")
 
 
 def _attention_cases():

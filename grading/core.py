@@ -283,6 +283,14 @@ ATTENTION_FAMILY = frozenset({"scaled_dot_product_attention", "multi_head_attent
                               "_fused_sdp_choice"})
 LAYER_NORM_FAMILY = frozenset({"layer_norm", "native_layer_norm", "rms_norm", "_fused_rms_norm"})
 
+# ch01's and ch02's attention keep the inputs' dtype in both outputs: one mistake, named alike in both chapters
+B_WEIGHTS_DTYPE = Bug("attention_weights_dtype_changed",
+                      "注意力权重的 dtype 和输入不同（例如分数先 .float() 再 softmax，或者只把 out 转回了原来的 dtype）："
+                      "题目要求 weights 和 out 都保持输入的 dtype，float64 进，float64 出。",
+                      "the attention weights do not keep the inputs' dtype (the scores cast with .float() before softmax, "
+                      "or only out cast back): the exercise keeps the dtype of both weights and out, float64 in, "
+                      "float64 out.")
+
 
 class _ForbidFunctions(torch.overrides.TorchFunctionMode):
     def __init__(self, names, exercise, message=None):
