@@ -8,6 +8,7 @@ import datetime as dt
 import io
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -313,6 +314,49 @@ def test_report_lists_similar_pairs_with_the_caveat(tmp_path):
     assert "reason to look, not proof" in section
     assert "alice ~ bob" in section and "dave" not in section   # independent answers share nothing listed
     assert "side by side" in section and (tmp_path / "reports" / "similar").is_dir()
+
+
+def test_the_similarity_findings_are_made_once_ahead_and_again_when_an_answer_changes(tmp_path, monkeypatch):
+    """The grader makes a chapter's findings while the class is graded (precompute_aside,
+    at the lowest priority); the report then reads them from .grading/similarity/ instead
+    of comparing again. A changed answer (a late submission) is compared again, and a
+    side-by-side page that is gone is made again."""
+    import nbformat
+
+    import helpers
+    from coursekit.report import report
+
+    def notebook(code):
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_code_cell(code, metadata={"nbgrader": {"solution": True, "grade_id": "a"}})]
+        return nb
+
+    def hand_in(name, code):
+        (tmp_path / "submitted" / name / CH).mkdir(parents=True, exist_ok=True)
+        nbformat.write(notebook(code), tmp_path / "submitted" / name / CH / f"{CH}.ipynb")
+    (tmp_path / "release" / CH).mkdir(parents=True)
+    nbformat.write(notebook(RELEASE), tmp_path / "release" / CH / f"{CH}.ipynb")
+    for name, code in (("alice", ALICE), ("bob", BOB), ("dave", DAVE)):
+        hand_in(name, code)
+    request = report.similarity_request(tmp_path, [CH], {CH: "en"})
+    assert request["lang"] == "en" and request["top"] == report.SIMILAR_TOP
+    assert request["helpers"] == str(Path(helpers.__file__).parent)
+    assert similarity.precompute_aside(request) == 0
+    assert (tmp_path / ".grading" / "similarity" / f"{CH}.json").exists()
+    compared = []
+    real = similarity.chapter_pairs
+    monkeypatch.setattr(similarity, "chapter_pairs", lambda *a, **k: compared.append(a[1]) or real(*a, **k))
+    section = report._similarity_section(tmp_path, [CH], lang="en")
+    assert compared == [] and "alice ~ bob" in section          # read, not compared again
+    hand_in("dave", ALICE)                                        # a late answer, copied from alice
+    section = report._similarity_section(tmp_path, [CH], lang="en")
+    assert compared == [CH] and "alice ~ dave" in section
+    for page in (tmp_path / "reports" / "similar").glob("*.html"):
+        page.unlink()
+    report._similarity_section(tmp_path, [CH], lang="en")
+    assert compared == [CH, CH] and any((tmp_path / "reports" / "similar").glob("*.html"))
+    report._similarity_section(tmp_path, [CH], lang="zh")         # another language: other pages
+    assert compared == [CH, CH, CH]
 
 
 def test_an_answer_copied_from_the_courses_helpers_is_flagged_and_an_independent_one_is_not(tmp_path):

@@ -636,6 +636,34 @@ def test_the_environment_key_is_what_is_installed_not_what_sys_path_holds_now(mo
     assert reuse.environment_digest() == before
 
 
+def test_the_environment_key_moves_with_every_install_upgrade_and_removal(monkeypatch, tmp_path):
+    """The key is read from the names of site-packages' metadata folders: an upgrade,
+    a new distribution and a removal each give another key; the engine's key leaves
+    the course's own distribution and the interpreter's path out."""
+    import sysconfig
+
+    from coursekit.grade import engine, reuse
+    site = tmp_path / "site-packages"
+    (site / "Foo.Bar-1.0.dist-info").mkdir(parents=True)
+    (site / "transformer_course-0.1.0.dist-info").mkdir()
+    (site / "foo_bar").mkdir()                            # a package's own folder is not a distribution
+    monkeypatch.setattr(sysconfig, "get_paths", lambda *a, **k: {"purelib": str(site), "platlib": str(site)})
+    assert reuse.installed() == ["foo_bar==1.0", "transformer_course==0.1.0"]
+    keys = [reuse.environment_digest(), engine.environment_digest()]
+    (site / "Foo.Bar-1.0.dist-info").rename(site / "foo_bar-1.1.dist-info")
+    keys.append(reuse.environment_digest())
+    (site / "six-1.16.0.dist-info").mkdir()
+    keys.append(reuse.environment_digest())
+    (site / "six-1.16.0.dist-info").rmdir()
+    assert reuse.environment_digest() == keys[2]
+    assert len(set(keys)) == 4
+    before = engine.environment_digest()
+    (site / "transformer_course-0.1.0.dist-info").rename(site / "transformer_course-0.2.0.dist-info")
+    monkeypatch.setattr(sys, "executable", "/elsewhere/bin/python")
+    assert engine.environment_digest() == before           # the course's own code has its own key
+    assert reuse.environment_digest() != keys[2]
+
+
 # ------------------------------------------------------------------ the lane: pages while others are graded
 
 def _lane_run(root: Path, students) -> tuple[pipeline.Run, list]:
@@ -825,3 +853,31 @@ def test_a_graded_kernel_reads_its_options_as_traitlets_would():
     app = graded_app(IPKernelApp)()
     app.parse_command_line(argv)
     assert app.connection_file == "/tmp/rt1/kernel-1.json" and app.log_level == 40 and app.extra_args == []
+
+
+def test_a_graded_kernel_is_seen_to_stop_within_milliseconds(monkeypatch):
+    """jupyter_client looks whether a kernel it asked to shut down has gone every 0.1 s;
+    the graded kernels' manager (QuickStop) looks every 5 ms, within the same time limits,
+    and the course's Execute step gives it to every graded kernel."""
+    import asyncio
+
+    from jupyter_client import AsyncKernelManager
+    from nbgrader.preprocessors import Execute
+
+    from coursekit.grade import kernel_client
+    looks = []
+
+    async def wait(self, pollinterval=0.1):
+        looks.append(pollinterval)
+    monkeypatch.setattr(AsyncKernelManager, "_async_wait", wait)
+    asyncio.run(kernel_client.QuickStop(shutdown_wait_time=2)._async_finish_shutdown())
+    asyncio.run(AsyncKernelManager(shutdown_wait_time=2)._async_finish_shutdown())
+    assert looks == [kernel_client.STOP_POLL_S] * 2 + [0.1] * 2     # two looks each: before and after SIGTERM
+    # the course's Execute step (nbgrader_config.py) builds its kernels' manager from it
+    from traitlets.config.loader import PyFileConfigLoader
+
+    from coursekit.grade import replay
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+    assert "coursekit.grade.replay.Execute" in config.Autograde.autograde_preprocessors
+    assert replay.Execute(config=config).kernel_manager_class is kernel_client.QuickStop
+    assert Execute(config=config).kernel_manager_class is AsyncKernelManager    # nbgrader's own would not

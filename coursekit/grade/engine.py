@@ -330,16 +330,10 @@ def code_digest() -> str:
 
 
 def environment_digest() -> str:
-    """Python and every installed distribution with its version (not where they are installed)."""
-    import platform
-    import sys
-    import sysconfig
-    from importlib import metadata
-    paths = list(dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib")))
-    dists = sorted({f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions(path=paths)
-                    if d.metadata['Name'] and d.metadata['Name'] != "transformer-course"})
-    text = "\n".join([sys.version, platform.machine(), *dists])
-    return hashlib.sha256(text.encode()).hexdigest()
+    """Python and every installed distribution with its version (not where they are
+    installed, nor the course's own)."""
+    from .reuse import environment_digest as digest
+    return digest(where=False, exclude=frozenset({"transformer_course"}))
 
 
 def probe_worker(spec: dict, grader: Grader) -> dict:

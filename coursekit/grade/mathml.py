@@ -124,6 +124,24 @@ def _formula(match: re.Match, unknown: list | None) -> str:
 
 def markdown_math(source: str, unknown: list | None = None) -> str:
     """Replace every $…$ and $$…$$ of a markdown text (outside code) by MathML."""
+    if unknown is None:
+        return _markdown_math(source)
+    return _convert(source, unknown)
+
+
+def _markdown_math(source: str) -> str:
+    """markdown_math, kept (coursekit.grade.parts): a chapter's text is on every student's page."""
+    from .parts import Kept
+    global _KEPT
+    if _KEPT is None:
+        _KEPT = Kept("mathml")
+    return _KEPT.get(source, lambda: _convert(source, None))
+
+
+_KEPT = None
+
+
+def _convert(source: str, unknown: list | None) -> str:
     parts = CODE.split(source)
     for i in range(0, len(parts), 2):                       # even parts are prose, odd ones code
         parts[i] = MATH.sub(lambda m: _formula(m, unknown), parts[i])

@@ -62,6 +62,9 @@ from .intake import Job, discover
 
 STATE = ".grading"
 runner.preload("coursekit.grade.feedback")   # the feedback step's forked command (feedback.pages)
+for _module in ("coursekit.grade.replay", "coursekit.grade.batched", "coursekit.grade.kernel_client",
+                "coursekit.author.build"):   # what each notebook's forked autograde imports (nbgrader_config.py)
+    runner.preload(_module)
 __all__ = ["grade", "Job", "Run", "STEPS", "STATE", "class_jobs", "discover", "uid"]
 # What a gradebook says when another grader got there first: SQLite's lock, and the
 # unique-key or serialisation errors of a database server (PostgreSQL) when two graders
@@ -122,6 +125,7 @@ class Run:
     class_files: bool = True         # write grades.csv, the LMS files and the class report at the end
     ahead: bool = False              # record a new gradebook while the kernel factory starts (GradebookAhead)
     gradebook_ahead: GradebookAhead | None = None
+    similarity_aside: object | None = None   # the process making the report's similarity findings ahead
 
     @property
     def everyone(self) -> list[Job]:
@@ -469,6 +473,7 @@ def step_autograde(run: Run) -> None:
     or in a thread pool of this process; what follows each notebook's autograde goes on in the
     lane as it finishes."""
     done = 0
+    run.similarity_aside = similarity_aside(run)
     each = run.engine.autograde(run, longest_first(run)) if run.engine is not None else \
         autograde_in_threads(run, longest_first(run))
     with Lane(run) as lane:
@@ -488,6 +493,26 @@ def step_autograde(run: Run) -> None:
     for job in missing:  # a notebook nbgrader could not finish is scored as empty, and says why
         score_as_empty(run, job)
     remember_seconds(run)
+
+
+def similarity_aside(run: Run):
+    """The class report's similarity findings (coursekit.report.similarity), made by a
+    process at the lowest priority while the notebooks are graded: they follow from
+    submitted/ alone. The report step stops it and makes what it did not finish."""
+    if not (run.class_files and run.report and run.workers > 1):
+        return None
+    from ..report.report import similarity_request
+    chapters = sorted({p.parent.name for p in (run.root / "submitted").glob("*/*/*.ipynb")})
+    return runner.start_forked("coursekit.report.similarity:precompute_aside",
+                               similarity_request(run.root, chapters, run.langs), run.root, env_with_bin(),
+                               run.state / "logs" / "similarity_aside.log")
+
+
+def stop_similarity_aside(run: Run) -> None:
+    if run.similarity_aside is not None:
+        if run.similarity_aside.is_alive():
+            runner.stop_forked(run.similarity_aside)
+        run.similarity_aside = None
 
 
 class Lane:
@@ -758,6 +783,7 @@ def step_report(run: Run) -> None:
     from ..report import report as report_mod
     if not run.class_files:
         return
+    stop_similarity_aside(run)
     if run.report:
         with runner.one_at_a_time(run.state):
             path = report_mod.write_report(run.root, class_jobs(run.root, run.state), langs=run.langs)
@@ -877,6 +903,7 @@ def _prepare(run: Run) -> None:
 
 
 def _clean_up(run: Run) -> None:
+    stop_similarity_aside(run)
     if run.zygote is not None:
         run.zygote.close()
     if run.gradebook_ahead is not None:   # its file is in the scratch folder removed below

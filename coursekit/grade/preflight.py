@@ -85,11 +85,10 @@ async def _probe(spec_dir: Path, env: dict, workdir: Path, code: str, log: Path,
     None when it printed the ok line, else what went wrong (with the launcher's output)."""
     import asyncio
 
-    from jupyter_client import AsyncKernelManager
     from jupyter_client.kernelspec import KernelSpecManager
 
-    from .kernel_client import NAME
-    km = AsyncKernelManager(kernel_name="python3", transport="ipc", ip=ipc_ip, connection_file=ipc_ip + ".json",
+    from .kernel_client import NAME, QuickStop
+    km = QuickStop(kernel_name="python3", transport="ipc", ip=ipc_ip, connection_file=ipc_ip + ".json",
                             kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(spec_dir)]), client_class=NAME)
     out: list[str] = []
     with open(log, "w") as f:

@@ -73,9 +73,17 @@ def plan(nb, recorded: dict, ours: set[str]) -> dict[int, list]:
 
 
 class Execute(NbgraderExecute):
-    """nbgrader's Execute, with the marked lecture cells replayed (module docstring).
+    """nbgrader's Execute, with the marked lecture cells replayed (module docstring)
+    and the kernel's end seen at once (kernel_client.QuickStop).
     (Named like nbgrader's, so the per-notebook account, coursekit.grade.account,
     still finds the kernel's time under ``Execute``.)"""
+
+    def __init__(self, *args, **kwargs):
+        # a kernel asked to shut down is seen to go within 5 ms (nbgrader's own Execute would
+        # set jupyter_client's manager here, which looks every 0.1 s; coursekit.grade.kernel_client)
+        from .kernel_client import QuickStop
+        kwargs.setdefault("kernel_manager_class", QuickStop)
+        super().__init__(*args, **kwargs)
 
     def preprocess(self, nb, resources=None, km=None):
         self._replayed = {}

@@ -223,19 +223,34 @@ def _student_table(data, langs: dict, lang: str = "en") -> str:
             f"{word('student', lang)}</th>" + head + "</tr>" + "".join(rows) + "</table></div>")
 
 
-def _similarity_section(root: Path, chapters, top: int = 5, lang: str = "en") -> str:
+SIMILAR_TOP = 5   # pairs shown per chapter
+
+
+def similarity_request(root: Path, chapters, langs: dict | None = None) -> dict:
+    """What ``similarity.precompute_aside`` needs to make, ahead, the findings the class
+    report of ``chapters`` will show (the same pairs, language and helpers/)."""
+    import helpers
+    langs = langs or {}
+    return {"root": str(root), "chapters": sorted(chapters), "top": SIMILAR_TOP,
+            "lang": language_of(langs.get(ch, "zh") for ch in chapters) if chapters else "zh",
+            "helpers": str(Path(helpers.__file__).parent)}
+
+
+def _similarity_section(root: Path, chapters, top: int = SIMILAR_TOP, lang: str = "en") -> str:
     """The most similar pairs of answers per chapter (copydetect), with links
     to a side-by-side view. Similarity is a reason to look, never proof."""
-    from . import similarity
+    import helpers
 
-    parts = []
+    from . import similarity
+    parts, close = [], []
     for ch in chapters:
         try:
-            pairs = [p for p in similarity.chapter_pairs(root, ch, root / "reports" / "similar", top=top, lang=lang)
-                     if p.score > 0]
+            pairs, matches = similarity.findings(root, ch, top, lang, Path(helpers.__file__).parent)
         except Exception as exc:  # noqa: BLE001 (the report still gets written)
             parts.append(f"<p>{html.escape(word('similarity_failed', lang, chapter=ch, error=str(exc)))}</p>")
             continue
+        pairs = [p for p in pairs if p.score > 0]
+        close += matches
         if pairs:
             parts.append(f"<h3>{html.escape(ch)}</h3><table><tr><th>{word('similar_students', lang)}</th>"
                          f"<th>{word('similar_shared', lang)}</th><th>{word('similar_view', lang)}</th></tr>"
@@ -244,13 +259,6 @@ def _similarity_section(root: Path, chapters, top: int = 5, lang: str = "en") ->
                                    f"{html.escape(p.view)}'>{word('side_by_side', lang)}<span class='visually-hidden'>"
                                    f" {html.escape(p.a)} ~ {html.escape(p.b)}</span></a></td></tr>" for p in pairs)
                          + "</table>")
-    import helpers
-    close = []
-    for ch in chapters:
-        try:
-            close += similarity.chapter_helper_matches(root, ch, Path(helpers.__file__).parent)
-        except Exception:  # noqa: BLE001 (the report still gets written)
-            continue
     if close:
         parts.append(f"<h3>{word('helper_match', lang)}</h3><p>{word('helper_match_note', lang)}</p>"
                      f"<table><tr><th>{word('student', lang)}</th><th>{word('chapter', lang)}</th>"

@@ -13,8 +13,9 @@ from __future__ import annotations
 import functools
 import html
 import io
+import json
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from itertools import combinations
 from pathlib import Path
 
@@ -253,3 +254,60 @@ def chapter_helper_matches(root: Path, chapter: str, helpers_dir: Path) -> list[
     release = answer_cells(nbformat.read(root / "release" / chapter / f"{chapter}.ipynb", as_version=4))
     answers = submitted_answers(root, chapter, answer_cells)
     return helper_matches(chapter, answers, release, helper_sources(helpers_dir))
+
+
+# ------------------------------------------------------------------ made once per class, kept until it changes
+
+KEPT = Path(".grading") / "similarity"      # under the course folder, one file per chapter
+
+
+def _inputs_key(root: Path, chapter: str, top: int, lang: str, helpers_dir: Path) -> str:
+    """A digest of everything a chapter's findings follow from: the answer cells of the
+    release and of every submission, helpers/, the options and this code."""
+    import hashlib
+    from importlib.metadata import version
+    h = hashlib.sha256(f"{version('copydetect')} {K} {WINDOW} {top} {lang} {chapter}\0".encode())
+    h.update(Path(__file__).read_bytes())
+    release = nbformat.read(root / "release" / chapter / f"{chapter}.ipynb", as_version=4)
+    h.update(json.dumps(answer_cells(release), sort_keys=True).encode())
+    h.update(json.dumps(submitted_answers(root, chapter, answer_cells), sort_keys=True).encode())
+    h.update(json.dumps(helper_sources(helpers_dir), sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def findings(root: Path, chapter: str, top: int, lang: str, helpers_dir: Path) -> tuple[list[Pair], list[HelperMatch]]:
+    """``chapter_pairs`` (pages under ``root/reports/similar``) and ``chapter_helper_matches``
+    of one chapter, kept in ``.grading/similarity/`` with the digest of what they follow
+    from: a report made again over the same answers, or after ``precompute_aside`` made
+    them while the class was being graded, reads them instead of comparing again."""
+    import os
+    kept = root / KEPT / f"{chapter}.json"
+    key = _inputs_key(root, chapter, top, lang, helpers_dir)
+    try:
+        data = json.loads(kept.read_text(encoding="utf-8"))
+        if data["key"] == key:
+            pairs = [Pair(**p) for p in data["pairs"]]
+            if all((root / "reports" / p.view).exists() for p in pairs if p.view):
+                return pairs, [HelperMatch(**m) for m in data["matches"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    pairs = chapter_pairs(root, chapter, root / "reports" / "similar", top=top, lang=lang)
+    matches = chapter_helper_matches(root, chapter, helpers_dir)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    tmp = kept.with_name(f".{kept.name}.{os.getpid()}")
+    tmp.write_text(json.dumps({"key": key, "pairs": [asdict(p) for p in pairs],
+                               "matches": [asdict(m) for m in matches]}), encoding="utf-8")
+    os.replace(tmp, kept)   # a report being written at the same time reads the old file or the new one
+    return pairs, matches
+
+
+def precompute_aside(payload: dict) -> int:
+    """``findings`` of ``payload["chapters"]`` at the lowest priority, while the class is
+    still being graded (the answers are in submitted/ from the start): the class report
+    then only reads them. Stopped before it finishes, it leaves what it finished."""
+    from ..base import runner
+    runner.lowest_priority()
+    root = Path(payload["root"])
+    for chapter in payload["chapters"]:
+        findings(root, chapter, payload["top"], payload["lang"], Path(payload["helpers"]))
+    return 0

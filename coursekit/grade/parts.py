@@ -1,0 +1,79 @@
+"""The parts of a feedback page that follow from a text alone, made once per course folder.
+
+A chapter's lecture text is the same on every student's page: each markdown
+cell's HTML, its maths as MathML, its sanitised form and each code cell's
+highlighting. Pages are made by many short processes (the feedback lane's
+batches, the feedback step's shares, one process per worker), and making a
+chapter's parts took most of the first page each of them made (0.2-0.4 s).
+``Kept`` remembers each part in the process and under the course folder's
+``.grading/page-parts/``, keyed by a digest of the text, of the code that
+makes it and of the versions of the libraries it uses: a page made from a
+kept part is the page that would have been made without it. Only the grader
+writes there (kernels run as other users in the sandbox and cannot).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from pathlib import Path
+
+FOLDER = Path(".grading") / "page-parts"
+LARGEST = 1 << 20            # a text longer than this (a student's huge output) is not kept on disk
+LIBRARIES = ("bleach", "mistune", "nbconvert", "latex2mathml", "pygments", "jinja2")
+
+
+@functools.lru_cache(maxsize=1)
+def _makers() -> str:
+    """A digest of what makes the parts: the course's page code and the libraries' versions."""
+    from importlib.metadata import PackageNotFoundError, version
+    h = hashlib.sha256()
+    here = Path(__file__).parent
+    for name in ("feedback.py", "mathml.py", "parts.py"):
+        h.update((here / name).read_bytes())
+    for lib in LIBRARIES:
+        try:
+            h.update(f"{lib}=={version(lib)}\n".encode())
+        except PackageNotFoundError:
+            h.update(f"{lib} missing\n".encode())
+    return h.hexdigest()
+
+
+class Kept:
+    """``get(key, make)``: what ``make()`` returns for ``key`` (a string that names
+    all it depends on), from memory, from the course folder, or made and kept."""
+
+    def __init__(self, kind: str):
+        self.kind, self.memory = kind, {}
+
+    def _path(self, key: str) -> Path | None:
+        base = Path.cwd() / FOLDER.parent
+        if not base.is_dir():        # not in a course folder being graded: memory only
+            return None
+        digest = hashlib.sha256(f"{_makers()}\0{self.kind}\0{key}".encode()).hexdigest()
+        return base / FOLDER.name / self.kind / f"{digest}.html"
+
+    def get(self, key: str, make) -> str:
+        if key in self.memory:
+            return self.memory[key]
+        path = self._path(key) if len(key) <= LARGEST else None
+        value = None
+        if path is not None:
+            try:
+                value = path.read_text(encoding="utf-8")
+            except (OSError, ValueError):
+                value = None
+        if value is None:
+            value = make()
+            if path is not None:
+                try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+                    tmp.write_text(value, encoding="utf-8")
+                    os.replace(tmp, path)   # another process reads the old file or the whole new one
+                except OSError:
+                    pass
+        if len(self.memory) > 4096:
+            self.memory.clear()
+        self.memory[key] = value
+        return value
