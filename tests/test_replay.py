@@ -126,6 +126,19 @@ def test_a_chapter_without_marks_has_no_record():
     assert set(recorded) <= set(MARKED), f"replay/ holds records of chapters that mark no cell: {recorded}"
 
 
+@pytest.mark.parametrize("chapter,lang", [(ch, lang) for ch in build.chapters() if ch not in MARKED
+                                          for lang in build.LANGS])
+def test_a_chapter_that_marks_nothing_is_graded_one_way_only(chapter, lang):
+    """Both ways for the chapters that mark no cell: their build has no mark, no record
+    exists, and the grading side's plan for the model answer replays nothing (its Execute
+    step runs every cell, as it would with replay off): one way, the same run."""
+    assert not replay.marked_cells(chapter, lang)
+    assert replay.load(chapter) == {} and not replay.record_path(chapter).exists()
+    nb = build.build_chapter(chapter, lang)
+    ours = {c.source for c in nb.cells if c.cell_type == "code" and not c.metadata.get("nbgrader", {}).get("solution")}
+    assert grade_replay.plan(nb, replay.load(chapter).get(lang) or {}, ours) == {}
+
+
 @pytest.mark.parametrize("chapter", MARKED)
 def test_record_holds_the_marked_cells_of_the_build(chapter):
     assert any(replay.marked_cells(chapter, "zh")), f"{chapter}: the text has a mark the build does not see"
