@@ -43,7 +43,7 @@ def test_cell_seconds_by_kind_and_the_rest_of_the_account(tmp_path):
 
 # ------------------------------------------------------------------ the README's table is the kept record's
 
-RECORD = "grade_course_4students_quiet42.json"   # bench/grade_course.py --students 4, the sitting the README quotes
+RECORD = "grade_course_4students_sitting42c.json"   # bench/grade_course.py --students 4, the sitting the README quotes
 
 
 def _bench_grade_course():
