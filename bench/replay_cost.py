@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -43,7 +44,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     chapters = args.chapters or [ch for ch in build.chapters() if replay.record_path(ch).exists()]
     result = {"chapters": chapters, "students": args.students}
-    rows = {}
+    rows, pages = {}, {}
     with tempfile.TemporaryDirectory(prefix="replay-cost-") as tmp:
         for mode, env in (("every_cell_run", "0"), ("replayed", "1")):
             root = Path(tmp) / mode
@@ -61,6 +62,8 @@ def main(argv=None) -> int:
                 table[ch]["cells_marked_s"] = round(sum(spent) / max(1, len(spent)), 3)
                 print(f"{ch}: the marked cells ran {table[ch]['cells_marked_s']:.2f} s per notebook")
             rows[mode] = gradebook_rows(root)
+            pages[mode] = {str(p.relative_to(root / "feedback")): p.read_text(encoding="utf-8")
+                           for p in sorted((root / "feedback").rglob("*.html"))}
             print(f"\n{mode}: {wall:.1f} s wall for {len(jobs)} notebooks")
             print_account(table)
             result[mode] = {"wall_s": round(wall, 2), "account_by_chapter": table}
@@ -68,10 +71,35 @@ def main(argv=None) -> int:
     same = rows["every_cell_run"] == rows["replayed"]
     result["same_gradebook"] = same
     print(f"\nthe same scores and comments both ways: {same}")
+    result["pages"] = compare_pages(pages["every_cell_run"], pages["replayed"])
+    for name, diff in result["pages"].items():
+        print(f"{name}: {'the same page' if not diff['lines'] else str(len(diff['lines'])) + ' lines differ'}"
+              + (f", every one a measured time (timing lines: {diff['timing_only']})" if diff["lines"] else ""))
+    same = same and all(d["timing_only"] for d in result["pages"].values())
     out = Path(args.out) / "replay_cost.json"
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"-> {out.relative_to(ROOT)}")
     return 0 if same else 1
+
+
+# a line that shows a time measured on this machine (a replayed cell shows the time the
+# record's run measured; run again, it measures anew): "0.02 ms", "1.5 s", "3 秒", or a
+# figure drawn from such times (its picture and its text alternative with the values)
+TIMING = re.compile(r"\d+(\.\d+)?\s*(ms|s|µs|秒|毫秒)\b|time \(ms\)|时间（毫秒）|^<img |data:image/png")
+
+
+def compare_pages(before: dict, after: dict) -> dict:
+    """Per feedback page: the lines that differ between the two runs, and whether
+    each of them shows a measured time."""
+    import difflib
+    out = {}
+    for name in sorted(set(before) | set(after)):
+        a, b = before.get(name, "").splitlines(), after.get(name, "").splitlines()
+        lines = [line for line in difflib.unified_diff(a, b, lineterm="", n=0)
+                 if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+        out[name] = {"lines": [line[:300] for line in lines],
+                     "timing_only": all(TIMING.search(line[1:]) for line in lines)}
+    return out
 
 
 if __name__ == "__main__":

@@ -75,10 +75,10 @@ def gradebook(root: Path) -> dict:
 
 
 def worker_copy(base: Path, name: str) -> Path:
-    """The worker's own course: hard links of the code, source/ and release/, at its own path."""
+    """The worker's own course: hard links of the code, source/, release/ and replay/, at its own path."""
     copy = base / name / "course"
     copy.mkdir(parents=True)
-    for part in ("coursekit", "grading", "helpers", "source", "release"):
+    for part in ("coursekit", "grading", "helpers", "source", "release", "replay"):
         subprocess.run(["cp", "-al", str(ROOT / part), str(copy / part)], check=True)
     os.link(ROOT / "nbgrader_config.py", copy / "nbgrader_config.py")
     return copy

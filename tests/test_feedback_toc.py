@@ -52,26 +52,27 @@ def _forget_in_memory():
 
 
 def test_a_page_made_from_kept_parts_is_the_page_made_without_them(tmp_path, monkeypatch):
-    """The chapter's markdown, maths, sanitised HTML and highlighted code are kept under
-    .grading/page-parts/ by the first page that makes them; a later process reads them.
-    Its page is byte for byte the page made with nothing kept, and a kept part that no
-    longer matches its key's makers (here: edited on disk) is never what a new key reads."""
+    """The chapter's markdown, maths, sanitised HTML and highlighted code are kept in the
+    grading run's folder (COURSE_PAGE_PARTS) by the first page that makes them; a later
+    process of the same run reads them. Its page is byte for byte the page made with
+    nothing kept, and a part kept by other code (another key's makers) is never read."""
     from coursekit.grade import feedback, parts
     nb, st = _model_page_inputs()
-    monkeypatch.chdir(tmp_path)                           # no .grading/: nothing kept on disk
+    folder = tmp_path / "page-parts"
+    monkeypatch.delenv(parts.ENV, raising=False)           # not a run's page maker: memory only
     _forget_in_memory()
     fresh = feedback.page(nbformat.from_dict(nb), st, "ch01_attention")
-    assert not (tmp_path / parts.FOLDER).exists()
-    (tmp_path / ".grading").mkdir()
+    folder.mkdir()
+    monkeypatch.setenv(parts.ENV, str(folder))
     _forget_in_memory()
     first = feedback.page(nbformat.from_dict(nb), st, "ch01_attention")
-    kept = {p.parent.name for p in (tmp_path / parts.FOLDER).rglob("*.html")}
+    kept = {p.parent.name for p in folder.rglob("*.html")}
     assert kept == {"markdown", "clean", "highlight", "mathml"}, kept
-    _forget_in_memory()                                    # a new process: only the disk remembers
+    _forget_in_memory()                                    # a new process: only the folder remembers
     again = feedback.page(nbformat.from_dict(nb), st, "ch01_attention")
     assert fresh == first == again
-    # the disk is read, not made again: a kept part changed on disk shows on the next page
-    cleaned = sorted((tmp_path / parts.FOLDER / "clean").glob("*.html"), key=lambda p: -p.stat().st_size)[0]
+    # the folder is read, not made again: a kept part changed there shows on the next page
+    cleaned = sorted((folder / "clean").glob("*.html"), key=lambda p: -p.stat().st_size)[0]
     cleaned.write_text(cleaned.read_text(encoding="utf-8") + "<p>KEPT-MARKER</p>", encoding="utf-8")
     _forget_in_memory()
     assert "KEPT-MARKER" in feedback.page(nbformat.from_dict(nb), st, "ch01_attention")

@@ -5,11 +5,14 @@ cell's HTML, its maths as MathML, its sanitised form and each code cell's
 highlighting. Pages are made by many short processes (the feedback lane's
 batches, the feedback step's shares, one process per worker), and making a
 chapter's parts took most of the first page each of them made (0.2-0.4 s).
-``Kept`` remembers each part in the process and under the course folder's
-``.grading/page-parts/``, keyed by a digest of the text, of the code that
-makes it and of the versions of the libraries it uses: a page made from a
-kept part is the page that would have been made without it. Only the grader
-writes there (kernels run as other users in the sandbox and cannot).
+``Kept`` remembers each part in the process and, for a grading run, in the
+run's own folder (``COURSE_PAGE_PARTS``, which the pipeline gives the processes
+that make its pages and removes with the run's scratch folder), keyed by a
+digest of the text, of the code that makes it and of the versions of the
+libraries it uses: a page made from a kept part is the page that would have
+been made without it. Only the grader writes there (kernels run as other users
+in the sandbox and cannot), and a run's parts, students' outputs among them,
+go when the run ends.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ import hashlib
 import os
 from pathlib import Path
 
-FOLDER = Path(".grading") / "page-parts"
+ENV = "COURSE_PAGE_PARTS"     # the folder a grading run keeps its parts in
 LARGEST = 1 << 20            # a text longer than this (a student's huge output) is not kept on disk
 LIBRARIES = ("bleach", "mistune", "nbconvert", "latex2mathml", "pygments", "jinja2")
 
@@ -47,11 +50,11 @@ class Kept:
         self.kind, self.memory = kind, {}
 
     def _path(self, key: str) -> Path | None:
-        base = Path.cwd() / FOLDER.parent
-        if not base.is_dir():        # not in a course folder being graded: memory only
+        base = os.environ.get(ENV)
+        if not base or not Path(base).is_dir():     # not a grading run's page maker: memory only
             return None
         digest = hashlib.sha256(f"{_makers()}\0{self.kind}\0{key}".encode()).hexdigest()
-        return base / FOLDER.name / self.kind / f"{digest}.html"
+        return Path(base) / self.kind / f"{digest}.html"
 
     def get(self, key: str, make) -> str:
         if key in self.memory:

@@ -398,8 +398,9 @@ def step_gradebook(run: Run) -> None:
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
             if failed:
-                raise SystemExit(f"grade: nbgrader generate_assignment failed for {', '.join(failed)}:\n"
-                                 f"{log.read_text(errors='replace')}")
+                said = log.read_text(errors="replace") if log.exists() else \
+                    "(it wrote no log: its process did not start)"
+                raise SystemExit(f"grade: nbgrader generate_assignment failed for {', '.join(failed)}:\n{said}")
     if run.shared is not None:   # preflighted (the step before) and recorded: not again while nothing changes
         run.shared.ready.update({ch: run.shared.chapter_key(run, ch) for ch in chapters})
 
@@ -593,7 +594,7 @@ class Lane:
                 return
             self.proc = runner.start_forked("coursekit.grade.feedback:pages_aside",
                                             {"notebooks": [(j.chapter, j.student) for j in batch]}, run.root,
-                                            env_with_bin(), run.state / "logs" / "generate_feedback__lane.log")
+                                            page_env(run), run.state / "logs" / "generate_feedback__lane.log")
         self.proc.join()
         if self.proc.exitcode == 0 and not self.closed.is_set():
             for job in batch:
@@ -731,6 +732,17 @@ def expected_checks(run: Run, chapter: str):
     return run.expected[chapter]
 
 
+def page_env(run: Run) -> dict:
+    """The environment of the processes that make this run's feedback pages: the parts
+    every page of a chapter shares are kept in the run's scratch folder (coursekit.grade.parts)."""
+    from .parts import ENV
+    if run.scratch is None:     # a run without its own folder: each process keeps its parts in memory
+        return env_with_bin()
+    folder = run.scratch.parent / "page-parts"
+    folder.mkdir(exist_ok=True)
+    return env_with_bin({ENV: str(folder)})
+
+
 def step_feedback(run: Run) -> None:
     """The feedback pages of what this run graded (and of notebooks whose manual
     grades changed), one process per worker, each making many pages."""
@@ -743,7 +755,7 @@ def step_feedback(run: Run) -> None:
         i, share = i_share
         log = run.state / "logs" / f"generate_feedback__{i}.log"
         rc = runner.run_forked("coursekit.grade.feedback:pages", {"notebooks": [(j.chapter, j.student) for j in share]},
-                               run.root, env_with_bin(), log)
+                               run.root, page_env(run), log)
         if rc != 0:
             run.say(f"grade: some feedback pages could not be made (see {log.relative_to(run.root)})")
 
