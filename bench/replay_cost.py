@@ -73,32 +73,44 @@ def main(argv=None) -> int:
     print(f"\nthe same scores and comments both ways: {same}")
     result["pages"] = compare_pages(pages["every_cell_run"], pages["replayed"])
     for name, diff in result["pages"].items():
-        print(f"{name}: {'the same page' if not diff['lines'] else str(len(diff['lines'])) + ' lines differ'}"
-              + (f", every one a measured time (timing lines: {diff['timing_only']})" if diff["lines"] else ""))
+        if not diff["lines"]:
+            print(f"{name}: the same page")
+            continue
+        print(f"{name}: {len(diff['lines'])} lines differ, "
+              + ("each one a measured time" if diff["timing_only"] else "not only measured times:"))
+        for line in diff["lines"]:
+            print(f"    {line[:160]}")
     same = same and all(d["timing_only"] for d in result["pages"].values())
     out = Path(args.out) / "replay_cost.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"-> {out.relative_to(ROOT)}")
+    print(f"-> {out}")
     return 0 if same else 1
 
 
-# a line that shows a time measured on this machine (a replayed cell shows the time the
-# record's run measured; run again, it measures anew): "0.02 ms", "1.5 s", "3 秒", or a
-# figure drawn from such times (its picture and its text alternative with the values)
-TIMING = re.compile(r"\d+(\.\d+)?\s*(ms|s|µs|秒|毫秒)\b|time \(ms\)|时间（毫秒）|^<img |data:image/png")
+# what a page shows of a time measured on this machine (a replayed cell shows what the
+# record's run measured; run again, a cell measures anew): "0.02 ms", "1.5 s", "7210 token/s",
+# and what is computed from such times in the same output (slopes, ratios) or drawn from
+# them (a figure: its picture)
+TIMING = re.compile(r"\d+(\.\d+)?\s*(ms|s|µs|秒|毫秒|token/s)(?![a-z])|data:image/png")
 
 
 def compare_pages(before: dict, after: dict) -> dict:
-    """Per feedback page: the lines that differ between the two runs, and whether
-    each of them shows a measured time."""
+    """Per feedback page: the lines that differ between the two runs, and whether each
+    changed output (a hunk of the diff) is one that shows a measured time."""
     import difflib
     out = {}
     for name in sorted(set(before) | set(after)):
         a, b = before.get(name, "").splitlines(), after.get(name, "").splitlines()
-        lines = [line for line in difflib.unified_diff(a, b, lineterm="", n=0)
-                 if line[:1] in "+-" and not line.startswith(("+++", "---"))]
-        out[name] = {"lines": [line[:300] for line in lines],
-                     "timing_only": all(TIMING.search(line[1:]) for line in lines)}
+        hunks, lines = [], []
+        for line in difflib.unified_diff(a, b, lineterm="", n=0):
+            if line.startswith("@@"):
+                hunks.append([])
+            elif line[:1] in "+-" and not line.startswith(("+++", "---")):
+                hunks[-1].append(line)
+                lines.append(line[:300])
+        out[name] = {"lines": lines, "hunks": len(hunks),
+                     "timing_only": all(any(TIMING.search(line[1:]) for line in hunk) for hunk in hunks)}
     return out
 
 
