@@ -47,8 +47,7 @@ def _model_page_inputs(chapter="ch01_attention", lang="zh"):
 def _forget_in_memory():
     from coursekit.grade import feedback, mathml
     for kept in (feedback._MARKDOWN, feedback._CLEANED, feedback._Remembered.kept, mathml._KEPT):
-        if kept is not None:
-            kept.memory.clear()
+        kept.memory.clear()
 
 
 def test_a_page_made_from_kept_parts_is_the_page_made_without_them(tmp_path, monkeypatch):

@@ -128,10 +128,7 @@ class _Scope(ast.NodeVisitor):
         self._target(node.target)
         self.generic_visit(node)
 
-    def visit_Delete(self, node):
-        for t in node.targets:
-            self._target(t)
-        self.generic_visit(node)
+    visit_Delete = visit_Assign     # ``del x[i]`` changes x as ``x[i] = ...`` does
 
     def visit_Call(self, node):
         func = node.func

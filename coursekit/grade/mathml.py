@@ -28,6 +28,8 @@ from xml.etree.ElementTree import Element
 
 from latex2mathml.converter import convert_to_element
 
+from .parts import Kept
+
 TEXT_ESCAPES = re.compile(r"\\([_%&#${}])")
 TEXT = re.compile(r"\\(?:text|textrm|mbox)\s*\{[^{}]*\}")
 ROW_SPACING = re.compile(r"\\\\\s*\[[^\]]*\]")
@@ -131,14 +133,10 @@ def markdown_math(source: str, unknown: list | None = None) -> str:
 
 def _markdown_math(source: str) -> str:
     """markdown_math, kept (coursekit.grade.parts): a chapter's text is on every student's page."""
-    from .parts import Kept
-    global _KEPT
-    if _KEPT is None:
-        _KEPT = Kept("mathml")
     return _KEPT.get(source, lambda: _convert(source, None))
 
 
-_KEPT = None
+_KEPT = Kept("mathml")
 
 
 def _convert(source: str, unknown: list | None) -> str:

@@ -1,4 +1,4 @@
-"""The parts of a feedback page that follow from a text alone, made once per course folder.
+"""The parts of a feedback page that follow from a text alone, made once per grading run.
 
 A chapter's lecture text is the same on every student's page: each markdown
 cell's HTML, its maths as MathML, its sanitised form and each code cell's
@@ -44,7 +44,7 @@ def _makers() -> str:
 
 class Kept:
     """``get(key, make)``: what ``make()`` returns for ``key`` (a string that names
-    all it depends on), from memory, from the course folder, or made and kept."""
+    all it depends on), from memory, from the run's folder, or made and kept."""
 
     def __init__(self, kind: str):
         self.kind, self.memory = kind, {}
@@ -69,11 +69,9 @@ class Kept:
         if value is None:
             value = make()
             if path is not None:
-                try:
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-                    tmp.write_text(value, encoding="utf-8")
-                    os.replace(tmp, path)   # another process reads the old file or the whole new one
+                from ..base.runner import write_atomically
+                try:   # another process reads no file or the whole new one
+                    write_atomically(path, lambda tmp: tmp.write_text(value, encoding="utf-8"))
                 except OSError:
                     pass
         if len(self.memory) > 4096:

@@ -280,7 +280,7 @@ def findings(root: Path, chapter: str, top: int, lang: str, helpers_dir: Path) -
     of one chapter, kept in ``.grading/similarity/`` with the digest of what they follow
     from: a report made again over the same answers, or after ``precompute_aside`` made
     them while the class was being graded, reads them instead of comparing again."""
-    import os
+    from ..base.runner import write_atomically
     kept = root / KEPT / f"{chapter}.json"
     key = _inputs_key(root, chapter, top, lang, helpers_dir)
     try:
@@ -293,11 +293,8 @@ def findings(root: Path, chapter: str, top: int, lang: str, helpers_dir: Path) -
         pass
     pairs = chapter_pairs(root, chapter, root / "reports" / "similar", top=top, lang=lang)
     matches = chapter_helper_matches(root, chapter, helpers_dir)
-    kept.parent.mkdir(parents=True, exist_ok=True)
-    tmp = kept.with_name(f".{kept.name}.{os.getpid()}")
-    tmp.write_text(json.dumps({"key": key, "pairs": [asdict(p) for p in pairs],
-                               "matches": [asdict(m) for m in matches]}), encoding="utf-8")
-    os.replace(tmp, kept)   # a report being written at the same time reads the old file or the new one
+    found = json.dumps({"key": key, "pairs": [asdict(p) for p in pairs], "matches": [asdict(m) for m in matches]})
+    write_atomically(kept, lambda tmp: tmp.write_text(found, encoding="utf-8"))   # a reader sees old or new
     return pairs, matches
 
 
