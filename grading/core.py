@@ -32,6 +32,21 @@ class ForbiddenCall(RuntimeError):
     """A 'from scratch' exercise called the library function it must replace."""
 
 
+KNOWN: dict = {}      # (module, key) -> every Bug made so far: the words the visible tests take (helpers/probes)
+
+
+def _importing(frame) -> bool:
+    """Whether ``frame`` runs while its module is being imported: the module's own top level is
+    on the stack. A Bug made by a check as it runs (in a test process that already graded
+    something) is not one of the words the build collects."""
+    name = frame.f_globals.get("__name__")
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == name:
+            return True
+        frame = frame.f_back
+    return False
+
+
 @dataclass(frozen=True)
 class Bug:
     """A realistic wrong answer: a stable key (used in class reports), its
@@ -44,10 +59,33 @@ class Bug:
     def __post_init__(self):
         if not protocol.TOKEN_RE.fullmatch(protocol.bug_token(self.key)):   # the grader could not read it back
             raise ValueError(f"a bug's key is letters, digits, '_' and '-': {self.key!r}")
+        maker = sys._getframe(2)
+        if _importing(maker):       # by the module that made it, while it is imported (not a Bug a check makes later)
+            KNOWN.setdefault((maker.f_globals.get("__name__"), self.key), self)
 
     def describe(self) -> str:
         """The explanation, led by the bug's token (the class report counts those)."""
         return f"{protocol.bug_token(self.key)} " + t(self.zh, self.en)
+
+
+@dataclass(frozen=True)
+class Raises:
+    """A sign, in an error the student's code raised, of a known mistake: its
+    type's name is one of ``types``, its message holds one of ``contains``, the
+    student's failing line (spaces ignored) one of ``line`` (each: any, when
+    empty). Used as a hint predicate by ``call`` and shipped, as data, to the
+    visible tests (helpers/probes)."""
+    contains: tuple = ()
+    types: tuple = ()
+    line: tuple = ()
+
+    def __call__(self, exc: BaseException, line: str) -> bool:
+        if self.types and type(exc).__name__ not in self.types:
+            return False
+        if self.contains and not any(s in str(exc) for s in self.contains):
+            return False
+        squeezed = (line or "").replace(" ", "")
+        return not self.line or any(s.replace(" ", "") in squeezed for s in self.line)
 
 
 # ----------------------------------------------------------------- comparing
