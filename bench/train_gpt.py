@@ -6,11 +6,12 @@ thread choice on a loaded and a quiet machine.
     python bench/train_gpt.py --text PATH --sitting [--seconds 15] [--long 180] [--out FILE]
 
 The model, tokenizer, get_batch and the whole training loop (cross_entropy,
-learning_rate, train_step, evaluate) are the chapter's own: the answer cells
-of notebooks/ch07_gpt.md (the model solution) are executed here, not copied,
-and the course recipe runs under ``training.Run`` exactly as the chapter's
-training cell does. nanoGPT's recipe runs under ``training.train`` (its
-step-based schedule). Validation: the last 10% of the characters, evaluated
+learning_rate, train_step, evaluate, train) are the chapter's own: the answer
+cells of notebooks/ch07_gpt.md (the model solution) are executed here, not
+copied, and the course recipe runs the chapter's ``train`` under
+``training.Run`` exactly as the chapter's training cell does. nanoGPT's recipe
+runs under the trainer later chapters are given (notebooks/given/gpt_training.py,
+its step-based schedule). Validation: the last 10% of the characters, evaluated
 over the whole split (non-overlapping windows of the recipe's context).
 
 ``--sitting`` measures, in one sitting, the course recipe's tokens/s for
@@ -37,8 +38,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "notebooks" / "given"))          # gpt_training: the trainer later chapters get
 
-CELLS = ("tokenizer", "get_batch", "cross_entropy", "gpt", "learning_rate", "train_step", "evaluate")
+CELLS = ("tokenizer", "get_batch", "cross_entropy", "gpt", "learning_rate", "train_step", "evaluate", "train")
 
 
 def chapter_code(names=CELLS) -> dict:
@@ -63,6 +65,7 @@ def chapter_code(names=CELLS) -> dict:
 
 
 def run_one(text_path: str, seconds: float, recipe_name: str, threads: int | None, seed: int) -> dict:
+    import gpt_training
     import torch
 
     from helpers import set_language, training
@@ -88,10 +91,10 @@ def run_one(text_path: str, seconds: float, recipe_name: str, threads: int | Non
                  "busy_elsewhere": [round(e, 2) for _, _, e in run.thread_log], "cpu_share": round(run.cpu_share(), 3),
                  "closing_line": run.closing_line(hist.steps[-1], hist.val[-1])}
     else:
-        hist = training.train(model, ns["get_batch"], train_data, val_data, recipe, seconds=seconds, seed=seed,
-                              progress=False)
+        hist = gpt_training.train(model, ns["get_batch"], train_data, val_data, recipe, seconds=seconds, seed=seed,
+                                  progress=False)
     t0 = time.perf_counter()
-    val = training.evaluate(model, val_data, recipe.n_ctx)
+    val = gpt_training.evaluate(model, val_data, recipe.n_ctx)
     return {**extra, 
         "recipe": recipe.as_dict(),
         "params": sum(p.numel() for p in model.parameters()),
@@ -112,20 +115,13 @@ def run_one(text_path: str, seconds: float, recipe_name: str, threads: int | Non
 
 
 def chapter_loop(ns, model, train_data, val_data, recipe, seconds, seed=0):
-    """The chapter's training cell, with the model solution's functions."""
+    """The chapter's training cell, with the model solution's functions (its ``train`` draws each step's batch
+    with ``training.step_generator(step)``: the batches of seed 0; ``seed`` still seeds the weights)."""
     from helpers import training
     optimizer = training.make_optimizer(model, recipe)
     val_batches = training.fixed_batches(ns["get_batch"], val_data, recipe.n_ctx, n=4)
     run = training.Run(recipe, seconds=seconds, progress=False, plot=False)
-    step = 0
-    while run.going(step):
-        x, y = ns["get_batch"](train_data, recipe.n_ctx, recipe.batch_size, generator=training.step_generator(step, seed))
-        loss = ns["train_step"](model, optimizer, x, y, step, run.plan(step))
-        step += 1
-        run.log(step, loss, x.numel())
-        if run.time_to_evaluate(step):
-            run.evaluated(step, ns["evaluate"](model, val_batches))
-    return run.finish(step, ns["evaluate"](model, val_batches)), run
+    return ns["train"](model, optimizer, train_data, val_batches, run), run
 
 
 def _busy_loops(n: int):

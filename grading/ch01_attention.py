@@ -7,6 +7,7 @@ import numbers
 
 import torch
 
+from helpers.evidence import Tol
 from helpers.i18n import t
 
 from .cases import F32, LOOSE, Case, Check, Earlier, on_its_own, passes, same
@@ -16,11 +17,13 @@ from .core import (
     SOFTMAX_FAMILY,
     Bug,
     GradingFailure,
+    Raises,
     expect_autograd,
     passed,
     seeded,
     show,
 )
+from .probes import Probe
 
 FORBIDDEN = SOFTMAX_FAMILY | ATTENTION_FAMILY
 
@@ -69,6 +72,15 @@ def _sm_minus_mean(x, dim=-1):
     return e / e.sum(dim=dim, keepdim=True)
 
 
+def _sm_dim_zero_ignored(x, dim=-1):
+    return ref_softmax(x, -1 if dim == 0 else dim)
+
+
+def _sm_total(x, dim=-1):
+    e = torch.exp(x.to(torch.float64) - x.to(torch.float64).amax(dim=dim, keepdim=True))
+    return e / e.sum()
+
+
 def _sm_no_norm(x, dim=-1):
     return torch.exp(x - x.amax(dim=dim, keepdim=True))
 
@@ -91,12 +103,20 @@ SOFTMAX_BUGS = [
         "减去的是整个张量的最大值，而不是每行（沿 dim）的最大值：数值很小的那一行全部下溢成 0，0/0 得到 nan。",
         "you subtracted the maximum of the whole tensor instead of the maximum along dim: a row of much "
         "smaller numbers underflows to all zeros and 0/0 gives nan.", _sm_global_max),
-    Bug("softmax_minus_mean",
-        "减去的是每行的均值，不是最大值：一行里有 -inf 时均值也是 -inf，-inf − (−inf) 得到 nan；"
-        "减去最大值 m 之后每个 exp(x − m) ≤ 1，而那一个有限的数给出 exp(0) = 1。",
-        "you subtracted the row mean, not the row maximum: in a row holding -inf the mean is -inf too, and "
-        "-inf − (−inf) is nan; after subtracting the maximum m every exp(x − m) ≤ 1, and the one finite entry "
-        "gives exp(0) = 1.", _sm_minus_mean),
+    Bug("softmax_shift_not_row_max",
+        "减去的不是每行的最大值（例如均值，或第一个元素）：softmax 对平移不变，数学上减去哪个数都一样，可一行里有 -inf 时，"
+        "均值或第一个元素也可能是 -inf，-inf − (−inf) 得到 nan。减去最大值 m 之后每个 exp(x − m) ≤ 1，"
+        "而最大的那一项给出 exp(0) = 1。",
+        "you subtracted something other than the row maximum (the mean, or the first entry): softmax does not "
+        "change under a shift, so on paper any number works, but in a row holding -inf the mean or the first entry "
+        "can be -inf too, and -inf − (−inf) is nan. After subtracting the maximum m every exp(x − m) ≤ 1, and the "
+        "largest entry gives exp(0) = 1.", _sm_minus_mean),
+    Bug("softmax_dim_zero_ignored",
+        "dim=0 时算成了沿最后一维：像 dim = dim or -1 这样的写法把 0 当成了“没有给”（0 在 Python 里为假）。"
+        "默认值已经写在签名里（dim=-1），直接用参数 dim 就行。",
+        "with dim=0 it normalises along the last axis: a line such as dim = dim or -1 takes 0 for \"not given\" "
+        "(0 is false in Python). The default is already in the signature (dim=-1): use the dim argument as it is.",
+        _sm_dim_zero_ignored),
     Bug("softmax_ignores_dim",
         "总是沿最后一维归一化，忽略了参数 dim。",
         "you always normalise over the last dimension and ignore the dim argument.", _sm_last_dim),
@@ -107,6 +127,11 @@ SOFTMAX_BUGS = [
     Bug("softmax_no_normalisation",
         "只算了 exp，没有除以总和：结果加起来不等于 1。",
         "you computed exp but did not divide by the sum: the result does not add up to 1.", _sm_no_norm),
+    Bug("softmax_divided_by_total",
+        "除以的是整个张量的总和（sum 没有写 dim）：所有的数加起来是 1，可每一行（沿 dim）并不是。"
+        "求和要沿 dim，并且 keepdim=True。",
+        "you divided by the sum of the whole tensor (a sum without dim): all the numbers add up to 1, but each "
+        "row (along dim) does not. Sum along dim, with keepdim=True.", _sm_total),
     Bug("softmax_exp_only",
         "只返回了 exp(x)：既没有减去每行的最大值，也没有除以总和，结果加起来不等于 1。"
         "softmax 是 exp(x − m) / sum(exp(x − m))，m 是沿 dim 的最大值。",
@@ -150,7 +175,17 @@ def _softmax_cases():
     return cases
 
 
-KEEPDIM_HINT = [(lambda exc, line: "must match the size" in str(exc) and "@" not in line, SOFTMAX_BUGS[-1])]
+B_SM_NO_DEFAULT = Bug("softmax_dim_has_no_default",
+                      "参数 dim 没有默认值：题目的签名是 softmax(x, dim=-1)，所以 softmax(x) 也要能调用，沿最后一维归一化。",
+                      "the dim argument has no default: the signature is softmax(x, dim=-1), so softmax(x) must work "
+                      "too, normalising along the last axis.")
+B_SM_DTYPE = Bug("softmax_changes_dtype",
+                 "结果的 dtype 和 x 不同（例如中间 .float() 了一次）：题目要求 float64 进、float64 出。",
+                 "the result does not keep x's dtype (a .float() somewhere on the way): the exercise keeps it, "
+                 "float64 in, float64 out.")
+SOFTMAX_ERRORS = [(Raises(contains=("must match the size",)), SOFTMAX_BUGS[-1]),
+                  (Raises(contains=("required positional argument: 'dim'",), types=("TypeError",)), B_SM_NO_DEFAULT)]
+KEEPDIM_HINT = SOFTMAX_ERRORS      # the hidden check reads the same signs as the visible test
 assert SOFTMAX_BUGS[-1].key == "softmax_sum_without_keepdim"
 
 
@@ -160,12 +195,18 @@ def check_softmax(softmax) -> None:
 
 def _softmax_checks(softmax) -> int:
     what = "softmax"
-    check = Check(what, softmax, reference=ref_softmax, forbid=FORBIDDEN, hints=KEEPDIM_HINT)
+    check = Check(what, softmax, reference=ref_softmax, forbid=FORBIDDEN, hints=SOFTMAX_ERRORS, dtype_follows=None)
     check.cases(_softmax_cases())
+    # the dtype of x: float64 in, float64 out (the values were compared above)
+    x = torch.randn(3, 5, generator=seeded(103), dtype=torch.float64)
+    got = check.call(x, dim=-1, label=t("float64 输入：结果的 dtype", "float64 input: dtype of the result"))
+    if not isinstance(got, torch.Tensor) or got.dtype != torch.float64:
+        raise check.fail(t("float64 输入：结果的 dtype", "float64 input: dtype of the result"), "torch.float64",
+                         str(getattr(got, "dtype", type(got).__name__)), B_SM_DTYPE)
     # gradients must flow through it (attention is trained)
     x = torch.randn(3, 4, generator=seeded(102), requires_grad=True)
     expect_autograd(check.call(x, dim=-1, label=t("需要梯度的输入", "input with requires_grad")), what)
-    return check.n + 1
+    return check.n + 2
 
 
 def softmax_stand_in(x, dim=-1):
@@ -192,18 +233,38 @@ VARIANCE_BUGS = {
                "计算的是逐元素乘积 q_i·k_i 的方差（约为 1），而不是点积 q·k（对 d_k 个分量求和）的方差。",
                "you took the variance of the element-wise products q_i·k_i (about 1) instead of the dot "
                "product q·k (summed over the d_k components)."),
+    "method": Bug("variance_returns_method",
+                  "返回的是方法 .item 本身，不是它的结果：少了括号。写 .item()，得到的才是那个数。",
+                  "you returned the method .item itself, not its result: the parentheses are missing. .item() gives "
+                  "the number."),
+    "by_n": Bug("variance_divided_by_n",
+                "返回的方差又除以了 n_samples（那是“均值的方差”，估计值本身有多不准）：题目要的是这 n_samples 个分数"
+                "本身的方差，约等于 d_k。",
+                "the variance is divided by n_samples once more (that is the variance of the mean: how uncertain the "
+                "estimate is): the exercise asks for the variance of the n_samples scores themselves, about d_k."),
+    "mean_not_sum": Bug("variance_of_mean_not_sum",
+                        "每一对向量算的是 q_i·k_i 的平均（mean），不是点积（sum）：点积是 d_k 项之和，方差约为 d_k；"
+                        "平均再除了一次 d_k，方差只剩约 1/d_k。",
+                        "each pair gives the average of q_i·k_i (a mean), not the dot product (a sum): a dot product "
+                        "adds d_k terms and has variance about d_k; the average divides by d_k once more and its "
+                        "variance is about 1/d_k."),
+    "own_generator": Bug("variance_own_generator",
+                         "随机数来自你自己新建的发生器（或自己设的种子），没有用传进来的 generator：换一个种子，结果却完全"
+                         "一样，调用的人没法控制这次实验。把参数 generator 交给 torch.randn。",
+                         "the random numbers come from a generator (or a seed) of your own, not from the generator "
+                         "passed in: another seed gives exactly the same result, so the caller cannot control the "
+                         "experiment. Hand the generator argument to torch.randn."),
     "tensor": Bug("variance_returns_tensor", "返回的是一个张量，题目要的是 Python 的 float：用 .item() 或 float(...) 取出这个数。",
                   "you returned a tensor; the exercise asks for a Python float: take the number out with .item() "
                   "or float(...)."),
     "draw": Bug("variance_other_draw",
-                "q 和 k 不是按题目说的方式抽出来的：应当先 q = torch.randn(n_samples, d_k, generator=generator)，"
-                "再 k = torch.randn(n_samples, d_k, generator=generator)。别的抽法（一次抽 (n_samples, 2·d_k) 再切开、"
-                "换 dtype、抽的个数不是 n_samples……）分布虽然一样，同一个种子给出的却是另一组数，结果无法和别人对照。",
-                "q and k are not drawn the way the exercise says: first q = torch.randn(n_samples, d_k, "
-                "generator=generator), then k = torch.randn(n_samples, d_k, generator=generator). Another draw "
-                "(one (n_samples, 2·d_k) tensor cut in two, another dtype, a number of samples other than n_samples, "
-                "...) has the same distribution, but the same seed then gives other numbers, so the result cannot be "
-                "compared with anyone else's."),
+                "q 和 k 不是按题目说的方式抽出来的：先抽 q、再抽 k，各是一次 torch.randn，形状 (n_samples, d_k)，"
+                "都用传进来的 generator。别的抽法（一次抽 (n_samples, 2·d_k) 再切开、换 dtype、抽的个数不是 "
+                "n_samples……）分布虽然一样，同一个种子给出的却是另一组数，结果无法和别人对照。",
+                "q and k are not drawn the way the exercise says: q first, then k, each one torch.randn call of shape "
+                "(n_samples, d_k), both from the generator passed in. Another draw (one (n_samples, 2·d_k) tensor cut "
+                "in two, another dtype, a number of samples other than n_samples, ...) has the same distribution, "
+                "but the same seed then gives other numbers, so the result cannot be compared with anyone else's."),
     "defaults": Bug("variance_wrong_defaults",
                     "签名里的默认值不对：题目写的是 score_variance(d_k, n_samples=100_000, scaled=False, generator=None)，"
                     "只传 d_k 时要抽 100 000 对、不缩放，generator=None 时用 torch 的全局随机数。",
@@ -216,11 +277,13 @@ VARIANCE_BUGS = {
 }
 
 
-def _variance_bug(v: float, target: float, d_k: int) -> Bug | None:
+def _variance_bug(v: float, target: float, d_k: int, n_samples: int = 20_000) -> Bug | None:
     """Which known bug a wrong variance looks like (each lands far from the 7 % band)."""
     b = VARIANCE_BUGS
     if target == d_k:
         return (b["std"] if abs(v - math.sqrt(d_k)) < 0.15 * math.sqrt(d_k) else
+                b["by_n"] if abs(v - d_k / n_samples) < 0.15 * d_k / n_samples else
+                b["mean_not_sum"] if abs(v - 1 / d_k) < 0.15 / d_k else
                 b["mean"] if abs(v) < 0.5 else b["sum"] if abs(v - 1) < 0.1 else None)
     return (b["ignores_scaled"] if 0.9 * d_k < v < 1.1 * d_k else
             b["by_dk"] if abs(v - 1 / d_k) < 0.2 / d_k else None)
@@ -247,7 +310,8 @@ def check_score_variance(score_variance) -> None:
         if isinstance(out, bool) or not isinstance(out, numbers.Real):     # the exercise asks for a Python float
             raise check.fail(t(f"{label}：返回值的类型", f"{label}: type of the result"),
                              t("Python 的 float", "a Python float"), type(out).__name__,
-                             VARIANCE_BUGS["tensor"] if isinstance(out, torch.Tensor) else None)
+                             VARIANCE_BUGS["tensor"] if isinstance(out, torch.Tensor) else
+                             VARIANCE_BUGS["method"] if getattr(out, "__name__", "") == "item" else None)
         return float(out), label
 
     # 20 000 samples: the estimate's relative spread is about 1 %, so ±7 % is a wide margin
@@ -267,9 +331,9 @@ def check_score_variance(score_variance) -> None:
                          t("两次结果相同", "the same result twice"), f"{a:.6g} / {b:.6g}", VARIANCE_BUGS["generator"])
     c, _ = run(32, False, 8, n_samples=2_000)
     if c == a:
-        raise GradingFailure(t(f"{what}：不同的种子给出了完全相同的结果，随机数没有来自传入的 generator。",
-                               f"{what}: different seeds gave exactly the same result; the random numbers do not "
-                               "come from the generator you were given."))
+        raise check.fail(t(f"{label}，换成种子 8", f"{label}, with seed 8 instead"),
+                         t("和种子 7 不同的结果", "another result than seed 7's"), f"{c:.6g} / {a:.6g}",
+                         VARIANCE_BUGS["own_generator"])
     # the draw the exercise states gives one exact number per seed: another draw lands ~1 % away, while
     # rounding and n vs n - 1 in the variance move it by less than 1e-4
     for d_k, scaled, v, label in got:
@@ -285,6 +349,7 @@ def check_score_variance(score_variance) -> None:
     if not isinstance(dflt, numbers.Real) or abs(float(dflt) - exact) > 1e-3 * exact:
         raise check.fail(label, f"{exact:.6g}", str(dflt), VARIANCE_BUGS["defaults"])
     label = t("score_variance(4)（不传 generator）", "score_variance(4) (no generator)")
+    # (the visible test names a crash here by the sign in VARIANCE_ERRORS; the check below says the same)
     try:
         free = check.call(4, label=label)
     except GradingFailure as err:
@@ -320,8 +385,8 @@ def _att_scale(scale_fn, mask_mode="correct", softmax_dim=-1):
 _sqrt_dk = lambda q, k, v: math.sqrt(q.shape[-1])  # noqa: E731
 
 ATTENTION_BUGS = [
-    Bug("attention_no_scaling", "分数没有除以 √d_k：d_k 大时 softmax 饱和成 one-hot。",
-        "the scores are not divided by √d_k: for large d_k softmax saturates to one-hot.",
+    Bug("attention_no_scaling", "分数没有缩放：没有除以 √d_k，d_k 大时 softmax 饱和成 one-hot。",
+        "the scores are not scaled: not divided by √d_k, so for large d_k softmax saturates to one-hot.",
         _att_scale(lambda q, k, v: 1.0)),
     Bug("attention_scaled_by_dk", "除的是 d_k 而不是 √d_k：分数被压得太小，权重几乎是均匀分布。",
         "you divided by d_k instead of √d_k: the scores shrink too much and the weights become almost uniform.",
@@ -332,9 +397,15 @@ ATTENTION_BUGS = [
     Bug("attention_scaled_by_sqrt_nk", "除的是 √n_k（key 的个数）而不是 √d_k（向量维度）。",
         "you divided by √n_k (the number of keys) instead of √d_k (the vector size).",
         _att_scale(lambda q, k, v: math.sqrt(k.shape[-2]))),
-    Bug("attention_softmax_wrong_dim", "softmax 沿错误的维度（dim=-2，沿 query）：应该让每个 query 的一行权重（沿 key，dim=-1）加起来等于 1。",
+    Bug("attention_softmax_wrong_dim", "softmax 沿错了维度（dim=-2，沿 query）：应该让每个 query 的一行权重（沿 key，dim=-1）加起来等于 1。",
         "softmax runs over the wrong dimension (dim=-2, across queries): each query's row of weights "
         "(over the keys, dim=-1) must add up to 1.", _att_scale(_sqrt_dk, softmax_dim=-2)),
+    Bug("attention_softmax_fixed_axis",
+        "softmax 沿的是固定的 dim=1：没有批量维时它恰好是 key 那一维，有了批量维它就成了别的维。"
+        "每个 query 的一行权重沿最后一维（dim=-1）加起来等于 1。",
+        "softmax runs over the fixed axis dim=1: without batch dimensions that happens to be the keys' axis, "
+        "with batch dimensions it is another one. Each query's row of weights adds up to 1 along the last axis "
+        "(dim=-1).", _att_scale(_sqrt_dk, softmax_dim=1)),
     Bug("attention_mask_inverted", "掩码的含义反了：True 表示“可以看”，你把 True 的位置屏蔽掉了。",
         "the mask is inverted: True means 'may attend', but you blocked the True positions.",
         _att_scale(_sqrt_dk, mask_mode="inverted")),
@@ -346,11 +417,12 @@ ATTENTION_BUGS = [
         _att_scale(_sqrt_dk, mask_mode="zero_fill")),
     Bug("attention_mask_ignored", "传入的 mask 被忽略了。", "the mask argument is ignored.",
         _att_scale(_sqrt_dk, mask_mode="ignored")),
-    Bug("attention_softmax_wrong_dim", "softmax 沿错误的维度（dim=-2，沿 query）：应该让每个 query 的一行权重（沿 key，dim=-1）加起来等于 1。",
+    Bug("attention_softmax_wrong_dim", "softmax 沿错了维度（dim=-2，沿 query）：应该让每个 query 的一行权重（沿 key，dim=-1）加起来等于 1。",
         "softmax runs over the wrong dimension (dim=-2, across queries): each query's row of weights "
         "(over the keys, dim=-1) must add up to 1.",
         lambda q, k, v, mask=None: (None, ref_attention(q, k, v, mask)[1].transpose(-2, -1))),
 ]
+_WEIGHTS_ONLY = ATTENTION_BUGS[-1]        # compared on the weights alone: no output for the visible tests' probes
 
 
 B_BMM = Bug("attention_bmm_three_dims",
@@ -374,14 +446,44 @@ B_BATCH = Bug("attention_fixed_batch_dims",
 B_SWAPPED = Bug("attention_returns_swapped",
                 "返回的顺序反了：题目要的是 (out, weights)，你返回的是 (weights, out)。",
                 "the results come back in the wrong order: the exercise asks for (out, weights); you return "
-                "(weights, out).")
+                "(weights, out).", lambda *args, **kw: tuple(reversed(ref_attention(*args, **kw))))
+B_ONE = Bug("attention_returns_one", "只返回了一个张量：题目要的是 (out, weights) 两个，顺序就是这样。",
+            "only one tensor comes back: the exercise asks for the two of (out, weights), in that order.")
+B_OUT_DTYPE = Bug("attention_out_dtype_changed",
+                  "out 的 dtype 和输入不同（例如乘 v 之前先 .float()）：题目要求 weights 和 out 都保持输入的 dtype，"
+                  "float64 进，float64 出。",
+                  "out does not keep the inputs' dtype (a .float() before the product with v, say): the exercise keeps "
+                  "the dtype of both weights and out, float64 in, float64 out.")
+B_K_T = Bug("attention_k_T", "批量输入时 k.T 会把所有维度倒序（而不只是最后两维）；要用 k.transpose(-2, -1)。",
+            "with batch dimensions k.T reverses *all* dimensions, not just the last two; use k.transpose(-2, -1).")
+B_TRANSPOSE_01 = Bug("attention_transpose_first_axes",
+                     "k.transpose(0, 1) 交换的是最前面两维：没有批量维时它恰好是最后两维，有了批量维交换的就是批量维。"
+                     "Kᵀ 只交换 k 的最后两维：k.transpose(-2, -1)。",
+                     "k.transpose(0, 1) swaps the first two axes: without batch dimensions they happen to be the last "
+                     "two, with batch dimensions they are batch axes. Kᵀ swaps only k's last two axes: "
+                     "k.transpose(-2, -1).")
+B_MASK_RESHAPED = Bug("attention_mask_reshaped",
+                      "掩码被 reshape/view 成了分数的形状：只有元素个数恰好相同时才行。mask 只是能广播到 (..., n_q, n_k)"
+                      "（例如所有批量共用一个 (n_q, n_k) 的掩码），交给 masked_fill 或 torch.where 去广播。",
+                      "the mask is reshaped or viewed to the scores' shape, which only works when both hold as many "
+                      "numbers. The mask merely broadcasts to (..., n_q, n_k) (one (n_q, n_k) mask for every batch, "
+                      "say): let masked_fill or torch.where broadcast it.")
 
-T_HINT = [(lambda exc, line: ".T" in line.replace(" ", "") or ".t()" in line,
-           Bug("attention_k_T", "批量输入时 k.T 会把所有维度倒序（而不只是最后两维）；要用 k.transpose(-2, -1)。",
-               "with batch dimensions k.T reverses *all* dimensions, not just the last two; use "
-               "k.transpose(-2, -1).")),
-          (lambda exc, line: "batch1" in str(exc) or "batch2" in str(exc) or "bmm" in line, B_BMM),
-          (lambda exc, line: isinstance(exc, IndexError) and "shape of the mask" in str(exc), B_MASK_INDEX)]
+# signs of known mistakes in an error the student's code raised: read by the hidden check and the visible test
+ATTENTION_ERRORS = [
+    (Raises(line=(".T", ".t()")), B_K_T),
+    (Raises(line=("transpose(0,1)", "transpose(1,0)")), B_TRANSPOSE_01),
+    (Raises(contains=("batch1", "batch2")), B_BMM),
+    (Raises(line=("bmm",)), B_BMM),
+    (Raises(contains=("shape of the mask",), types=("IndexError",)), B_MASK_INDEX),
+    (Raises(contains=("is invalid for input of size",), line=("mask",)), B_MASK_RESHAPED),
+    (Raises(contains=("einsum(): the number of subscripts",)), B_BATCH),
+    (Raises(contains=("Dimension out of range",), line=("transpose(1,2)", "transpose(2,1)")), B_BATCH),
+    (Raises(contains=("must match the size of tensor",), line=("@",)), B_BATCH),
+    (Raises(contains=("The expanded size of the tensor", "must be greater or equal to the number of dimensions"),
+            line=("expand",)), B_BATCH),
+]
+T_HINT = ATTENTION_ERRORS
 
 
 def _attention_cases():
@@ -411,6 +513,10 @@ def _attention_cases():
         (t("批量维互相广播：q (2, 3, 4, 8)，k (3, 6, 8)，v (1, 3, 6, 5)",
            "batch dims that broadcast: q (2, 3, 4, 8), k (3, 6, 8), v (1, 3, 6, 5)"),
          (r(2, 3, 4, 8), r(3, 6, 8), r(1, 3, 6, 5)), None, F32),
+        # k and v bring a batch dimension that q lacks: the batch shape is none of the three inputs' own
+        (t("批量维从两边广播：q (2, 1, 3, 8)，k (3, 5, 8)，v (3, 5, 4)",
+           "batch dims broadcast from both sides: q (2, 1, 3, 8), k (3, 5, 8), v (3, 5, 4)"),
+         (r(2, 1, 3, 8), r(3, 5, 8), r(3, 5, 4)), None, F32),
     ]
     return [Case(label, qkv, {} if mask is None else {"mask": mask}, tol) for label, qkv, mask, tol in rows]
 
@@ -418,7 +524,7 @@ def _attention_cases():
 def _pair(check, result, label):
     if not (isinstance(result, tuple) and len(result) == 2):
         raise check.fail(label, t("(out, weights) 两个张量组成的元组", "a tuple (out, weights) of two tensors"),
-                         type(result).__name__)
+                         type(result).__name__, B_ONE if isinstance(result, torch.Tensor) else None)
     return result
 
 
@@ -492,6 +598,102 @@ def _attention_checks(what, scaled_dot_product_attention) -> int:
                              str(q.dtype), str(weights.dtype), B_WEIGHTS_DTYPE)
         check.tensor(t(f"{c.label}：输出 out", f"{c.label}: output out"), out, exp_out.shape,
                      hint=t("out 的形状是 (..., n_q, d_v)。", "out has shape (..., n_q, d_v)."))
-        check.expect(t(f"{c.label}：输出 out", f"{c.label}: output out"), out, exp_out, tol=c.tol, dtype=q.dtype,
+        check.expect(t(f"{c.label}：输出 out", f"{c.label}: output out"), out, exp_out, tol=c.tol,
                      hint=t("权重已经对了：out = weights @ v。", "the weights are right: out = weights @ v."))
+        if out.dtype != q.dtype:
+            raise check.fail(t(f"{c.label}：输出 out 的 dtype", f"{c.label}: dtype of the output out"),
+                             str(q.dtype), str(out.dtype), B_OUT_DTYPE)
     return check.n
+
+
+# ---------------------------------------------------------------- what the visible tests show (helpers/probes)
+
+VARIANCE_ERRORS = [(Raises(contains=("'NoneType' object has no attribute",)), VARIANCE_BUGS["defaults"])]
+ERRORS = {"softmax": SOFTMAX_ERRORS, "score_variance": VARIANCE_ERRORS, "scaled_dot_product_attention": ATTENTION_ERRORS}
+
+
+def _pairs(d_k: int, n: int, seed: int):
+    """The stated draw: q, then k, each (n, d_k), from one seeded generator."""
+    gen = seeded(seed)
+    q = torch.randn(n, d_k, generator=gen)
+    return q, torch.randn(n, d_k, generator=gen)
+
+
+def _dots(d_k: int, n: int, seed: int) -> torch.Tensor:
+    q, k = _pairs(d_k, n, seed)
+    return (q.double() * k.double()).sum(-1)
+
+
+def _wide_draw(d_k: int, n: int, seed: int) -> float:
+    qk = torch.randn(n, 2 * d_k, generator=seeded(seed)).double()
+    return float((qk[:, :d_k] * qk[:, d_k:]).sum(-1).var())
+
+
+def _variance_probe_bugs(scaled: bool) -> list[Bug]:
+    b = VARIANCE_BUGS
+    s = math.sqrt
+
+    def scale(d_k):
+        return s(d_k) if scaled else 1.0
+    bugs = [
+        Bug(b["std"].key, b["std"].zh, b["std"].en, lambda d, n, seed: float((_dots(d, n, seed) / scale(d)).std())),
+        Bug(b["mean"].key, b["mean"].zh, b["mean"].en,
+            lambda d, n, seed: float((_dots(d, n, seed) / scale(d)).mean())),
+        Bug(b["by_n"].key, b["by_n"].zh, b["by_n"].en,
+            lambda d, n, seed: float((_dots(d, n, seed) / scale(d)).var()) / n),
+        Bug(b["sum"].key, b["sum"].zh, b["sum"].en,
+            lambda d, n, seed: float((torch.mul(*_pairs(d, n, seed)).double() / scale(d)).var())),
+        Bug(b["mean_not_sum"].key, b["mean_not_sum"].zh, b["mean_not_sum"].en,
+            lambda d, n, seed: float((_dots(d, n, seed) / d / scale(d)).var())),
+        Bug(b["draw"].key, b["draw"].zh, b["draw"].en, lambda d, n, seed: _wide_draw(d, n, seed) / scale(d) ** 2),
+        Bug(b["draw"].key, b["draw"].zh, b["draw"].en,
+            lambda d, n, seed: float((_dots(d, 50_000, seed) / scale(d)).var())),
+    ]
+    if scaled:
+        bugs += [Bug(b["ignores_scaled"].key, b["ignores_scaled"].zh, b["ignores_scaled"].en,
+                     lambda d, n, seed: float(_dots(d, n, seed).var())),
+                 Bug(b["by_dk"].key, b["by_dk"].zh, b["by_dk"].en,
+                     lambda d, n, seed: float((_dots(d, n, seed) / d).var()))]
+    return bugs
+
+
+EXACT_DRAW = Tol(1e-3, 0.0, 1.0)       # the hidden check's margin for the stated draw: 0.1 %
+
+
+def probes() -> list[Probe]:
+    gen = seeded(105)
+    inf = float("-inf")
+
+    def r(*shape):
+        return torch.randn(*shape, generator=gen).round(decimals=2)
+    attention = [b for b in ATTENTION_BUGS if b is not _WEIGHTS_ONLY] + [B_SWAPPED]
+    not_last = [b for b in SOFTMAX_BUGS if b.key != "softmax_ignores_dim"]      # the same output as dim_zero_ignored
+    causal = torch.ones(4, 4, dtype=torch.bool).tril()
+    return [
+        # softmax: small rows, a row near 1000 (overflow), then dims other than the last
+        Probe("softmax_rows", args=(torch.tensor([[1.0, 2.0, 3.0], [1000.0, 1001.0, 1002.0]]),), kwargs={"dim": -1},
+              reference=ref_softmax, bugs=SOFTMAX_BUGS),
+        Probe("softmax_inf_row", args=(torch.tensor([[inf, inf, 3.0, inf], [0.5, 0.1, -0.2, 0.3]]),), kwargs={"dim": -1},
+              reference=ref_softmax, bugs=SOFTMAX_BUGS),
+        Probe("softmax_dim1", args=(r(2, 3, 4),), kwargs={"dim": 1}, reference=ref_softmax, bugs=SOFTMAX_BUGS),
+        Probe("softmax_dim0", args=(r(3, 2, 4),), kwargs={"dim": 0}, reference=ref_softmax, bugs=not_last),
+        Probe("softmax_default", args=(r(2, 3, 4),), reference=ref_softmax, bugs=SOFTMAX_DEFAULT_BUGS),
+        # score_variance: (d_k, n_samples, seed); the student's call takes a generator made from the seed
+        # 2 000 pairs: another draw lands a few per cent away, while n vs n − 1 in the variance moves it by 0.05 %
+        Probe("variance", args=(16, 2_000, 20), reference=lambda d, n, seed: ref_score_variance(d, n, False, seed),
+              bugs=_variance_probe_bugs(False), tol=EXACT_DRAW),
+        Probe("variance_scaled", args=(16, 2_000, 20), reference=lambda d, n, seed: ref_score_variance(d, n, True, seed),
+              bugs=_variance_probe_bugs(True), tol=EXACT_DRAW),
+        Probe("variance_defaults", args=(16, 6), reference=lambda d, seed: ref_score_variance(d, 100_000, False, seed)),
+        # attention: no batch, then two batch dims (d_k = 8, d_v = 6, n_k = 5: √d_k, √d_v and √n_k differ)
+        Probe("attention", args=(r(3, 8), r(5, 8), r(5, 6)), reference=ref_attention, parts=("out", "weights"),
+              bugs=attention),
+        Probe("attention_batched", args=(r(2, 2, 3, 8), r(2, 2, 5, 8), r(2, 2, 5, 6)), reference=ref_attention,
+              parts=("out", "weights"), bugs=attention),
+        Probe("attention_masked", args=(r(2, 4, 8), r(2, 4, 8), r(2, 4, 3), causal), reference=ref_attention,
+              parts=("out", "weights"), bugs=attention),
+        # batch dims that broadcast from both sides: (2, 1) with (3,) gives (2, 3)
+        Probe("attention_broadcast", args=(r(2, 1, 3, 8), r(3, 5, 8), r(3, 5, 4)), reference=ref_attention,
+              parts=("out", "weights"), bugs=attention),
+    ]
+

@@ -9,7 +9,20 @@ import torch
 from helpers.i18n import t
 
 from .cases import EXACT, LOOSE, Case, Check, Earlier, on_its_own, passes, same
-from .core import ATTENTION_FAMILY, B_WEIGHTS_DTYPE, Bug, GradingFailure, call, close, failure, passed, seeded, show
+from .core import (
+    ATTENTION_FAMILY,
+    B_WEIGHTS_DTYPE,
+    Bug,
+    GradingFailure,
+    Raises,
+    call,
+    close,
+    failure,
+    passed,
+    seeded,
+    show,
+)
+from .probes import Probe
 
 NEG = float("-inf")
 
@@ -65,6 +78,11 @@ MASK_BUGS = {
                  "the mask is a float tensor (e.g. torch.tril(torch.ones(n, n))), not a boolean one: it cannot be "
                  "negated with ~ or used as an index or a masked_fill condition. Add dtype=torch.bool, or compare "
                  "with == 1."),
+    "int": Bug("mask_int_not_bool",
+               "掩码是整数张量（例如 torch.ones(n, n, dtype=torch.long).tril()），不是布尔张量：~ 对整数是按位取反"
+               "（1 变成 -2），当条件也不对。dtype 要是 torch.bool。",
+               "the mask is an integer tensor (e.g. torch.ones(n, n, dtype=torch.long).tril()), not a boolean one: "
+               "~ on integers flips bits (1 becomes -2), and it is no condition either. The dtype must be torch.bool."),
     "all": Bug("mask_all_true", "掩码全是 True：什么都没遮住。", "the mask is all True: nothing is hidden."),
     "dims": Bug("mask_extra_dims",
                 "掩码多了前面的维度（例如 nanoGPT 那样 view(1, 1, n, n)）：题目要的是形状 (n, n)，"
@@ -147,7 +165,8 @@ def _mask_checks(causal_mask) -> int:
         out = check.tensor(label, got, (n, n), hint=t("掩码的形状是 (n, n)。", "the mask has shape (n, n)."),
                            bug=MASK_BUGS["dims"] if extra else None)
         if out.dtype != torch.bool:
-            bug = MASK_BUGS["float"] if same(out, ref_mask(n), EXACT) else None
+            bug = (MASK_BUGS["float"] if out.is_floating_point() else MASK_BUGS["int"]) \
+                if same(out, ref_mask(n), EXACT) else None
             raise check.fail(t(f"{label} 的 dtype", f"dtype of {label}"), "torch.bool", str(out.dtype), bug,
                              hint=t("True 表示可以看：掩码要用布尔张量。", "True means may attend: the mask must be boolean."))
         check.expect(label, out.cpu(), ref_mask(n), tol=EXACT, bugs=MASK_SHAPES, bug_args=(n,),
@@ -186,6 +205,11 @@ APPLY_BUGS = [
     Bug("apply_softmax_inside", "apply_mask 只负责把不可以看的分数设为 −∞；你返回的是 softmax 之后的权重。",
         "apply_mask only sets the forbidden scores to −∞; you returned the weights after softmax.",
         lambda s, m: ref_softmax(s.masked_fill(~m, NEG))),
+    Bug("apply_scores_shifted", "可以看的分数被改动了：你减去了每行的最大值（为了让 softmax 稳定）。这一步属于 softmax，"
+        "apply_mask 只把不可以看的位置设成 −∞，其余的分数原样保留。",
+        "the allowed scores were changed: you subtracted each row's maximum (for a stable softmax). That step belongs "
+        "to softmax; apply_mask only sets the forbidden positions to −∞ and keeps the other scores as they are.",
+        lambda s, m: (s.to(torch.float64) - s.to(torch.float64).amax(-1, keepdim=True)).masked_fill(~m, NEG)),
 ]
 
 APPLY_IN_PLACE = Bug("apply_mask_in_place",
@@ -195,10 +219,12 @@ APPLY_IN_PLACE = Bug("apply_mask_in_place",
                      "for a new tensor, leaving the caller's scores as they were. Use masked_fill (no underscore) or "
                      "torch.where.")
 APPLY_DTYPE = Bug("apply_mask_changes_dtype",
-                  "apply_mask 改变了分数的 dtype（例如先 .float()，或 torch.where 里用了一个 float32 的张量）："
-                  "题目要求 dtype 不变，float64 的分数进来就要 float64 出去。",
+                  "apply_mask 改变了分数的 dtype（例如先 .float()，或 torch.where 里用了一个 float32 的张量，"
+                  "像 torch.full(..., float('-inf'))）：题目要求 dtype 不变，float64 进来 float64 出去，float16 进来"
+                  "也要 float16 出去。",
                   "apply_mask changes the dtype of the scores (a .float() first, or a float32 tensor inside "
-                  "torch.where): the exercise keeps the dtype, so float64 scores come back as float64.")
+                  "torch.where, such as torch.full(..., float('-inf'))): the exercise keeps the dtype, so float64 "
+                  "scores come back as float64, and float16 as float16.")
 INDEX_NO_BROADCAST = Bug("apply_index_does_not_broadcast",
                          "布尔掩码当下标用（scores[~mask] = ...）时不会广播：它的形状必须和 scores 完全相同。mask 只是能广播到 "
                          "scores 的形状，用 masked_fill 或 torch.where（它们会广播），或者先 mask.expand_as(scores)。",
@@ -206,7 +232,14 @@ INDEX_NO_BROADCAST = Bug("apply_index_does_not_broadcast",
                          "the scores' shape. The mask only broadcasts to it, so use masked_fill or torch.where (they "
                          "broadcast), or mask.expand_as(scores) first.")
 
-FLOAT_HINTS = [(lambda exc, line: any(p in str(exc) for p in (
+HALF_OVERFLOW = Bug("apply_fill_overflows_half",
+                    "填充值放不进 float16：float16 最大只到约 65504，-1e9 这样的数会溢出（masked_fill 因此报错）。"
+                    "用 float('-inf')，或 torch.finfo(scores.dtype).min，它在每种 dtype 里都放得下。",
+                    "the fill does not fit in float16: float16 stops at about 65504, so a number like -1e9 overflows "
+                    "(and masked_fill raises). Use float('-inf'), or torch.finfo(scores.dtype).min, which fits every "
+                    "dtype.")
+
+FLOAT_HINTS = [(Raises(contains=(
     "only implemented on integer and Boolean", "only supported for integer and Boolean",
     "must be long, int, byte or bool", "only supports boolean masks", "condition to be a boolean")),
     MASK_BUGS["float"])]
@@ -231,8 +264,16 @@ def _masked_like_reference(check, label, out, scores, mask) -> None:
     check.n += 1
 
 
-APPLY_HINTS = FLOAT_HINTS + [(lambda exc, line: isinstance(exc, IndexError) and "shape of the mask" in str(exc),
-                              INDEX_NO_BROADCAST)]
+RESHAPED = Bug("apply_mask_reshaped",
+               "掩码被 view/reshape 成了 scores 的形状：只有元素个数相同时才行。mask 只是能广播到 scores 的形状"
+               "（例如 (n, n) 的掩码配 (B, h, n, n) 的分数），交给 masked_fill 或 torch.where 去广播，或者用 expand_as。",
+               "the mask is viewed or reshaped to the scores' shape, which only works when both hold as many "
+               "numbers. The mask merely broadcasts to the scores (an (n, n) mask for (B, h, n, n) scores): let "
+               "masked_fill or torch.where broadcast it, or use expand_as.")
+
+APPLY_HINTS = FLOAT_HINTS + [(Raises(contains=("shape of the mask",), types=("IndexError",)), INDEX_NO_BROADCAST),
+                             (Raises(contains=("is invalid for input of size",)), RESHAPED),
+                             (Raises(contains=("without overflow",)), HALF_OVERFLOW)]
 
 
 def check_apply_mask(apply_mask) -> None:
@@ -251,6 +292,9 @@ def _apply_checks(apply_mask) -> int:
          torch.randn(2, 3, 4, 4, generator=gen), ref_mask(4)),
         (t("非方阵 4×6，随机掩码", "non-square 4×6, random mask"), torch.randn(4, 6, generator=gen) * 3, rand_mask),
         (t("float64 分数", "float64 scores"), torch.randn(2, 6, 6, generator=gen, dtype=torch.float64), ref_mask(6)),
+        # half precision: a fill built apart from the scores (torch.full(..., -inf) is float32) changes the dtype
+        (t("float16 分数", "float16 scores"), torch.randn(2, 5, 5, generator=gen).half(), ref_mask(5)),
+        (t("bfloat16 分数", "bfloat16 scores"), torch.randn(3, 4, generator=gen).bfloat16(), ref_mask(4)[:3]),
     ]
     for label, scores, mask in cases:
         _masked_like_reference(check, label, check.call(scores, mask, label=label), scores, mask)
@@ -327,7 +371,7 @@ ATTENTION_BUGS = [
 B_SWAPPED = Bug("attention_returns_swapped",
                 "返回的顺序反了：题目要的是 (out, weights)，你返回的是 (weights, out)。",
                 "the results come back in the wrong order: the exercise asks for (out, weights); you return "
-                "(weights, out).")
+                "(weights, out).", lambda *args: tuple(reversed(ref_attention(*args))))
 B_BATCH = Bug("attention_fixed_batch_dims",
               "只在恰好一个批量维 (B, n, d) 时才算得对（例如 x.shape[1] 或 x.size(1) 当成了 n，或用了 transpose(1, 2)、"
               "bmm）：题目要求前面的批量维可以任意多，也可以没有。n 是 x.shape[-2]，转置用 transpose(-2, -1)。",
@@ -335,10 +379,25 @@ B_BATCH = Bug("attention_fixed_batch_dims",
               "transpose(1, 2), bmm): the exercise allows any number of leading batch dimensions, or none. n is "
               "x.shape[-2]; transpose with transpose(-2, -1).")
 OUT_BUGS = [
+    Bug("attention_out_weights_transposed", "out 用的是转置了的权重（weights 的转置 @ v）：第 i 行的输出应该按第 i 行的权重"
+        "（第 i 个 query 看各个 key 的权重）混合各个值，out = weights @ v。",
+        "out uses the weights transposed (weightsᵀ @ v): output row i mixes the values with row i of the weights "
+        "(how much query i looks at each key), out = weights @ v.",
+        lambda x, w_q, w_k, w_v: (ref_attention(x, w_q, w_k, w_v)[1].mT @ (x.to(torch.float64) @ w_v.to(torch.float64)),
+                                  ref_attention(x, w_q, w_k, w_v)[1])),
+    Bug("attention_value_from_w_k", "值是用 w_k 投影的：V = X·W_V，要用 w_v（三个投影各用自己的矩阵）。",
+        "the values are projected with w_k: V = X·W_V uses w_v (each projection has its own matrix).",
+        lambda x, w_q, w_k, w_v: (ref_attention(x, w_q, w_k, w_v)[1] @ (x.to(torch.float64) @ w_k.to(torch.float64)),
+                                  ref_attention(x, w_q, w_k, w_v)[1])),
     Bug("attention_out_from_x", "out = weights @ x：乘的是输入 x，不是值 v = x @ w_v。",
         "out = weights @ x: you multiplied the input x, not the values v = x @ w_v.",
-        lambda x, w_q, w_k, w_v: (ref_attention(x, w_q, w_k, w_v)[1] @ x.to(torch.float64), None)),
+        lambda x, w_q, w_k, w_v: (ref_attention(x, w_q, w_k, w_v)[1] @ x.to(torch.float64),
+                                  ref_attention(x, w_q, w_k, w_v)[1])),
 ]
+
+B_ONE = Bug("attention_returns_one", "只返回了一个张量：题目要的是 (out, weights) 两个，后面的热力图要用 weights。",
+            "only one tensor comes back: the exercise asks for the two (out, weights); the heatmaps later need the "
+            "weights.", lambda *args: ref_attention(*args)[0])
 
 LEAK = Bug("attention_sees_future", "第 i 个输出依赖了 i 之后的 token：因果性被破坏。",
            "output i depends on tokens after i: causality is broken.")
@@ -367,7 +426,7 @@ def _pair(check, args, label):
         raise GradingFailure("\n".join(kept) + "\n" + t("  诊断：", "  Diagnosis: ") + B_BATCH.describe()) from None
     if not (isinstance(result, tuple) and len(result) == 2 and all(isinstance(r, torch.Tensor) for r in result)):
         raise check.fail(label, t("(out, weights) 两个张量组成的元组", "a tuple (out, weights) of two tensors"),
-                         type(result).__name__)
+                         type(result).__name__, B_ONE if isinstance(result, torch.Tensor) else None)
     return result
 
 
@@ -432,7 +491,7 @@ def check_causal_self_attention(causal_self_attention) -> None:
 
 
 def _attention_checks(what, causal_self_attention) -> int:
-    check = Check(what, causal_self_attention, forbid=ATTENTION_FAMILY, hints=FLOAT_HINTS)
+    check = Check(what, causal_self_attention, forbid=ATTENTION_FAMILY, hints=FLOAT_HINTS + ATTENTION_ERRORS)
     for c in _attention_cases():
         out, w = _pair(check, c.args, c.label)
         exp_out, exp_w = ref_attention(*c.args)
@@ -466,6 +525,9 @@ B_FIXED = Bug("attention_mask_of_fixed_size",
               "the mask is built once at a fixed length and sliced (e.g. causal_mask(64)[:n, :n]): an input longer "
               "than that fails. The length n of x can be anything: build the mask for x.shape[-2], "
               "causal_mask(n, device=x.device).")
+
+
+ATTENTION_ERRORS = [(Raises(contains=("must match the size of tensor b",), types=("RuntimeError",)), B_FIXED)]
 
 
 def _any_length(check) -> None:
@@ -556,3 +618,35 @@ def check_mask_off(answers) -> None:
                                    "without the mask there is no −∞, and e^x > 0 for every finite x."))
             raise failure(f"{what}: {name}", str(want), repr(got), bug=_count_bug(want, got), hint=hint)
     passed(what, 3)
+
+
+# ---------------------------------------------------------------- what the visible tests show (helpers/probes)
+
+# (a size mismatch in attention is not shown as a fixed-size mask: x.size(1) taken as n gives it too)
+# k.transpose(1, 2) on a single sequence (T, d): the axes of a batch assumed
+BATCH_HINTS = [(Raises(contains=("Dimension out of range",), line=("transpose(1,2)", "transpose(2,1)")), B_BATCH)]
+ERRORS = {"apply_mask": APPLY_HINTS, "causal_self_attention": FLOAT_HINTS + BATCH_HINTS}
+
+
+def _calculator_inputs():
+    from helpers.ch02_causal_mask import calculator
+    return tuple(torch.tensor(a, dtype=torch.float32) for a in calculator.inputs())
+
+
+def probes() -> list[Probe]:
+    dims = Bug(MASK_BUGS["dims"].key, MASK_BUGS["dims"].zh, MASK_BUGS["dims"].en, lambda n: ref_mask(n).view(1, 1, n, n))
+    gen = seeded(205)
+    r = lambda *shape: torch.randn(*shape, generator=gen).round(decimals=2)  # noqa: E731
+    scores = torch.tensor([[0.0, 1.0, 2.0, -1.0], [3.0, 4.0, 5.0, 0.5], [6.0, 7.0, 8.0, 2.0]])
+    allowed = torch.tensor([[True, False, False, False], [True, True, False, False], [True, True, True, False]])
+    return [
+        Probe("mask", args=(5,), reference=ref_mask, bugs=MASK_SHAPES + [dims]),
+        # softmax of the masked scores: -inf and a large negative number such as -1e9 give the same weights
+        Probe("masked_softmax", args=(scores, allowed), reference=lambda s, m: ref_softmax(ref_apply(s, m)),
+              bugs=APPLY_BUGS, run_bug=lambda bug: ref_softmax(bug.impl(scores, allowed))),
+        Probe("calculator", args=_calculator_inputs(), reference=ref_attention, parts=("out", "weights"),
+              bugs=ATTENTION_BUGS + OUT_BUGS + [B_SWAPPED, B_ONE]),
+        # a batch, and d_k (4) apart from d (8) and d_v (3): √d and √d_k differ here
+        Probe("batch", args=(r(2, 6, 8), r(8, 4), r(8, 4), r(8, 3)), reference=ref_attention, parts=("out", "weights"),
+              bugs=ATTENTION_BUGS + OUT_BUGS + [B_SWAPPED, B_ONE]),
+    ]

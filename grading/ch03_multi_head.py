@@ -16,7 +16,8 @@ from torch import nn
 from helpers.i18n import t
 
 from .cases import Check, Earlier, on_its_own, passes, same
-from .core import Bug, GradingFailure, as_f64, call, expect_autograd, failure, passed, seeded
+from .core import Bug, GradingFailure, Raises, as_f64, call, expect_autograd, failure, passed, seeded
+from .probes import Probe
 
 # ---------------------------------------------------------------- references (float64)
 
@@ -41,7 +42,7 @@ def _softmax64(s, dim=-1):
 
 
 def ref_mha(x, w_qkv, b_qkv, w_o, b_o, h, *, split=None, merge=None, scale="d_k", proj=True,
-            order=(0, 1, 2), causal=True, softmax_dim=-1):
+            order=(0, 1, 2), causal=True, softmax_dim=-1):   # noqa: C901 - one switch per known bug
     """Causal multi-head self-attention in float64, one head at a time.
 
     The keyword arguments switch on known bugs (the default is correct)."""
@@ -51,11 +52,16 @@ def ref_mha(x, w_qkv, b_qkv, w_o, b_o, h, *, split=None, merge=None, scale="d_k"
     y = x @ as_f64(w_qkv).T
     if b_qkv is not None:
         y = y + as_f64(b_qkv)
-    parts = [y[..., j * d:(j + 1) * d] for j in range(3)]
+    if order == "per_head":          # each head's q, k, v side by side: (B, N, h, 3·d_k)
+        per_head = y.reshape(B, N, h, 3 * d_k)
+        parts = [per_head[..., j * d_k:(j + 1) * d_k].reshape(B, N, d) for j in range(3)]
+        order = (0, 1, 2)
+    else:
+        parts = [y[..., j * d:(j + 1) * d] for j in range(3)]
     q, k, v = (parts[j] for j in order)
     split = split or ref_split
     q, k, v = split(q, h), split(k, h), split(v, h)                   # (B, h, N, d_k)
-    denom = {"d_k": math.sqrt(d_k), "d": math.sqrt(d), "none": 1.0}[scale]
+    denom = {"d_k": math.sqrt(d_k), "d": math.sqrt(d), "none": 1.0, "d_k_plain": float(d_k)}[scale]
     s = torch.einsum("bhqc,bhkc->bhqk", q, k) / denom
     allowed = torch.ones(N, N, dtype=torch.bool).tril()
     if causal is True:
@@ -66,7 +72,7 @@ def ref_mha(x, w_qkv, b_qkv, w_o, b_o, h, *, split=None, merge=None, scale="d_k"
     heads = torch.einsum("bhqk,bhkc->bhqc", w, v)
     out = (merge or ref_merge)(heads)                                  # (B, N, d)
     if proj:
-        out = out @ as_f64(w_o).T
+        out = out @ (as_f64(w_o) if proj == "untransposed" else as_f64(w_o).T)
         if b_o is not None:
             out = out + as_f64(b_o)
     return out
@@ -108,7 +114,7 @@ B_SPLIT_INTERLEAVED = Bug("split_interleaved_channels",
                           "e.g. view(B, N, d_k, h)); head i must hold the contiguous channels i·d_k : (i+1)·d_k, "
                           "i.e. view(B, N, h, d_k).", _split_interleaved)
 B_MERGE_NO_T = Bug("merge_without_transpose",
-                   "合并时直接把 (B, h, N, d_k) reshape 成 (B, N, d)，没有先 transpose(1, 2) 回 (B, N, h, d_k)："
+                   "合并时直接 reshape 成 (B, N, d)，没有先 transpose(1, 2) 把 (B, h, N, d_k) 换回 (B, N, h, d_k)："
                    "不同 token 的输出被拼到了一起。",
                    "the heads are merged by reshaping (B, h, N, d_k) straight to (B, N, d), without first "
                    "transposing back to (B, N, h, d_k): outputs of different tokens get glued together.",
@@ -120,9 +126,20 @@ B_MERGE_INTERLEAVED = Bug("merge_interleaved_channels",
                           "before the reshape); head 0's d_k channels must come first, then head 1's, and so on.",
                           _merge_interleaved)
 B_MERGE_VIEW = Bug("merge_view_non_contiguous",
-                   "transpose 之后的张量在内存里不连续，不能直接 .view：用 .reshape(...)，或先 .contiguous() 再 .view(...)。",
-                   "after a transpose the tensor is not contiguous in memory, so .view fails: use .reshape(...), "
-                   "or .contiguous().view(...).")
+                   "transpose（或 permute）之后的张量在内存里不连续，不能直接 .view：用 .reshape(...)，或先 .contiguous() "
+                   "再 .view(...)。",
+                   "after a transpose (or a permute) the tensor is not contiguous in memory, so .view fails: use "
+                   ".reshape(...), or .contiguous().view(...).")
+B_SPLIT_LAST_AXES = Bug("split_axes_n_and_d_k_swapped",
+                        "结果的形状是 (B, h, d_k, N)：头的维度到了前面，可 N 和 d_k 的顺序也跟着反了（例如 permute(0, 2, 3, 1)）。"
+                        "题目要的是 (B, h, N, d_k)：只交换 N 和 h 这两维。",
+                        "the result has shape (B, h, d_k, N): the head axis moved to the front, but N and d_k got "
+                        "swapped too (permute(0, 2, 3, 1), say). The exercise asks for (B, h, N, d_k): swap only N and h.")
+B_MERGE_TOO_FLAT = Bug("merge_flattened_too_far",
+                       "结果的形状是 (B, N·h·d_k)：flatten 从第 1 维开始，把 N 也并进去了。只并最后两维（h 和 d_k），"
+                       "结果是 (B, N, h·d_k)。",
+                       "the result has shape (B, N·h·d_k): the flatten starts at axis 1 and fuses N in as well. Fuse only "
+                       "the last two axes (h and d_k): (B, N, h·d_k).")
 
 
 def _mha_bug(**kw):
@@ -131,6 +148,38 @@ def _mha_bug(**kw):
     return impl
 
 
+B_SCALE_DK_PLAIN = Bug("mha_scaled_by_d_k",
+                       "分数除的是 d_k，不是 √d_k：点积的方差是 d_k，要除以它的平方根才回到 1。",
+                       "the scores are divided by d_k, not √d_k: a dot product has variance d_k, and dividing by its "
+                       "square root brings that back to 1.", _mha_bug(scale="d_k_plain"))
+B_SPLIT_BY_DK = Bug("mha_split_into_d_k_heads",
+                    "拆成了 d_k 个头、每个宽 h，而不是 h 个头、每个宽 d_k（例如 split_heads(q, self.d_k)，头数和头宽弄反了）。",
+                    "the heads are cut into d_k heads of width h instead of h heads of width d_k (split_heads(q, "
+                    "self.d_k), say: the number of heads and their width swapped).",
+                    _mha_bug(split=lambda x, h: ref_split(x, x.shape[-1] // h)))
+B_MERGE_SWAPS_N_DK = Bug("mha_merge_swaps_n_and_d_k",
+                         "合并时 transpose(-2, -1) 交换的是 N 和 d_k，不是头和 N：拼回 (B, N, d) 之前要把 (B, h, N, d_k) "
+                         "换成 (B, N, h, d_k)，也就是交换第 1、2 维。",
+                         "the merge's transpose(-2, -1) swaps N and d_k, not the heads and N: before fusing back to "
+                         "(B, N, d), (B, h, N, d_k) becomes (B, N, h, d_k), a swap of axes 1 and 2.",
+                         _mha_bug(merge=lambda x: as_f64(x).transpose(-2, -1).reshape(x.shape[0], x.shape[2], -1)))
+B_PROJ_UNTRANSPOSED = Bug("mha_proj_weight_not_transposed",
+                          "输出投影直接乘了 proj.weight（y @ weight）：nn.Linear 存的是 W_O 的转置，前向算的是 "
+                          "y @ weight.T + bias。直接调用 self.proj(y) 就对了。",
+                          "the output projection multiplies by proj.weight itself (y @ weight): nn.Linear stores the "
+                          "transpose of W_O and computes y @ weight.T + bias. Call self.proj(y) instead.",
+                          _mha_bug(proj="untransposed"))
+B_QKV_PER_HEAD = Bug("mha_qkv_split_per_head",
+                     "q、k、v 是按头切的（先 view(B, N, h, 3·d_k) 再把每个头切成三份）：题目的约定是 qkv 的输出前 d 个通道"
+                     "是 q（各头依次排好），接着 d 个是 k，最后 d 个是 v。先沿最后一维切成三份，再各自拆头。",
+                     "q, k and v are cut per head (viewed as (B, N, h, 3·d_k) and each head cut in three): the stated "
+                     "layout puts q in the first d output channels of qkv (heads one after another), then d of k, then "
+                     "d of v. Cut the last axis in three first, then split each into heads.", _mha_bug(order="per_head"))
+B_SOFTMAX_HEADS = Bug("mha_softmax_over_heads",
+                      "softmax 沿的是 dim=1，也就是头那一维：分数的形状是 (B, h, N, N)，每个 query 的一行权重沿最后一维"
+                      "（dim=-1）加起来等于 1。",
+                      "softmax runs over dim=1, the heads' axis: the scores have shape (B, h, N, N), and each query's "
+                      "row of weights adds up to 1 along the last axis (dim=-1).", _mha_bug(softmax_dim=1))
 B_SCALE_D = Bug("mha_scaled_by_sqrt_d",
                 "分数除的是 √d（整个模型宽度），而不是每个头的 √d_k = √(d/h)：每个头的点积只有 d_k 项。",
                 "the scores are divided by √d (the full model width) instead of each head's √d_k = √(d/h): "
@@ -177,22 +226,40 @@ B_BIAS = Bug("mha_bias_argument_ignored",
              "要写 nn.Linear(d, 3 * d, bias=bias) 和 nn.Linear(d, d, bias=bias)。",
              "the bias argument is not passed on to nn.Linear: with bias=False neither self.qkv nor self.proj has "
              "a bias; write nn.Linear(d, 3 * d, bias=bias) and nn.Linear(d, d, bias=bias).")
-B_THREE_LINEARS = Bug("mha_three_separate_projections",
-                      "q、k、v 用了三个单独的 nn.Linear(d, d)：题目要求一次投影 self.qkv = nn.Linear(d, 3 * d)，"
-                      "输出依次是 q、k、v（GPT-2 / nanoGPT 的 c_attn，也是 nn.MultiheadAttention 的 in_proj_weight）。",
-                      "q, k and v come from three separate nn.Linear(d, d): the exercise asks for one projection, "
-                      "self.qkv = nn.Linear(d, 3 * d), with q, k, v in that order along its output (GPT-2's / "
-                      "nanoGPT's c_attn, and nn.MultiheadAttention's in_proj_weight).")
+B_THREE_LINEARS = Bug("mha_qkv_not_one_projection",
+                      "q、k、v 来自不止一个 nn.Linear（例如三个单独的 nn.Linear(d, d)，或者 q 一个、k 和 v 合一个）："
+                      "题目要求一个属性 qkv，一次投影得到 3d 个输出，依次是 q、k、v（GPT-2 / nanoGPT 的 c_attn，"
+                      "也是 nn.MultiheadAttention 的 in_proj_weight）。",
+                      "q, k and v come from more than one nn.Linear (three separate nn.Linear(d, d), or one for q and "
+                      "one for k and v): the exercise asks for one attribute qkv, one projection with 3d outputs, q, k, "
+                      "v in that order (GPT-2's / nanoGPT's c_attn, and nn.MultiheadAttention's in_proj_weight).")
+B_HEADS_OUT = Bug("mha_returns_heads_unmerged",
+                  "forward 返回的形状是 (B, h, N, d_k)：各头的结果还没有拼回 (B, N, d)，也还没有经过输出投影 proj。",
+                  "forward returns shape (B, h, N, d_k): the heads' results are not merged back into (B, N, d), nor "
+                  "passed through the output projection proj.")
+B_NO_RAISE = Bug("mha_no_error_at_construction",
+                 "CausalSelfAttention(10, 3) 什么错误也没有抛出：d 不能被 h 整除的检查要写在 __init__ 里，在建任何层之前"
+                 "就 raise ValueError(...)，不要等到 forward。",
+                 "CausalSelfAttention(10, 3) raised nothing: the check that d is divisible by h belongs in __init__, "
+                 "raising ValueError(...) before anything is built, not in forward.")
+B_EXTRA_PARAMS = Bug("mha_extra_parameters",
+                     "除了 qkv 和 proj，模块还有别的参数：题目要求没有别的参数，总数是 4d² + 4d。掩码不是要学习的参数："
+                     "在 forward 里现做，或者用 register_buffer（不要用 nn.Parameter）。",
+                     "the module has parameters besides qkv and proj: the exercise allows no others, 4d² + 4d in all. A "
+                     "mask is not something to learn: build it in forward, or keep it with register_buffer (not "
+                     "nn.Parameter).")
 B_TUPLE = Bug("mha_forward_returns_tuple",
               "forward 返回了一个元组（像第 2 章那样的 (out, weights)）：这个模块只返回 (B, N, d) 的输出张量。",
               "forward returns a tuple (like chapter 2's (out, weights)): this module returns only the output "
               "tensor of shape (B, N, d).")
 B_FIXED_MASK = Bug("mha_mask_of_fixed_size",
-                   "掩码是按一个固定长度事先建好的（例如 register_buffer 一个 tril(ones(64, 64)) 再切片）：输入比它长时就出错。"
-                   "题目要求 forward 对任何长度 N 都成立：在 forward 里按 N 现做掩码，或者 N 超过已有的大小时重建它。",
-                   "the mask is built once at a fixed length (a register_buffer of tril(ones(64, 64)), sliced): an input "
-                   "longer than that fails. The exercise asks forward to work for any length N: build the mask for N in "
-                   "forward, or rebuild it when N outgrows the stored one.")
+                   "掩码按一个固定长度建好以后就一直用（例如 register_buffer 一个 tril(ones(1024, 1024)) 再切片，或者第一次"
+                   "调用时按那次的 N 建好存起来）：输入比它长时就出错。题目要求 forward 对任何长度 N 都成立，同一个模块先后处理"
+                   "不同长度的输入也一样：在 forward 里按 N 现做掩码，或者 N 超过已有的大小时重建它。",
+                   "the mask is built once at a fixed length and kept (a register_buffer of tril(ones(1024, 1024)), "
+                   "sliced, or one built at the first call's N and stored): an input longer than that fails. The exercise "
+                   "asks forward to work for any length N, one module after another length included: build the mask "
+                   "for N in forward, or rebuild it when N outgrows the stored one.")
 B_ASSERT = Bug("mha_assert_instead_of_valueerror",
                "d 不能被 h 整除时用了 assert：assert 抛出的是 AssertionError，而且在 python -O 下会被整个跳过。"
                "请写 if d % h != 0: raise ValueError(...)。",
@@ -211,7 +278,8 @@ def _module_bugs():
             Bug(B_MERGE_NO_T.key, B_MERGE_NO_T.zh, B_MERGE_NO_T.en, _mha_bug(merge=_merge_no_T)),
             Bug(B_MERGE_INTERLEAVED.key, B_MERGE_INTERLEAVED.zh, B_MERGE_INTERLEAVED.en,
                 _mha_bug(merge=_merge_interleaved)),
-            B_SCALE_D, B_NO_SCALE, B_NO_PROJ, B_NO_MASK, B_MASK_AFTER, B_SOFTMAX_DIM]
+            B_SCALE_D, B_NO_SCALE, B_NO_PROJ, B_NO_MASK, B_MASK_AFTER, B_SOFTMAX_DIM,
+            B_SCALE_DK_PLAIN, B_SPLIT_BY_DK, B_MERGE_SWAPS_N_DK, B_PROJ_UNTRANSPOSED, B_QKV_PER_HEAD, B_SOFTMAX_HEADS]
     for order in itertools.permutations(range(3)):
         if order != (0, 1, 2):
             bugs.append(Bug(B_ORDER.key, B_ORDER.zh, B_ORDER.en, _mha_bug(order=order)))
@@ -228,13 +296,13 @@ B_SPLIT_VIEW_ERROR = Bug(B_SPLIT_VIEW.key,
                          "stop raising.")
 
 
-def _view_error(exc, line):
-    return "view size is not compatible" in str(exc) or "contiguous" in str(exc)
-
-
-VIEW_HINT = [(lambda exc, line: _view_error(exc, line) and "transpose" in line, B_MERGE_VIEW),
-             (lambda exc, line: _view_error(exc, line) and "view" in line, B_SPLIT_VIEW_ERROR),
-             (lambda exc, line: _view_error(exc, line), B_MERGE_VIEW)]
+VIEW_FAILS = ("view size is not compatible", "contiguous")
+# signs of known mistakes in an error the student's code raised: read by the hidden checks and the visible tests
+MERGE_ERRORS = [(Raises(contains=VIEW_FAILS), B_MERGE_VIEW)]
+MODULE_ERRORS = [(Raises(contains=VIEW_FAILS, line=("transpose", "permute")), B_MERGE_VIEW),
+                 (Raises(contains=VIEW_FAILS, line=("view",)), B_SPLIT_VIEW_ERROR),
+                 (Raises(contains=VIEW_FAILS), B_MERGE_VIEW)]
+VIEW_HINT = MODULE_ERRORS
 
 
 # ---------------------------------------------------------------- split_heads / merge_heads
@@ -262,7 +330,9 @@ def _split_checks(split_heads) -> int:
         label = f"(x, h={h}): {label}"
         out = check.call(x, h, label=label)
         no_t = h > 1 and isinstance(out, torch.Tensor) and tuple(out.shape) == (B, N, h, d // h)
-        check.tensor(label, out, (B, h, N, d // h), bug=B_SPLIT_NO_T_SHAPE if no_t else None,
+        swapped = N != d // h and isinstance(out, torch.Tensor) and tuple(out.shape) == (B, h, d // h, N)
+        check.tensor(label, out, (B, h, N, d // h),
+                     bug=B_SPLIT_NO_T_SHAPE if no_t else B_SPLIT_LAST_AXES if swapped else None,
                      hint=t("结果应为 (B, h, N, d_k)。", "the result must be (B, h, N, d_k)."))
         check.expect(t(f"{label}：各头的内容", f"{label}: contents of the heads"), out, ref_split(x, h),
                      bugs=[B_SPLIT_VIEW, B_SPLIT_INTERLEAVED], bug_args=(x, h), hint=head1, dtype=x.dtype)
@@ -278,7 +348,7 @@ def check_merge_heads(merge_heads) -> None:
 
 def _merge_checks(merge_heads) -> int:
     what = "merge_heads"
-    check = Check(what, merge_heads, hints=VIEW_HINT)
+    check = Check(what, merge_heads, hints=MERGE_ERRORS)
     gen = seeded(302)
     rows = [  # (label, B, h, N, d_k, dtype, make it a transposed view)
         (t("B=2, h=3, N=5, d_k=4", "B=2, h=3, N=5, d_k=4"), 2, 3, 5, 4, torch.float32, False),
@@ -297,7 +367,9 @@ def _merge_checks(merge_heads) -> int:
         label = f"(x): {label}"
         out = check.call(x.transpose(1, 2).clone().transpose(1, 2) if strided else x, label=label)
         unfused = h > 1 and isinstance(out, torch.Tensor) and tuple(out.shape) == (B, N, h, d_k)
-        check.tensor(label, out, (B, N, h * d_k), bug=B_MERGE_NOT_FUSED if unfused else None,
+        too_flat = N > 1 and isinstance(out, torch.Tensor) and tuple(out.shape) == (B, N * h * d_k)
+        check.tensor(label, out, (B, N, h * d_k),
+                     bug=B_MERGE_NOT_FUSED if unfused else B_MERGE_TOO_FLAT if too_flat else None,
                      hint=t("结果应为 (B, N, h·d_k)。", "the result must be (B, N, h·d_k)."))
         check.expect(t(f"{label}：拼接结果", f"{label}: merged values"), out, ref_merge(x),
                      bugs=[B_MERGE_NO_T, B_MERGE_INTERLEAVED], bug_args=(x,), dtype=x.dtype,
@@ -331,6 +403,11 @@ def _torch_mha(m, d, h, x):
     return out
 
 
+def _split_projections(m) -> bool:
+    """q, k, v made by two or more linear layers besides proj (three nn.Linear(d, d), or q and kv)."""
+    return len([n for n, c in m.named_modules() if isinstance(c, nn.Linear) and n != "proj"]) >= 2
+
+
 def _build(cls, d, h, bias, what):
     m = call(cls, d, h, bias=bias, what=what)
     if not isinstance(m, nn.Module):
@@ -339,10 +416,9 @@ def _build(cls, d, h, bias, what):
     for name, shape in (("qkv", (3 * d, d)), ("proj", (d, d))):
         layer = getattr(m, name, None)
         if not isinstance(layer, nn.Linear):
-            square = [c for c in m.modules() if isinstance(c, nn.Linear) and tuple(c.weight.shape) == (d, d)]
             raise failure(t(f"{what}：属性 self.{name}", f"{what}: the attribute self.{name}"),
                           "nn.Linear(d, 3 * d)" if name == "qkv" else "nn.Linear(d, d)", t("没有找到", "missing"),
-                          bug=B_THREE_LINEARS if name == "qkv" and len(square) >= 3 else None)
+                          bug=B_THREE_LINEARS if name == "qkv" and _split_projections(m) else None)
         if tuple(layer.weight.shape) != shape:
             expect = "nn.Linear(d, 3 * d)" if name == "qkv" else "nn.Linear(d, d)"
             raise failure(t(f"{what}：self.{name}.weight 的形状", f"{what}: shape of self.{name}.weight"),
@@ -386,14 +462,10 @@ def _parameter_counts(check, cls) -> None:
         expected = 4 * d * d + 4 * d if bias else 4 * d * d
         if count != expected:
             extra = [name for name, _ in m.named_parameters() if not name.startswith(("qkv.", "proj."))]
-            bug = Bug("mha_extra_parameters",
-                      f"除了 qkv 和 proj，模块还有别的参数（{', '.join(extra[:4])}）：题目要求不要再加别的参数，总数是 "
-                      "4d² + 4d。掩码不是要学习的参数：在 forward 里现做，或者用 register_buffer（不要用 nn.Parameter）。",
-                      f"the module has parameters besides qkv and proj ({', '.join(extra[:4])}): the exercise allows "
-                      "no others, 4d² + 4d in all. A mask is not something to learn: build it in forward, or keep it "
-                      "with register_buffer (not nn.Parameter).") if extra else None
+            found = t(f"{count:,}（另外的参数：{', '.join(extra[:4])}）", f"{count:,} (other parameters: "
+                      f"{', '.join(extra[:4])})") if extra else f"{count:,}"
             raise check.fail(t(f"{label}：参数个数", f"{label}: number of parameters"),
-                             f"{expected:,} = 4d²{' + 4d' if bias else ''}", f"{count:,}", bug,
+                             f"{expected:,} = 4d²{' + 4d' if bias else ''}", found, B_EXTRA_PARAMS if extra else None,
                              hint=t("参数只应来自 qkv 和 proj 两个线性层（掩码用 register_buffer，不要用 nn.Parameter）。",
                                     "the parameters come only from the two linear layers qkv and proj (keep a mask "
                                     "in register_buffer, not nn.Parameter)."))
@@ -422,7 +494,7 @@ def _bias_default(check, cls) -> None:
 
 def _not_divisible(check, cls) -> None:
     label = "(d=10, h=3)"
-    exc = check.raises(label, ValueError, 10, 3, bug_if={AssertionError: B_ASSERT},
+    exc = check.raises(label, ValueError, 10, 3, bug_if={AssertionError: B_ASSERT, None: B_NO_RAISE},
                        hint=t("在 __init__ 里检查 d % h，不为 0 时 raise ValueError(...)。",
                               "check d % h in __init__ and raise ValueError(...) when it is not 0."))
     if "10" not in str(exc) or "3" not in str(exc):
@@ -449,7 +521,9 @@ def _values(check, cls, gen) -> None:
         m = m.double()
         x = torch.randn(B, N, d, generator=gen, dtype=torch.float64)
         got = _not_a_tuple(check, label, check.call(x, label=label, fn=m))
-        out = check.tensor(label, got, (B, N, d), hint=t("forward 返回 (B, N, d)。", "forward returns (B, N, d)."))
+        heads = isinstance(got, torch.Tensor) and tuple(got.shape) == (B, h, N, d // h) and h > 1
+        out = check.tensor(label, got, (B, N, d), hint=t("forward 返回 (B, N, d)。", "forward returns (B, N, d)."),
+                           bug=B_HEADS_OUT if heads else None)
         args = (x,) + _weights(m) + (h,)
         check.expect(t(f"{label}：与独立参考实现比较", f"{label}: compared with an independent reference"), out,
                      ref_mha(*args), bugs=MODULE_BUGS, bug_args=args, dtype=x.dtype,
@@ -508,6 +582,9 @@ def _any_length(check, cls, gen) -> None:
     m = m.double()
     x = torch.randn(1, LONG_N, d, generator=gen, dtype=torch.float64)
     with torch.no_grad():
+        short = t(f"(d={d}, h={h})，先是一个短的输入 (B=1, N=5, d={d})", f"(d={d}, h={h}), a short input first "
+                  f"(B=1, N=5, d={d})")
+        check.call(x[:, :5], label=short, fn=m)        # the same module, a short input and then a long one
         try:
             got = check.call(x, label=label, fn=m)
         except GradingFailure as err:
@@ -533,3 +610,28 @@ def check_causal_self_attention(cls) -> None:
         _causality(check, cls, gen)
         _any_length(check, cls, gen)
         passed(what, check.n)
+
+
+# ---------------------------------------------------------------- what the visible tests show (helpers/probes)
+
+ERRORS = {"merge_heads": MERGE_ERRORS, "CausalSelfAttention": MODULE_ERRORS}
+
+
+def probes() -> list[Probe]:
+    gen = seeded(305)
+
+    def r(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=gen) * scale).round(decimals=2)
+    d, h = 12, 3                                     # d_k = 4, N = 5: the axes have lengths apart
+    x = r(2, 5, d)
+    heads = r(2, h, 5, 4)                            # (B, h, N, d_k), contiguous: a transpose inside makes it not
+    state = {"qkv.weight": r(3 * d, d, scale=0.5), "qkv.bias": r(3 * d, scale=0.5),
+             "proj.weight": r(d, d, scale=0.5), "proj.bias": r(d, scale=0.5)}
+    weights = (state["qkv.weight"], state["qkv.bias"], state["proj.weight"], state["proj.bias"], h)
+    return [
+        Probe("split", args=(x, h), reference=ref_split, bugs=[B_SPLIT_VIEW, B_SPLIT_INTERLEAVED]),
+        Probe("merge", args=(heads,), reference=ref_merge, bugs=[B_MERGE_NO_T, B_MERGE_INTERLEAVED]),
+        Probe("attention", args=(x,), reference=lambda y: ref_mha(y, *weights), state=state, bugs=MODULE_BUGS,
+              run_bug=lambda bug: bug.impl(x, *weights)),
+    ]
+

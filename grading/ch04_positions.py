@@ -9,8 +9,22 @@ import torch
 
 from helpers.i18n import t
 
-from .cases import F32, RELATIVE, Check, Earlier, Tol, _namespace, compare, on_its_own, passes, value_failure
-from .core import Bug, call, passed, seeded, stand_in
+from .cases import (
+    F32,
+    FINGERPRINT,
+    RELATIVE,
+    Check,
+    Earlier,
+    Tol,
+    _namespace,
+    compare,
+    on_its_own,
+    passes,
+    same,
+    value_failure,
+)
+from .core import Bug, Raises, call, passed, seeded, stand_in
+from .probes import Probe
 
 F64 = torch.float64
 
@@ -80,6 +94,10 @@ def _f_no_over_d(d, base):
     return base ** (-torch.arange(0, d, 2, dtype=F64))
 
 
+def _f_4i_over_d(d, base):
+    return base ** (-2 * torch.arange(0, d, 2, dtype=F64) / d)
+
+
 def _sin_own_freq_per_dim(n, d, base=10000.0):
     pos = torch.arange(n, dtype=F64)[:, None]
     j = torch.arange(d, dtype=F64)
@@ -114,6 +132,11 @@ B_OWN_FREQ = Bug("sinusoidal_frequency_per_dimension",
                  "every dimension got its own frequency base^(-j/d) (j the dimension index): the sin and cos of one "
                  "pair (2i and 2i+1) must share the frequency base^(-2i/d).")
 
+B_4I = Bug("exponent_4i_over_d",
+           "指数成了 4i/d：torch.arange(0, d, 2) 给出的已经是 2i（0, 2, 4, …），再乘 2 就是 4i。第 i 对的频率是 "
+           "base^(-2i/d)。",
+           "the exponent became 4i/d: torch.arange(0, d, 2) already gives 2i (0, 2, 4, ...), and doubling it gives 4i. "
+           "Pair i has the frequency base^(-2i/d).")
 B_FIXED_BASE = Bug("base_ignored",
                    "忽略了参数 base，写死了 10000：题目的公式是 base^(2i/d)，调用者传入的 base（例如 100 或 500000）要用上。",
                    "the base argument is ignored (10000 hard-coded): the formula is base^(2i/d), with the base the "
@@ -131,7 +154,36 @@ SIN_BUGS = [
     Bug(B_SIGN.key, B_SIGN.zh, B_SIGN.en, _sin_table(_f_sign)),
     Bug(B_NO_OVER_D.key, B_NO_OVER_D.zh, B_NO_OVER_D.en, _sin_table(_f_no_over_d)),
     Bug(B_FIXED_BASE.key, B_FIXED_BASE.zh, B_FIXED_BASE.en, _sin_table(lambda d, base: _f_ok(d, 10000.0))),
+    Bug(B_4I.key, B_4I.zh, B_4I.en, _sin_table(_f_4i_over_d)),
 ]
+B_SIN_BATCH = Bug("sinusoidal_extra_batch_dim",
+                  "返回的表多了一个批量维，形状是 (1, n, d)（例如 unsqueeze(0)，为了直接加到 (B, n, d) 的输入上）：题目要的"
+                  "是 (n, d)，它和 (B, n, d) 相加时会自动广播。",
+                  "the table has an extra batch dimension, shape (1, n, d) (an unsqueeze(0), say, to add it to a "
+                  "(B, n, d) input): the exercise asks for (n, d), which broadcasts over (B, n, d) by itself.")
+
+
+def consistent(bugs, runs) -> list:
+    """The bugs whose output is the student's on every run ``(student's output, args, kwargs)`` where they can
+    be told from the right answer: one case alone can match a mistake by chance (two small frequencies both
+    look like 0 on a short table), all of them together rarely do."""
+    kept = []
+    for bug in bugs:
+        ok = True
+        for out, args, kwargs, _expected in runs:
+            try:
+                with torch.no_grad():
+                    theirs = bug.impl(*args, **kwargs)
+            except Exception:  # noqa: BLE001 - a bug that cannot run here does not explain this output
+                ok = False
+                break
+            if not same(out, theirs, FINGERPRINT):
+                ok = False
+                break
+        if ok:
+            kept.append(bug)
+    return kept
+
 
 B_ODD = Bug("sinusoidal_no_odd_check",
             "d 为奇数时没有抛出 ValueError：sin/cos 成对出现，d 必须是偶数，请在开头检查并 raise ValueError。",
@@ -149,12 +201,17 @@ def _sin_checks(sinusoidal_encoding) -> int:
     formula = t("逐项对照公式：PE[p, 2i] = sin(p / base^(2i/d))，PE[p, 2i+1] = cos(同一个角度)。",
                 "compare with the formula entry by entry: PE[p, 2i] = sin(p / base^(2i/d)), "
                 "PE[p, 2i+1] = cos(the same angle).")
+    runs = []
     for n, d, base in ((6, 4, 10000.0), (1, 2, 10000.0), (5, 6, 100.0), (48, 16, 10000.0), (20, 10, 50.0)):
         label = f"({n}, {d}, base={base:g})"
         out = check.call(n, d, base=base, label=label)
+        shape = tuple(getattr(out, "shape", ()))
         out = check.tensor(label, out, (n, d), hint=t("形状是 (n, d)。", "the shape is (n, d)."),
-                           bug=B_SIN_T if getattr(out, "shape", None) == (d, n) else None)
-        check.expect(label, out, ref_sinusoidal(n, d, base), bugs=SIN_BUGS, bug_args=(n, d, base), hint=formula)
+                           bug=B_SIN_T if shape == (d, n) else B_SIN_BATCH if shape == (1, n, d) else None)
+        runs.append((out, (n, d, base), {}, ref_sinusoidal(n, d, base)))
+    bugs = consistent(SIN_BUGS, runs)
+    for out, (n, d, base), _, expected in runs:
+        check.expect(f"({n}, {d}, base={base:g})", out, expected, bugs=bugs, bug_args=(n, d, base), hint=formula)
     out = check.call(7, 8, label="(7, 8)")
     check.expect("(7, 8)", out, ref_sinusoidal(7, 8), hint=t("base 的默认值是 10000.0。", "the default base is 10000.0."))
     for d in (5, 1):
@@ -169,7 +226,21 @@ B_FREQ_ALL = Bug("frequencies_for_all_d",
                  "you computed d frequencies instead of d/2: each pair of dimensions (2i, 2i+1) shares one "
                  "frequency, i = 0 … d/2-1.")
 
+B_FREQ_ROW = Bug("frequencies_extra_dim",
+                 "返回的频率多了一维，形状是 (1, d/2)（例如 [None, :] 或 unsqueeze(0)，为了和位置相乘）：题目要的是 (d/2,)，"
+                 "广播留给用它的地方去做。",
+                 "the frequencies have an extra dimension, shape (1, d/2) ([None, :] or unsqueeze(0), say, ready to "
+                 "multiply by the positions): the exercise asks for (d/2,); leave broadcasting to the code that uses it.")
+B_FREQ_F64 = Bug("frequencies_not_float64",
+                 "频率不是 float64：torch.arange 默认给出整数或 float32，base ** (...) 的结果于是也是 float32，只有约 7 位"
+                 "有效数字；apply_rope 要拿它乘几十万的位置，θ 的误差会跟着放大。让计算全程用 float64（例如 "
+                 "torch.arange(..., dtype=torch.float64)），返回 float64。",
+                 "the frequencies are not float64: torch.arange gives integers or float32 by default, so base ** (...) "
+                 "is float32 too, with about 7 significant digits; apply_rope multiplies them by positions in the "
+                 "hundreds of thousands, which magnifies θ's error. Keep the computation in float64 (torch.arange(..., "
+                 "dtype=torch.float64), say) and return float64.")
 FREQ_BUGS = [
+    Bug(B_4I.key, B_4I.zh, B_4I.en, lambda d, base=10000.0: _f_4i_over_d(d, float(base))),
     Bug(B_I_OVER_D.key, B_I_OVER_D.zh, B_I_OVER_D.en, lambda d, base=10000.0: _f_i_over_d(d, float(base))),
     Bug(B_SIGN.key, B_SIGN.zh, B_SIGN.en, lambda d, base=10000.0: _f_sign(d, float(base))),
     Bug(B_NO_OVER_D.key, B_NO_OVER_D.zh, B_NO_OVER_D.en, lambda d, base=10000.0: _f_no_over_d(d, float(base))),
@@ -184,13 +255,23 @@ def check_frequencies(rope_frequencies) -> None:
 def _freq_checks(rope_frequencies) -> int:
     what = "rope_frequencies"
     check = Check(what, rope_frequencies, dtype_follows=None)
+    runs = []
     for d, base in ((8, 10000.0), (2, 10000.0), (64, 10000.0), (10, 500.0), (128, 500000.0)):
         label = f"({d}, base={base:g})"
         out = check.call(d, base=base, label=label)
-        check.tensor(label, out, (d // 2,), bug=B_FREQ_ALL if getattr(out, "shape", None) == (d,) else None,
-                     hint=t("每对维度一个频率：形状 (d/2,)。", "one frequency per pair: shape (d/2,)."))
+        shape = tuple(getattr(out, "shape", ()))
+        check.tensor(label, out, (d // 2,), bug=B_FREQ_ALL if shape == (d,) else B_FREQ_ROW if shape == (1, d // 2)
+                     else None, hint=t("每对维度一个频率：形状 (d/2,)。", "one frequency per pair: shape (d/2,)."))
+        runs.append((out, (d, base), {}, ref_frequencies(d, base)))
+    bugs = consistent(FREQ_BUGS, runs)
+    for out, (d, base), _, expected in runs:
         # the frequencies span many orders of magnitude: each is judged relative to itself
-        check.expect(label, out, ref_frequencies(d, base), tol=RELATIVE, bugs=FREQ_BUGS, bug_args=(d, base))
+        check.expect(f"({d}, base={base:g})", out, expected, tol=RELATIVE, bugs=bugs, bug_args=(d, base))
+    for out, (d, base), _, _ in runs:
+        if out.dtype != F64:
+            raise check.fail(t(f"({d}, base={base:g})：dtype", f"({d}, base={base:g}): dtype"), "torch.float64",
+                             str(out.dtype), B_FREQ_F64)
+        check.n += 1
     check.expect("(16)", check.call(16, label="(16)"), ref_frequencies(16), tol=RELATIVE,
                  hint=t("base 的默认值是 10000.0。", "the default base is 10000.0."))
     return check.n
@@ -198,13 +279,23 @@ def _freq_checks(rope_frequencies) -> int:
 
 # ---------------------------------------------------------------- apply_rope
 
-def _rope_impl(freq_fn=_f_ok, layout="adjacent", sign=1.0, swap=False, pos_shift=0.0, table="pair", counted=False):
+def _rope_impl(freq_fn=_f_ok, layout="adjacent", sign=1.0, swap=False, pos_shift=0.0, table="pair", counted=False,
+               truncated=False, back="interleaved", reflect=False):
     def impl(x, positions, base=10000.0):
         x = x.detach().to(F64)
         d = x.shape[-1]
         theta = freq_fn(d, float(base))
         pos = torch.arange(x.shape[-2]) if counted else torch.as_tensor(positions)
+        if truncated:
+            pos = pos.long()
         ang = (pos.to(F64)[:, None] + pos_shift) * theta[None, :] * sign   # (n, d/2)
+        if back == "halves" or reflect:
+            a, b = x[..., 0::2], x[..., 1::2]
+            c, s = torch.cos(ang), torch.sin(ang)
+            second = a * s - b * c if reflect else a * s + b * c
+            if back == "halves":
+                return torch.cat([a * c - b * s, second], dim=-1)
+            return torch.stack([a * c - b * s, second], dim=-1).flatten(-2)
         c, s = torch.cos(ang), torch.sin(ang)
         if swap:
             c, s = s, c
@@ -255,13 +346,46 @@ ROPE_BUGS = [
         "sits at positions[m], which need not be consecutive ([3, 17, 40], say, when generation continues a text).",
         _rope_impl(counted=True)),
     Bug(B_FIXED_BASE.key, B_FIXED_BASE.zh, B_FIXED_BASE.en, _rope_impl(freq_fn=lambda d, base: _f_ok(d, 10000.0))),
+    Bug(B_4I.key, B_4I.zh, B_4I.en, _rope_impl(freq_fn=_f_4i_over_d)),
+    Bug("rope_positions_truncated",
+        "浮点位置被截成了整数（例如 positions.long() 或 int(...)）：0.5 变成了 0，2.25 变成了 2。positions 可以是浮点数"
+        "（位置插值就会给出 0.5 这样的位置），角度直接用 positions[m]·θ_i 算，转成 float64 而不是整数。",
+        "float positions were cut to integers (positions.long() or int(...), say): 0.5 became 0, 2.25 became 2. "
+        "Positions may be floats (position interpolation gives positions like 0.5); compute the angle "
+        "positions[m]·θ_i directly, converting to float64, not to an integer.", _rope_impl(truncated=True)),
+    Bug("rope_pairs_put_back_as_halves",
+        "每一对都转对了，但放回去的位置不对：结果成了 [所有对的第一维, 所有对的第二维]（例如 torch.cat，或者 stack 在 "
+        "dim=-2 上）。第 i 对转完还要放回第 2i 和 2i+1 维：stack 在 dim=-1 上再 flatten(-2)。",
+        "every pair is rotated right but put back in the wrong place: the result is [the first of every pair, the "
+        "second of every pair] (torch.cat, or a stack on dim=-2, say). Pair i goes back to dimensions 2i and 2i+1: "
+        "stack on dim=-1, then flatten(-2).", _rope_impl(back="halves")),
+    Bug("rope_reflection_not_rotation",
+        "第 2i+1 维的符号错了：写成了 x_2i·sin − x_2i+1·cos，这是一次反射，不是旋转（长度不变，但 ⟨R_m q, R_n k⟩ 不再"
+        "只取决于 n − m）。旋转矩阵是 [[cos, −sin], [sin, cos]]：第 2i+1 维是 x_2i·sin + x_2i+1·cos。",
+        "the sign in dimension 2i+1 is wrong: x_2i·sin − x_2i+1·cos is a reflection, not a rotation (lengths stay, "
+        "but ⟨R_m q, R_n k⟩ no longer depends on n − m alone). The rotation matrix is [[cos, −sin], [sin, cos]]: "
+        "dimension 2i+1 is x_2i·sin + x_2i+1·cos.", _rope_impl(reflect=True)),
 ]
 
 B_ROPE_2D = Bug("rope_assumes_2d_input",
-                "代码假定 x 只有两维 (n, d)（例如 n, d = x.shape）：x 的形状是 (..., n, d)，前面可以有任意多个批量维。"
-                "用 x.shape[-1] 取 d，用 x[..., 0::2] 取每对的第一维。",
-                "your code assumes x has two dimensions (n, d) (n, d = x.shape, say): x has shape (..., n, d) with any "
-                "number of leading batch dimensions. Take d from x.shape[-1] and the pairs with x[..., 0::2].")
+                "代码假定 x 只有两维 (n, d)（例如 n, d = x.shape，或者用 x[:, 0::2] 取每对：有批量维时它切的是倒数"
+                "第二维以外的一维）：x 的形状是 (..., n, d)，前面可以有任意多个批量维。用 x.shape[-1] 取 d，用 "
+                "x[..., 0::2] 取每对的第一维。",
+                "your code assumes x has two dimensions (n, d) (n, d = x.shape, or pairs taken with x[:, 0::2], which "
+                "slices another dimension once there are batch dimensions): x has shape (..., n, d) with any number of "
+                "leading batch dimensions. Take d from x.shape[-1] and the pairs with x[..., 0::2].")
+B_POS_NOT_OUTER = Bug("rope_positions_not_broadcast",
+                      "positions (n,) 直接乘 θ (d/2,)：两个一维张量逐元素相乘，长度不同就报错，长度碰巧相同时算出的也不是"
+                      "角度表。角度表是 (n, d/2) 的外积：positions[:, None] * θ[None, :]（或 torch.outer）。",
+                      "positions (n,) times θ (d/2,) directly: two 1-D tensors multiply element by element, which fails "
+                      "when their lengths differ and, when they happen to match, is not the table of angles. The "
+                      "angles are an (n, d/2) outer product: positions[:, None] * θ[None, :] (or torch.outer).")
+B_ROPE_MERGED = Bug("rope_batch_dims_merged",
+                    "输出的形状不是 x 的形状：批量维被并进了一维（例如 reshape(-1, d)）。(..., n, d) 进，(..., n, d) 出："
+                    "用 flatten(-2) 只合并最后两维，或者 reshape(x.shape)。",
+                    "the output does not have x's shape: the batch dimensions were merged into one (reshape(-1, d), "
+                    "say). (..., n, d) in, (..., n, d) out: merge only the last two dimensions with flatten(-2), or "
+                    "reshape(x.shape).")
 B_ROPE_INDEX = Bug("rope_positions_used_as_indices",
                    "把 positions 当成了下标去查一张预先算好的表：positions 可以是浮点数（例如 0.5、2.25），不能当下标。"
                    "直接用 positions[m]·θ_i 算角度。",
@@ -278,11 +402,14 @@ B_ROPE_VIEW = Bug("rope_view_needs_contiguous",
                   "(B, h, n, d), say) and not contiguous in memory, and view fails on them. Any tensor of shape "
                   "(..., n, d) must work: use reshape, or take the pairs with x[..., 0::2].")
 ROPE_HINTS = [
-    (lambda exc, line: isinstance(exc, RuntimeError) and "view size is not compatible" in str(exc), B_ROPE_VIEW),
-    (lambda exc, line: isinstance(exc, ValueError) and "unpack" in str(exc) and "shape" in line, B_ROPE_2D),
-    (lambda exc, line: isinstance(exc, IndexError) and "indices must be" in str(exc), B_ROPE_INDEX),
-    (lambda exc, line: isinstance(exc, IndexError) and "out of bounds" in str(exc), B_ROPE_TABLE),
+    (Raises(contains=("view size is not compatible",), types=("RuntimeError",)), B_ROPE_VIEW),
+    (Raises(contains=("unpack",), types=("ValueError",), line=("shape",)), B_ROPE_2D),
+    (Raises(contains=("indices must be",), types=("IndexError",)), B_ROPE_INDEX),
+    (Raises(contains=("out of bounds",), types=("IndexError",)), B_ROPE_TABLE),
+    (Raises(contains=("must match the size",), types=("RuntimeError",), line=("positions",)), B_POS_NOT_OUTER),
 ]
+# once a plain (n, d) input has passed: sizes that fail to match only with batch dimensions
+BATCH_HINTS = [(Raises(contains=("must match the size",), types=("RuntimeError",)), B_ROPE_2D)]
 B_ROPE_NOT_FLAT = Bug("rope_pairs_not_flattened",
                       "输出多了一维 (..., n, d/2, 2)：把每对重新交错回 d 维，用 torch.stack([a, b], dim=-1).flatten(-2)。",
                       "the output has an extra dimension, (..., n, d/2, 2): interleave the pairs back into d "
@@ -295,12 +422,14 @@ B_ROPE_DTYPE = Bug("rope_dtype_not_kept",
                    "times half-precision x gives float32).")
 B_ROPE_F32 = Bug("rope_angles_in_float32",
                  "位置很大时角度不准：角度 positions[m]·θ_i 是用 float32 算的（例如 positions.float() 或 .to(x.dtype) "
-                 "再乘 θ），float32 只有约 7 位有效数字，位置 6 万时角度就差约 0.004 弧度。"
-                 "题目要求角度用 float64 计算（positions.double() * θ.double()），cos、sin 算完再转回 x.dtype。",
+                 "再乘 θ），或者 θ 先是 float32、之后才转成 float64。float32 只有约 7 位有效数字，位置 6 万时角度就差约 "
+                 "0.004 弧度。题目要求角度用 float64 计算（positions 和 θ 从一开始就是 float64），cos、sin 算完再转回 "
+                 "x.dtype。",
                  "the angles are off at large positions: positions[m]·θ_i was computed in float32 (positions.float() "
-                 "or .to(x.dtype) times θ, say); float32 keeps about 7 significant digits, so at position 60,000 the "
-                 "angle is off by about 0.004 radians. The exercise asks for the angles in float64 "
-                 "(positions.double() * θ.double()), with cos and sin converted back to x.dtype afterwards.")
+                 "or .to(x.dtype) times θ, say), or from a θ that was float32 before it was cast up; float32 keeps "
+                 "about 7 significant digits, so at position 60,000 the angle is off by about 0.004 radians. The "
+                 "exercise asks for the angles in float64 (positions and θ both float64 from the start), with cos "
+                 "and sin converted back to x.dtype afterwards.")
 
 INPLACE = Bug("rope_modifies_input", "apply_rope 改写了传入的 x（原地操作）：应该返回一个新张量，x 保持不变。",
               "apply_rope changed the x it was given (an in-place operation): return a new tensor and leave x alone.")
@@ -308,13 +437,16 @@ INPLACE = Bug("rope_modifies_input", "apply_rope 改写了传入的 x（原地�
 
 def _rope(check, x, positions, label, base=None):
     x_in = x.clone()        # the student's function gets this very tensor (check.call would hand it a copy)
-    out = call(check.fn, x_in, positions.clone(), what=f"{check.what}: {label}", hints=check.hints,
+    hints = check.hints + (BATCH_HINTS if x.dim() > 2 else [])    # the rows start with a plain (n, d) input
+    out = call(check.fn, x_in, positions.clone(), what=f"{check.what}: {label}", hints=hints,
                **({} if base is None else {"base": base}))
     if not torch.equal(x_in, x):
         raise check.fail(label, t("x 不变", "x unchanged"), t("x 被修改了", "x was modified"), INPLACE)
     unflat = tuple(x.shape[:-1]) + (x.shape[-1] // 2, 2)
+    merged = (x.numel() // x.shape[-1], x.shape[-1])
+    shape = tuple(getattr(out, "shape", ()))
     out = check.tensor(label, out, x.shape, hint=t("输出和 x 形状相同。", "the output has x's shape."),
-                       bug=B_ROPE_NOT_FLAT if getattr(out, "shape", None) == unflat else None)
+                       bug=B_ROPE_NOT_FLAT if shape == unflat else B_ROPE_MERGED if shape == merged else None)
     if out.dtype != x.dtype:
         raise check.fail(t(f"{label}：输出的 dtype", f"{label}: dtype of the output"), str(x.dtype), str(out.dtype),
                          B_ROPE_DTYPE)
@@ -410,11 +542,13 @@ def _rope_checks(apply_rope) -> int:
     what = "apply_rope"
     check = Check(what, apply_rope, hints=ROPE_HINTS)
     gen, rows = _rope_cases()
+    runs = []
     for label, x, pos, base in rows:
-        out = _rope(check, x, pos, label, base)
         b = 10000.0 if base is None else base
-        check.expect(t(f"{label}：旋转后的值", f"{label}: rotated values"), out, ref_rope(x, pos, b), bugs=ROPE_BUGS,
-                     bug_args=(x, pos, b))
+        runs.append((_rope(check, x, pos, label, base), (x, pos, b), {}, ref_rope(x, pos, b)))
+    bugs = consistent(ROPE_BUGS, runs)
+    for (label, *_), (out, (x, pos, b), _, expected) in zip(rows, runs):
+        check.expect(t(f"{label}：旋转后的值", f"{label}: rotated values"), out, expected, bugs=bugs, bug_args=(x, pos, b))
     _rope_properties(check, gen)
     _rope_far(check, gen)
     _rope_half(check)
@@ -476,14 +610,16 @@ def _position_free_attention():
     return attend
 
 
-def _pe_bug(kind):
-    def impl(f, x, perm, atol=1e-5):
+def _pe_bug(kind, default_atol=1e-5):
+    def impl(f, x, perm, atol=default_atol):
         if kind == "no_output_perm":
             a, b = f(x[..., perm, :]), f(x)
         elif kind == "inverse":
             a, b = f(x[..., perm, :]), f(x)[..., torch.argsort(perm), :]
         elif kind == "dim0":
             a, b = f(x[perm]), f(x)[perm]
+        elif kind == "feature":
+            a, b = f(x[..., perm]), f(x)[..., perm]
         else:
             a, b = f(x[..., perm, :]), f(x)[..., perm, :]
         if kind == "exact":
@@ -535,6 +671,12 @@ PERM_DEFAULT_ATOL = Bug("perm_default_atol_changed",
                         "不传 atol 时就按 1e-5 判断。",
                         "the default of atol is not 1e-5: the exercise's signature is "
                         "is_permutation_equivariant(f, x, perm, atol=1e-5), so a call without atol judges at 1e-5.")
+PERM_FEATURE_DIM = Bug("perm_feature_dim",
+                       "重排的是最后一维（特征）而不是 token 维：x[..., perm] 打乱的是每个 token 向量里的各个数。x 的形状是 "
+                       "(..., n, d)，token 在倒数第二维，用 x[..., perm, :]。",
+                       "you permuted the last dimension (the features) instead of the tokens: x[..., perm] shuffles the "
+                       "numbers inside each token's vector. x has shape (..., n, d) and the tokens are the "
+                       "second-to-last dimension: use x[..., perm, :].", _pe_bug("feature"))
 
 
 PERM_ELEMENTWISE = Bug("perm_elementwise_tensor",
@@ -549,7 +691,16 @@ PERM_NOT_PYTHON_BOOL = Bug("perm_returns_tensor_not_bool",
                            "you returned a tensor (or numpy value) holding one truth value, not Python's True / False: "
                            "turn it into a Python bool with bool(...) or .item().")
 
-DIM0_HINT = [(lambda exc, line: isinstance(exc, IndexError) and "[..." not in line.replace(" ", ""), PERM_BUGS[2])]
+PERM_ERRORS = [(Raises(types=("IndexError",), line=("[...,perm]",)), PERM_FEATURE_DIM),
+               (Raises(types=("IndexError",), contains=("for dimension 0",)), PERM_BUGS[2])]
+DIM0_HINT = PERM_ERRORS[:1] + [
+    (lambda exc, line: isinstance(exc, IndexError) and "[..." not in line.replace(" ", ""), PERM_BUGS[2])]
+
+
+def _is_numpy_bool(value) -> bool:
+    """numpy's truth value (numpy.bool_, named ``bool`` since numpy 2): not Python's bool."""
+    import numpy as np
+    return isinstance(value, np.bool_)
 
 
 def _permutation_cases():
@@ -586,6 +737,8 @@ def _permutation_cases():
          lambda x: x + 0.5 * ramp, 100_000 + whole, first_two, 0.25, False),
         (t("差最多 8e-4，不传 atol（默认 1e-5）", "differences up to 8e-4, atol not passed (default 1e-5)"),
          lambda x: x + 2e-4 * ramp, x5, rev, None, False),
+        (t("差最多 8e-6，不传 atol（默认 1e-5）", "differences up to 8e-6, atol not passed (default 1e-5)"),
+         lambda x: x + 2e-6 * ramp, x5, rev, None, True),
     ]
 
 
@@ -612,7 +765,7 @@ def _permutation_checks(is_permutation_equivariant) -> int:
     for label, f, x, perm, atol, right in cases:
         out = check.call(f, x, perm, label=label, **({} if atol is None else {"atol": atol}))
         if not isinstance(out, bool):
-            one = (isinstance(out, torch.Tensor) and out.numel() == 1) or type(out).__name__ == "bool_"
+            one = (isinstance(out, torch.Tensor) and out.numel() == 1) or _is_numpy_bool(out)
             raise check.fail(label, t("Python 的 True / False", "Python's True / False"),
                              f"{type(out).__name__}: {out!r:.60}",
                              PERM_NOT_PYTHON_BOOL if one else PERM_ELEMENTWISE if isinstance(out, torch.Tensor)
@@ -627,3 +780,41 @@ def _permutation_checks(is_permutation_equivariant) -> int:
                          hint=t("比较 f(x[..., perm, :]) 与 f(x)[..., perm, :]，允许 atol 以内的差。",
                                 "compare f(x[..., perm, :]) with f(x)[..., perm, :], allowing differences up to atol."))
     return len(cases)
+
+
+# ---------------------------------------------------------------- what the visible tests show (helpers/probes)
+
+ERRORS = {"apply_rope": ROPE_HINTS, "is_permutation_equivariant": PERM_ERRORS}
+
+
+def _visible_perm_answers(impl, inputs) -> torch.Tensor:
+    from helpers.ch04_positions import permutation_cases
+    cases = permutation_cases(*(x.clone() for x in inputs))
+    return torch.tensor([bool(impl(f, x.clone(), perm.clone(), **kw)) for _, f, x, perm, kw in cases])
+
+
+def probes() -> list[Probe]:
+    gen = seeded(440)
+    r = lambda *shape: torch.randn(*shape, generator=gen).round(decimals=2)  # noqa: E731
+    perm_inputs = (r(5, 4), r(2, 5, 8), torch.arange(20.0).reshape(5, 4))
+    right = _pe_bug("right")
+    # a default atol other than the signature's: 1e-3 and 1e-8 answer the cases without atol differently
+    defaults = [Bug(PERM_DEFAULT_ATOL.key, PERM_DEFAULT_ATOL.zh, PERM_DEFAULT_ATOL.en, _pe_bug("right", a))
+                for a in (1e-3, 1e-8)]
+    return [
+        Probe("sin", args=(6, 8), kwargs={"base": 500.0}, reference=ref_sinusoidal, bugs=SIN_BUGS),
+        # relative: the frequencies span orders of magnitude
+        Probe("freq", args=(8,), kwargs={"base": 500.0}, reference=ref_frequencies, bugs=FREQ_BUGS,
+              tol=Tol(1e-6, 0.0, 1.0)),
+        Probe("rope", args=(r(3, 8), torch.tensor([0, 3, 17])), reference=ref_rope, bugs=ROPE_BUGS),
+        Probe("rope_batch", args=(r(2, 2, 3, 8), torch.tensor([1, 4, 9])), kwargs={"base": 500.0},
+              reference=ref_rope, bugs=ROPE_BUGS),
+        Probe("rope_float_positions", args=(r(3, 4), torch.tensor([0.5, 2.25, 7.0])), reference=ref_rope,
+              bugs=ROPE_BUGS),
+        # long contexts: an angle computed in float32 is off by hundredths of a radian here
+        Probe("rope_far", args=(r(6, 16), torch.tensor([5, 3_000, 16_411, 65_537, 131_071, 500_003])),
+              reference=ref_rope),
+        Probe("perm", args=perm_inputs, expected=_visible_perm_answers(right, perm_inputs),
+              bugs=PERM_BUGS + [PERM_FEATURE_DIM] + defaults,
+              run_bug=lambda bug: _visible_perm_answers(bug.impl, perm_inputs)),
+    ]

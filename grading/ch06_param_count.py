@@ -19,6 +19,7 @@ from torch import nn
 from helpers.i18n import t
 
 from .core import Bug, call, failure, passed, seeded
+from .probes import Probe
 
 # ---------------------------------------------------------------- references
 
@@ -103,12 +104,7 @@ def _helper_refuses():
         yield
         return
     before = model_cards._refusal
-    model_cards._refusal = t(
-        "练习要你自己数参数：不能调用演示用的 helpers.ch06_param_count.model_cards.measure（评分时它被关闭）。"
-        "用公式写出来，或者自己用 nn.Module 搭出模型再数。",
-        "the exercise asks you to count the parameters yourself: calling the demo's "
-        "helpers.ch06_param_count.model_cards.measure is not allowed (it is switched off during grading). Write the formula, "
-        "or build the model from nn.Modules yourself and count.")
+    model_cards._refusal = t(*model_cards.REFUSAL)
     try:
         yield
     finally:
@@ -128,6 +124,11 @@ COUNT_FLOAT = Bug("count_is_a_float",
                   "全程用整数运算（*、+、**、//），或者最后 int(...)。",
                   "you returned a float (from /, math.pow or a constant like 1e3, say): a number of parameters is an "
                   "integer and the exercise asks for one. Keep to integer arithmetic (*, +, **, //), or return int(...).")
+COUNT_STRING = Bug("count_is_a_string",
+                   "返回的是字符串（像模型卡上的“124.4M”那样格式化了）：题目要的是参数个数本身，一个整数；要显示成 M 或 B，"
+                   "在调用之后再格式化。",
+                   "you returned a string (formatted like a model card's \"124.4M\"): the exercise asks for the number "
+                   "of parameters itself, an integer; format it as M or B after the call, when you print it.")
 COUNT_TENSOR = Bug("count_is_a_tensor",
                    "返回的是张量，而不是整数：用 Python 整数计算（或者最后 int(....item())）。",
                    "you returned a tensor, not an integer: count with Python integers (or return int(....item())).")
@@ -140,7 +141,9 @@ def _count(fn, *args, what, expected_count=None, **kwargs) -> int:
     if isinstance(out, numbers.Integral) and not isinstance(out, bool):
         return int(out)
     bug = None
-    if isinstance(out, torch.Tensor):
+    if isinstance(out, str):
+        bug = COUNT_STRING
+    elif isinstance(out, torch.Tensor):
         bug = COUNT_TENSOR
     elif isinstance(out, numbers.Real) and not isinstance(out, bool):
         bug = COUNT_FLOAT
@@ -156,32 +159,58 @@ def _args_text(args, kwargs) -> str:
     return ", ".join(parts)
 
 
-def _diagnose(got, expected, bugs, args, kwargs) -> Bug | None:
-    """The known bug (or pair of bugs) that changes the count by exactly got - expected."""
-    deltas = []
-    for bug in bugs:
-        try:
-            delta = int(bug.impl(*args, **kwargs)) - expected
-        except Exception:
-            continue
-        if delta != 0:
-            deltas.append((bug, delta))
-    for bug, delta in deltas:
-        if got - expected == delta:
+def _delta(bug, args, kwargs, expected) -> int | None:
+    try:
+        return int(bug.impl(*args, **kwargs)) - expected
+    except Exception:  # noqa: BLE001 - a bug that does not apply to these inputs
+        return None
+
+
+def _diagnose(got, expected, bugs, args, kwargs, confirm=()) -> Bug | None:
+    """The known bug (or pair of bugs) that changes the count by exactly got - expected, here and on every
+    ``confirm`` case: ``(args, kwargs, expected, the student's count)``. A count is one number, so two different
+    mistakes can shift it alike on one input; the other inputs tell them apart, and a change that only one
+    input explains is left unnamed rather than named wrongly."""
+    cases = [(args, kwargs, expected, got)] + list(confirm)
+
+    def fits(pair) -> bool:
+        for a, k, e, g in cases:
+            deltas = [_delta(b, a, k, e) for b in pair]
+            if any(x is None for x in deltas) or sum(deltas) != g - e:
+                return False
+        return True
+
+    deltas = [(bug, _delta(bug, args, kwargs, expected)) for bug in bugs]
+    singles = [bug for bug, delta in deltas if delta and delta == got - expected]
+    for bug in singles:
+        if fits((bug,)):
             return bug
-    for (b1, d1), (b2, d2) in itertools.combinations(deltas, 2):
-        if got - expected == d1 + d2:
+    moving = [bug for bug, delta in deltas if delta]
+    for b1, b2 in itertools.combinations(moving, 2):
+        if fits((b1, b2)):
             return Bug(f"{b1.key}-and-{b2.key}", f"两处错误：①{b1.zh} ②{b2.zh}", f"two mistakes: (1) {b1.en} (2) {b2.en}")
     return None
 
 
-def _compare(fn, name, args, kwargs, expected, bugs, label, hint=None) -> None:
+def _seen(fn, name, reference, confirm) -> list:
+    """The student's counts on the ``confirm`` inputs, beside the right ones (none if one of them fails outright:
+    the mistake is then judged on the failing input alone)."""
+    seen = []
+    for a, k in (confirm if reference is not None else ()):
+        try:
+            seen.append((a, k, reference(*a, **k), _count(fn, *a, what=f"{name}({_args_text(a, k)})", **k)))
+        except AssertionError:
+            return []
+    return seen
+
+
+def _compare(fn, name, args, kwargs, expected, bugs, label, hint=None, reference=None, confirm=()) -> None:
     what = f"{name}({_args_text(args, kwargs)})"
     if label:
         what = f"{what}  [{label}]"
     got = _count(fn, *args, what=what, expected_count=expected, **kwargs)
     if got != expected:
-        bug = _diagnose(got, expected, bugs, args, kwargs)
+        bug = _diagnose(got, expected, bugs, args, kwargs, _seen(fn, name, reference, confirm))
         diff = got - expected
         raise failure(what, f"{expected:,}", t(f"{got:,}（差 {diff:+,}）", f"{got:,} (off by {diff:+,})"), bug,
                       hint=hint)
@@ -212,12 +241,16 @@ APPROX_BUGS = [
 ]
 
 
+APPROX_CONFIRM = [((2, 10), {}), ((3, 7), {}), ((1, 5), {})]     # other inputs that tell two mistakes apart
+
+
 def check_approx(approx_non_embedding_params) -> None:
     name = "approx_non_embedding_params"
     cases = [((12, 768), "GPT-2 small"), ((32, 4096), "LLaMA-2 7B"), ((3, 10), ""), ((1, 1), ""),
              ((0, 64), t("零层", "zero layers")), ((96, 12288), "GPT-3 175B"), ((7, 5), "")]
     for args, label in cases:
-        _compare(approx_non_embedding_params, name, args, {}, ref_approx(*args), APPROX_BUGS, label)
+        _compare(approx_non_embedding_params, name, args, {}, ref_approx(*args), APPROX_BUGS, label,
+                 reference=ref_approx, confirm=APPROX_CONFIRM)
     passed(name, len(cases))
 
 
@@ -275,9 +308,13 @@ GPT2_BUGS = [
     Bug("gpt2_no_attention_projection", "注意力只算了 c_attn（d → 3d）：还有输出投影 c_proj = Linear(d, d)，d² + d 个参数。",
         "you counted only c_attn (d → 3d) for attention: there is also the output projection c_proj = "
         "Linear(d, d), d² + d parameters.", lambda *a, **k: _g(*a, **k, attn_proj=False)),
-    Bug("gpt2_one_layernorm_per_block", "每块只算了一个 LayerNorm：每块有两个，ln_1 在注意力前、ln_2 在 MLP 前，各 2d 个参数。",
-        "you counted one LayerNorm per block: each block has two, ln_1 before attention and ln_2 before the MLP, "
-        "2d parameters each.", lambda *a, **k: _g(*a, **k, lns_per_block=1)),
+    Bug("gpt2_one_layernorm_per_block", "每块少算了 2d 个参数。两种错误都会这样，从总数上分不出来：①每块只算了一个 LayerNorm"
+        "（每块有两个，ln_1 在注意力前、ln_2 在 MLP 前，各 2d 个）；②c_attn 的偏置只算了 d 个（它是 Linear(d, 3d)，"
+        "每个输出一个偏置：q、k、v 各 d 个，共 3d）。",
+        "every block is 2d parameters short. Two mistakes do this, and the total cannot tell them apart: (1) one "
+        "LayerNorm per block (each block has two, ln_1 before attention and ln_2 before the MLP, 2d each); (2) c_attn's "
+        "bias counted as d (it is Linear(d, 3d), with one bias per output: d each for q, k and v, 3d in all).",
+        lambda *a, **k: _g(*a, **k, lns_per_block=1)),
     Bug("gpt2_no_final_layernorm", "漏了最后的 ln_f（2d）：最后一个块之后、lm_head 之前还有一个 LayerNorm。",
         "you left out the final ln_f (2d): there is one more LayerNorm after the last block, before lm_head.",
         lambda *a, **k: _g(*a, **k, ln_f=False)),
@@ -295,6 +332,44 @@ GPT2_BUGS = [
         "vocab_size and n_ctx are swapped: the signature is gpt2_params(n_layer, d, vocab_size, n_ctx, tied=True). "
         "With tied weights the two embedding tables add up the same, but with tied=False the separate lm_head is "
         "vocab × d, not n_ctx × d.", lambda L, d, V, n, tied=True: _g(L, d, n, V, tied)),
+    Bug("gpt2_wpe_dropped_when_tied", "tied=True 时漏了位置嵌入 wpe：共享的只是 wte 和 lm_head 这一对，wpe 是另一张 "
+        "n_ctx × d 的表，共享不共享都要算。",
+        "with tied=True you left out the position table wpe: tying shares wte with lm_head and nothing else; wpe is a "
+        "separate n_ctx × d table, counted tied or not.",
+        lambda L, d, V, n, tied=True: ref_gpt2(L, d, V, n, tied) - (n * d if tied else 0)),
+    Bug("gpt2_c_attn_as_d_by_d", "c_attn 的权重算成了 d²：c_attn = Linear(d, 3d) 把 W_Q、W_K、W_V 并排放在一个矩阵里，"
+        "权重 3d² 个，再加 3d 个偏置。",
+        "you counted c_attn's weight as d²: c_attn = Linear(d, 3d) holds W_Q, W_K and W_V side by side in one "
+        "matrix, 3d² weights, plus 3d biases.",
+        lambda L, d, V, n, tied=True: ref_gpt2(L, d, V, n, tied) - 2 * L * d * d),
+    Bug("gpt2_norms_not_per_block", "LayerNorm 只算了一次（ln_1、ln_2、ln_f 三个）：ln_1 和 ln_2 在每个块里都有一份，"
+        "一共 2·n_layer 个，再加最后的 ln_f。",
+        "you counted the LayerNorms once (ln_1, ln_2, ln_f: three): every block has its own ln_1 and ln_2, "
+        "2·n_layer of them, plus the final ln_f.",
+        lambda L, d, V, n, tied=True: ref_gpt2(L, d, V, n, tied) - 4 * d * L + 4 * d),
+    Bug("gpt2_bias_sized_by_input", "mlp.c_proj 的偏置算成了 4d 个：偏置是每个输出一个，Linear(4d, d) 的输出是 d 维，"
+        "所以是 d 个。",
+        "you counted 4d biases for mlp.c_proj: a Linear has one bias per output, and Linear(4d, d) has d outputs, "
+        "so d biases.", lambda L, d, V, n, tied=True: ref_gpt2(L, d, V, n, tied) + 3 * d * L),
+    Bug("gpt2_ln_f_per_block", "ln_f 算进了每个块里：它只在最后一个块之后出现一次（2d 个参数），和层数无关。",
+        "you counted ln_f in every block: it comes once, after the last block (2d parameters), whatever the number "
+        "of layers.", lambda L, d, V, n, tied=True: ref_gpt2(L, d, V, n, tied) + 2 * d * (L - 1)),
+    Bug("gpt2_head_bias_always", "lm_head 多算了偏置（词表个），共享时也算了：GPT-2 的 lm_head 没有偏置，共享不共享都一样。",
+        "you gave the LM head a bias (vocab entries), tied or not: GPT-2's lm_head has none either way.",
+        lambda L, d, V, n, tied=True: ref_gpt2(L, d, V, n, tied) + V),
+    Bug("gpt2_tied_inverted", "tied 的两种情况弄反了：共享（tied=True）时又算了一个 lm_head，不共享时反而没算。"
+        "lm_head 只在不共享时另算一个词表 × d 矩阵，共享时它就是 wte，只算一次。",
+        "tied and untied are the wrong way round: with tied=True you counted an lm_head again, and with tied=False "
+        "you left it out. lm_head is a separate vocab × d matrix only when untied; tied, it is wte, counted once.",
+        lambda L, d, V, n, tied=True: ref_gpt2(L, d, V, n, tied) + (V * d if tied else -V * d)),
+    Bug("gpt2_wte_dropped_when_tied", "tied=True 时漏了词嵌入 wte（词表 × d）：共享的意思是 wte 和 lm_head 用同一个矩阵，"
+        "这个矩阵还是要算一次（算作 wte），只是 lm_head 不再另算。",
+        "with tied=True you left out the token embedding wte (vocab × d): tying means wte and lm_head use one "
+        "matrix, which is still counted once (as wte); only lm_head is not counted again.",
+        lambda L, d, V, n, tied=True: ref_gpt2(L, d, V, n, tied) - (V * d if tied else 0)),
+    Bug("gpt2_zero_layers_empty", "n_layer = 0 时返回了 0：没有块的模型仍然有 wte、wpe 和 ln_f（还有不共享时的 lm_head）。",
+        "with n_layer = 0 you returned 0: a model without blocks still has wte, wpe and ln_f (and lm_head when "
+        "untied).", lambda L, d, V, n, tied=True: 0 if L == 0 else ref_gpt2(L, d, V, n, tied)),
 ]
 
 
@@ -304,6 +379,10 @@ GPT2_DEFAULT_UNTIED = Bug("gpt2_default_untied",
                           "the default of tied must be True (GPT-2's lm_head shares wte): the signature is "
                           "gpt2_params(n_layer, d, vocab_size, n_ctx, tied=True), so without a tied argument count "
                           "one vocabulary matrix.")
+
+
+GPT2_CONFIRM = [((2, 8, 13, 7), {"tied": True}), ((3, 16, 29, 11), {"tied": False}), ((1, 24, 7, 5), {"tied": True}),
+                ((0, 8, 13, 7), {"tied": False})]
 
 
 def check_gpt2_params(gpt2_params) -> None:
@@ -325,7 +404,8 @@ def check_gpt2_params(gpt2_params) -> None:
                 raise failure(f"{name}({_args_text(args, {})})  [{label}]", f"{ref_gpt2(*args):,}",
                               t(f"{got:,}（差 {got - ref_gpt2(*args):+,}）", f"{got:,} (off by {got - ref_gpt2(*args):+,})"),
                               GPT2_DEFAULT_UNTIED)
-        _compare(gpt2_params, name, args, kwargs, ref_gpt2(*args, **kwargs), GPT2_BUGS, label)
+        _compare(gpt2_params, name, args, kwargs, ref_gpt2(*args, **kwargs), GPT2_BUGS, label, reference=ref_gpt2,
+                 confirm=GPT2_CONFIRM)
         n += 1
     # random shapes: a real nanoGPT-style torch model is the judge
     for tied in (True, False, True, False):
@@ -336,7 +416,8 @@ def check_gpt2_params(gpt2_params) -> None:
         expected = torch_count(_GPT2, L, d, V, n_ctx, tied)
         assert expected == ref_gpt2(L, d, V, n_ctx, tied)
         label = t("与 torch 模型的 sum(p.numel()) 比较", "compared with sum(p.numel()) of a torch model")
-        _compare(gpt2_params, name, (L, d, V, n_ctx), {"tied": tied}, expected, GPT2_BUGS, label)
+        _compare(gpt2_params, name, (L, d, V, n_ctx), {"tied": tied}, expected, GPT2_BUGS, label, reference=ref_gpt2,
+                 confirm=GPT2_CONFIRM)
         n += 1
     passed(name, n)
 
@@ -414,11 +495,41 @@ LLAMA_BUGS = [
     Bug("llama_d_ff_from_d", *D_FF_IGNORED, lambda L, d, V, f, tied=False: _l(L, d, V, _llama_ffn_size(d), tied)),
     Bug("llama_d_ff_from_d_unrounded", *D_FF_IGNORED,
         lambda L, d, V, f, tied=False: _l(L, d, V, _llama_ffn_size(d, None), tied)),
+    Bug("llama_embedding_dropped_when_tied", "tied=True 时漏了词嵌入（词表 × d）：共享的意思是词嵌入和输出层用同一个矩阵，"
+        "这个矩阵还是要算一次，只是输出层不再另算。",
+        "with tied=True you left out the token embedding (vocab × d): tying means the embedding and the output layer "
+        "use one matrix, which is still counted once; only the output layer is not counted again.",
+        lambda L, d, V, f, tied=False: ref_llama(L, d, V, f, tied) - (V * d if tied else 0)),
+    Bug("llama_rope_counted", "给 RoPE 算了参数：RoPE 的 θ_i 是按公式算出来的固定数（代码里是 buffer，不是参数），"
+        "没有要训练的参数。",
+        "you counted parameters for RoPE: its θ_i are fixed numbers from a formula (a buffer in code, not a "
+        "parameter); nothing there is trained.",
+        lambda L, d, V, f, tied=False: ref_llama(L, d, V, f, tied) + L * (d // 2)),
+    Bug("llama_norms_not_per_block", "RMSNorm 只算了一次（三个）：注意力前和 FFN 前的 RMSNorm 在每个块里都有一份，"
+        "一共 2·n_layer 个，再加最后一个。",
+        "you counted the RMSNorms once (three): the ones before attention and before the FFN are in every block, "
+        "2·n_layer of them, plus the final one.",
+        lambda L, d, V, f, tied=False: ref_llama(L, d, V, f, tied) + 2 * d - 2 * L * d),
+    Bug("llama_final_norm_per_block", "最后的 RMSNorm 算进了每个块里：它只在最后一个块之后出现一次（d 个参数）。",
+        "you counted the final RMSNorm in every block: it comes once, after the last block (d parameters).",
+        lambda L, d, V, f, tied=False: ref_llama(L, d, V, f, tied) + d * (L - 1)),
+    Bug("llama_output_bias_always", "输出层多算了偏置（词表个），共享时也算了：LLaMA 的输出层没有偏置，共享不共享都一样。",
+        "you gave the output layer a bias (vocab entries), tied or not: LLaMA's output layer has none either way.",
+        lambda L, d, V, f, tied=False: ref_llama(L, d, V, f, tied) + V),
+    Bug("llama_block_d_too_many", "每块多算了 d 个参数：可能给 o 或 down 投影加了偏置（LLaMA 的投影都没有偏置），"
+        "也可能每块算了三个 RMSNorm（每块只有两个）。",
+        "every block has d parameters too many: a bias on the o or down projection (LLaMA's projections have none), "
+        "or three RMSNorms per block (there are two).",
+        lambda L, d, V, f, tied=False: ref_llama(L, d, V, f, tied) + L * d),
 ]
 
 DEFAULT_TIED = Bug("llama_default_tied", "tied 的默认值应当是 False（LLaMA-2 不共享）：不传 tied 时要算两个词表矩阵。",
                    "the default of tied must be False (LLaMA-2 does not tie): without a tied argument, count two "
                    "vocabulary matrices.")
+
+
+LLAMA_CONFIRM = [((2, 8, 13, 24), {"tied": False}), ((3, 16, 29, 40), {"tied": True}), ((1, 24, 7, 56), {"tied": False}),
+                 ((0, 8, 13, 24), {"tied": True})]
 
 
 def check_llama_params(llama_params) -> None:
@@ -431,7 +542,8 @@ def check_llama_params(llama_params) -> None:
     got = _count(llama_params, *args, what=f"{name}({_args_text(args, {})})  [LLaMA-2 7B]", expected_count=expected)
     if got != expected:
         with_false = _count(llama_params, *args, tied=False, what=f"{name}({_args_text(args, {'tied': False})})")
-        bug = DEFAULT_TIED if with_false == expected else _diagnose(got, expected, LLAMA_BUGS, args, {})
+        bug = DEFAULT_TIED if with_false == expected else _diagnose(got, expected, LLAMA_BUGS, args, {},
+                                                                    _seen(llama_params, name, ref_llama, LLAMA_CONFIRM))
         raise failure(f"{name}({_args_text(args, {})})  [LLaMA-2 7B]", f"{expected:,}",
                       t(f"{got:,}（差 {got - expected:+,}）", f"{got:,} (off by {got - expected:+,})"), bug)
     n += 1
@@ -441,7 +553,8 @@ def check_llama_params(llama_params) -> None:
              ((2, 24, 37, 60), {"tied": True}, ""),
              ((0, 16, 50, 40), {}, t("零层", "zero layers"))]
     for args, kwargs, label in cases:
-        _compare(llama_params, name, args, kwargs, ref_llama(*args, **kwargs), LLAMA_BUGS, label)
+        _compare(llama_params, name, args, kwargs, ref_llama(*args, **kwargs), LLAMA_BUGS, label, reference=ref_llama,
+                 confirm=LLAMA_CONFIRM)
         n += 1
     for tied in (False, True, False, True):
         L = int(torch.randint(0, 5, (1,), generator=gen))
@@ -451,6 +564,39 @@ def check_llama_params(llama_params) -> None:
         expected = torch_count(_Llama, L, d, V, d_ff, tied)
         assert expected == ref_llama(L, d, V, d_ff, tied)
         label = t("与 torch 模型的 sum(p.numel()) 比较", "compared with sum(p.numel()) of a torch model")
-        _compare(llama_params, name, (L, d, V, d_ff), {"tied": tied}, expected, LLAMA_BUGS, label)
+        _compare(llama_params, name, (L, d, V, d_ff), {"tied": tied}, expected, LLAMA_BUGS, label, reference=ref_llama,
+                 confirm=LLAMA_CONFIRM)
         n += 1
     passed(name, n)
+
+
+# ---------------------------------------------------------------- what the visible tests show (helpers/probes)
+# Each probe is a list of cases ((args, kwargs), the last without tied: the default) and its output the counts,
+# one per case: a known mistake is named when all its counts are the student's, and not one case alone. The
+# shapes are small so that every known mistake moves some count by far more than rounding.
+
+APPROX_CASES = [[[2, 10], {}], [[3, 7], {}]]
+GPT2_CASES = [[[2, 8, 13, 7], {"tied": True}], [[3, 16, 29, 11], {"tied": False}], [[0, 8, 13, 7], {"tied": True}],
+              [[1, 24, 7, 5], {}]]
+LLAMA_CASES = [[[2, 8, 13, 24], {"tied": False}], [[3, 12, 11, 20], {"tied": True}], [[0, 8, 13, 24], {"tied": False}],
+               [[1, 16, 7, 40], {}]]
+
+
+def _counts(fn, cases) -> torch.Tensor:
+    return torch.tensor([int(fn(*args, **kwargs)) for args, kwargs in cases], dtype=torch.int64)
+
+
+def _count_probe(name, cases, reference, bugs) -> Probe:
+    return Probe(name, args=(cases,), reference=lambda c: _counts(reference, c), bugs=bugs,
+                 run_bug=lambda bug: _counts(bug.impl, cases))
+
+
+def probes() -> list[Probe]:
+    # a default of tied that is not the signature's: the case without tied shows it
+    untied = Bug(GPT2_DEFAULT_UNTIED.key, GPT2_DEFAULT_UNTIED.zh, GPT2_DEFAULT_UNTIED.en,
+                 lambda L, d, V, n, tied=False: ref_gpt2(L, d, V, n, tied))
+    tied = Bug(DEFAULT_TIED.key, DEFAULT_TIED.zh, DEFAULT_TIED.en,
+               lambda L, d, V, f, tied=True: ref_llama(L, d, V, f, tied))
+    return [_count_probe("approx", APPROX_CASES, ref_approx, APPROX_BUGS),
+            _count_probe("gpt2", GPT2_CASES, ref_gpt2, GPT2_BUGS + [untied]),
+            _count_probe("llama", LLAMA_CASES, ref_llama, LLAMA_BUGS + [tied])]

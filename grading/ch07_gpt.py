@@ -1,21 +1,35 @@
-"""Hidden tests of ch07_gpt: CharTokenizer, get_batch, cross_entropy (from
-scratch, against a float64 reference), GPT (structure, loss, its logits against
-a reference wired as the exercise says from the student's own parameters,
-dropout where the exercise asks for it, causality, memorising a batch),
-generate (cropping, greedy, temperature, top-k, sampling statistics with a
-fixed generator), and the training loop: learning_rate, train_step (against
-the grader's own step and its known wrong versions, with two parameter groups,
-the loss from the student's own cross_entropy), evaluate (eval mode, no
-gradients, the mode restored, the student's own cross_entropy) and the
-checkpoint (a resumed run's losses equal an uninterrupted run's; the file loads
-with weights_only=True and load_checkpoint refuses a file with code in it).
+"""Hidden tests of ch07_gpt, one section per exercise, in the chapter's order:
+CharTokenizer, get_batch, cross_entropy (from scratch, against a float64
+reference), GPT (structure, loss, its logits against a reference wired as the
+exercise says from the student's own parameters, dropout where and when the
+exercise asks for it, causality, memorising a batch), generate (cropping,
+greedy, temperature, top-k, sampling statistics with a fixed generator), and
+the training: learning_rate, train_step (against the grader's own step and its
+known wrong versions, with two parameter groups, the loss from the student's
+own cross_entropy or their model), evaluate (eval mode, no gradients, the mode
+restored), the checkpoint (a resumed run's losses equal an uninterrupted run's;
+the file loads with weights_only=True and load_checkpoint refuses a file with
+code in it) and the training loop train (driven by a scripted run that notes
+what the loop asks and tells it, then by the real training.Run).
+
+At the end: ``ERRORS`` (signs of known mistakes in an error message) and
+``probes()`` (the visible tests' inputs, expected outputs and known mistakes,
+built into helpers/probes/ch07_gpt.json).
+
+One module, not a package: the guard (grading/guard.py) counts as grading code,
+and seals the checks of, only functions in files directly in grading/, each
+mapped to the module where it was first seen; the probe words are collected by
+this module's name. Each function stays short instead.
 
 Exercises that call earlier ones are graded on their own (``on_its_own``):
-GPT and the loop call the student's cross_entropy, train_step their
-learning_rate, load_checkpoint their CharTokenizer."""
+GPT and the loop's pieces call the student's cross_entropy, train_step their
+learning_rate, load_checkpoint their CharTokenizer, train their get_batch,
+train_step and evaluate."""
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import math
 from types import SimpleNamespace
 
@@ -31,6 +45,7 @@ from .core import (
     Bug,
     ForbiddenCall,
     GradingFailure,
+    Raises,
     as_f64,
     call,
     failure,
@@ -39,6 +54,7 @@ from .core import (
     seeded,
     show,
 )
+from .probes import Probe
 
 _RAISED = object()
 
@@ -71,9 +87,15 @@ def _fail(msg_zh: str, msg_en: str, bug: Bug | None = None) -> GradingFailure:
 
 TOK_BUGS = {
     "unsorted": Bug("tokenizer_unsorted_vocab",
-                    "编号是字符第一次出现的顺序，而不是排序后的位置：要用 sorted(set(text))。",
-                    "ids follow the order in which characters first appear, not the sorted order: use "
+                    "编号不是字符在排好序的字符表里的位置（例如按第一次出现的顺序，或者 list(set(text)) 那样没有确定顺序的"
+                    "排法）：字符表要用 sorted(set(text))。",
+                    "the ids are not the characters' positions in the sorted list (they follow, say, the order in which "
+                    "characters first appear, or the arbitrary order of list(set(text))): the characters are "
                     "sorted(set(text)).", None),
+    "stripped": Bug("tokenizer_decode_strips", "decode 去掉了首尾的空白（.strip()）：换行和空格也是 token，"
+                    "decode(encode(s)) 要一个字符不差地还原 s。",
+                    "decode strips the whitespace at both ends (.strip()): newlines and spaces are tokens too, and "
+                    "decode(encode(s)) must give back s to the character.", None),
     "size": Bug("tokenizer_vocab_size_wrong",
                 "vocab_size 不等于不同字符的个数（len(set(text))）。",
                 "vocab_size is not the number of distinct characters (len(set(text))).", None),
@@ -107,6 +129,11 @@ TOK_BUGS = {
                   "a character outside the vocabulary is silently given an existing id: raise a ValueError that "
                   "names the character.", None),
 }
+
+
+# decode(an integer tensor) failing on the tensor's elements (a dictionary lookup: KeyError: tensor(3))
+TENSOR_IDS = [(Raises(types=("KeyError", "TypeError", "IndexError")), TOK_BUGS["tensor_ids"])]
+TOK_ERRORS = [(Raises(contains=("tensor(",), types=("KeyError",)), TOK_BUGS["tensor_ids"])]
 
 
 def _as_ids(x, label):
@@ -144,15 +171,17 @@ def _tokenizer_checks(CharTokenizer) -> int:
         n += 1
         if ids != expected:
             first_seen = list(dict.fromkeys(text))
-            bug = TOK_BUGS["unsorted"] if ids == [first_seen.index(c) for c in text] else None
+            relabelled = sorted(set(ids)) == list(range(len(chars))) and len(set(zip(ids, text))) == len(chars)
+            bug = TOK_BUGS["unsorted"] if relabelled or ids == [first_seen.index(c) for c in text] else None
             raise failure(f"{label}.encode({text!r})", str(expected[:12]), str(ids[:12]), bug)
         back = call(tok.decode, ids, what=f"{label}.decode")
         n += 1
         if back != text:
             raise failure(f"{label}.decode(encode(s))", repr(text), repr(back),
-                          TOK_BUGS["joined"] if back == " ".join(text) else None)
+                          TOK_BUGS["joined"] if back == " ".join(text) else
+                          TOK_BUGS["stripped"] if back == text.strip() else None)
         back = call(tok.decode, torch.tensor(ids), what=t(f"{label}.decode(整数张量)", f"{label}.decode(int tensor)"),
-                    hints=[(lambda exc, line: isinstance(exc, (KeyError, TypeError, IndexError)), TOK_BUGS["tensor_ids"])])
+                    hints=TENSOR_IDS)
         n += 1
         if back != text:
             raise failure(t(f"{label}.decode(整数张量)", f"{label}.decode(int tensor)"), repr(text), repr(back),
@@ -186,6 +215,27 @@ def _tokenizer_checks(CharTokenizer) -> int:
 
 # ================================================================= get_batch
 
+
+class _TokenizerStandIn:
+    """A correct CharTokenizer for a student's load_checkpoint to build."""
+
+    def __init__(self, text):
+        self.chars = sorted(set(text))
+        self.stoi = {c: i for i, c in enumerate(self.chars)}
+        self.vocab_size = len(self.chars)
+
+    def encode(self, s):
+        return [self.stoi[c] for c in s]
+
+    def decode(self, ids):
+        return "".join(self.chars[int(i)] for i in ids)
+
+
+TOK_EARLIER = Earlier("CharTokenizer", 1, passes(_tokenizer_checks), _TokenizerStandIn)
+
+
+# ================================================================= get_batch
+
 BATCH_BUGS = {
     "not_shifted": Bug("batch_y_not_shifted",
                        "y 和 x 完全一样：目标要向右挪一格，y[b, t] 是 x[b, t] 后面的那个 token（data[i+1 : i+1+block_size]）。",
@@ -210,15 +260,25 @@ BATCH_BUGS = {
                       "（用 torch.stack 把各个窗口叠成行，不要再转置）。",
                       "x and y have shape (block_size, batch_size), the two axes swapped: it must be (batch_size, "
                       "block_size), one window per row (stack the windows as rows, without a transpose).", None),
+    "long": Bug("batch_windows_one_too_long", "每个窗口多了一个 token：x 和 y 的每一行都应正好是 block_size 个 token"
+                "（x 取 data[i : i+block_size]，y 是它挪一格）。",
+                "each window is one token too long: every row of x and y holds exactly block_size tokens (x takes "
+                "data[i : i+block_size], y is that shifted by one).", None),
     "separate": Bug("batch_y_from_another_draw",
                     "y 的窗口和 x 的不是同一个起点：y 来自另一次抽样（两次抽样各抽了一组起点）。x 和 y 要用同一个起点 i："
                     "x = data[i : i+block_size]，y = data[i+1 : i+1+block_size]。",
                     "the windows of y do not start where those of x do: y comes from another draw (two draws, two sets of "
                     "starts). Use one start i for both: x = data[i : i+block_size], y = data[i+1 : i+1+block_size].", None),
     "generator": Bug("batch_ignores_generator",
-                     "没有把 generator 传给 torch.randint：同一个种子两次取到的批量不同，训练无法复现。",
-                     "the generator is not passed to torch.randint: the same seed gives two different batches, so "
-                     "training cannot be repeated.", None),
+                     "随机数没有来自参数 generator（没有把它交给 torch.randint，或者在函数里调用了 torch.manual_seed）："
+                     "同一个种子两次取到的批量不同，或者不同的种子取到同一批，训练无法复现、续上。",
+                     "the random numbers do not come from the generator argument (it is not given to torch.randint, or "
+                     "the function calls torch.manual_seed): the same seed gives two different batches, or different "
+                     "seeds the same one, so a run can be neither repeated nor resumed.", None),
+    "first_start": Bug("batch_first_start_missing", "起点 0 永远抽不到（例如 torch.randint(1, ...)）：起点从 0 数起，"
+                       "0 到 len(data) - block_size - 1 的每一个都要能抽到。",
+                       "start 0 is never drawn (torch.randint(1, ...), say): starts count from 0, and every start from 0 "
+                       "to len(data) - block_size - 1 can be drawn.", None),
 }
 
 
@@ -226,7 +286,8 @@ def _batch(get_batch, data, block_size, batch_size, seed, label):
     out = call(_catching(get_batch), data, block_size, batch_size, generator=seeded(seed), what=label)
     exc = _raised(out)
     if exc is not None:
-        bug = BATCH_BUGS["last_start"] if "'from' to be less than 'to'" in str(exc) else \
+        bug = BATCH_BUGS["first_start"] if "but got from=1 >= to=1" in str(exc) else \
+            BATCH_BUGS["last_start"] if "'from' to be less than 'to'" in str(exc) else \
             BATCH_BUGS["past_end"] if isinstance(exc, (RuntimeError, IndexError)) else None
         raise _fail(f"{label}：你的代码抛出了 {type(exc).__name__}: {exc}",
                     f"{label}: your code raised {type(exc).__name__}: {exc}", bug)
@@ -237,6 +298,10 @@ def _batch(get_batch, data, block_size, batch_size, seed, label):
 
 
 def check_get_batch(get_batch) -> None:
+    passed("get_batch", _batch_checks(get_batch))
+
+
+def _batch_checks(get_batch) -> int:
     what = "get_batch"
     n = 0
     for N, block, batch, seed in ((50, 8, 6, 1), (300, 16, 32, 2), (40, 1, 5, 3), (12, 11, 4, 4)):
@@ -249,7 +314,8 @@ def check_get_batch(get_batch) -> None:
             if tuple(z.shape) != (batch, block):
                 raise failure(t(f"{label}：{name} 的形状 (batch_size, block_size)", f"{label}: shape of {name}, "
                                 "(batch_size, block_size)"), str((batch, block)), str(tuple(z.shape)),
-                              BATCH_BUGS["transposed"] if tuple(z.shape) == (block, batch) else None)
+                              BATCH_BUGS["transposed"] if tuple(z.shape) == (block, batch) else
+                              BATCH_BUGS["long"] if tuple(z.shape) == (batch, block + 1) else None)
             if z.dtype != torch.long:
                 raise failure(t(f"{label}：{name} 的 dtype", f"{label}: dtype of {name}"), "torch.int64", str(z.dtype))
         if block > 1 and not torch.equal(x[:, 1:] - x[:, :-1], torch.ones(batch, block - 1, dtype=torch.long)):
@@ -277,7 +343,8 @@ def check_get_batch(get_batch) -> None:
         seen |= set(x[:, 0].tolist())
     n += 1
     if seen != {0, 1, 2, 3}:
-        bug = BATCH_BUGS["last_start"] if seen == {0, 1, 2} else BATCH_BUGS["past_end"] if max(seen) > 3 else None
+        bug = BATCH_BUGS["last_start"] if seen == {0, 1, 2} else BATCH_BUGS["first_start"] if seen == {1, 2, 3} \
+            else BATCH_BUGS["past_end"] if max(seen) > 3 else None
         raise failure(t(f"{what}：len(data) = 9、block_size = 5 时 400 次抽到的起点",
                         f"{what}: starts drawn in 400 samples with len(data) = 9, block_size = 5"),
                       "{0, 1, 2, 3}", str(sorted(seen)), bug)
@@ -292,11 +359,31 @@ def check_get_batch(get_batch) -> None:
                       t("相同的批量", "the same batch"), t("不同的批量", "different batches"), BATCH_BUGS["generator"])
     if torch.equal(a[0], c[0]):
         raise _fail(f"{what}：不同的种子给出了相同的批量，起点没有用 generator 随机抽取。",
-                    f"{what}: different seeds gave the same batch; the starts are not drawn with the generator.")
-    passed(what, n)
+                    f"{what}: different seeds gave the same batch; the starts are not drawn with the generator.",
+                    BATCH_BUGS["generator"])
+    return n
+
+
+BATCH_ERRORS = [(Raises(contains=("but got from=1 >= to=1",)), BATCH_BUGS["first_start"]),
+                (Raises(contains=("'from' to be less than 'to'",)), BATCH_BUGS["last_start"]),
+                # windows of unequal length ("equal size") come from a start past the end, but as well from
+                # windows one too long or shifted by two: that sign alone names none of them
+                (Raises(contains=("out of bounds", "out of range")), BATCH_BUGS["past_end"])]
+
+
+def get_batch_stand_in(data, block_size, batch_size, generator=None):
+    """A correct get_batch for a student's training loop to call."""
+    starts = torch.randint(len(data) - block_size, (batch_size, 1), generator=generator)
+    rows = starts + torch.arange(block_size)
+    return data[rows], data[rows + 1]
+
+
+BATCH_EARLIER = Earlier("get_batch", 2, passes(_batch_checks), get_batch_stand_in)
 
 
 # ================================================================= GPT
+
+
 
 GPT_BUGS = {
     "untied": Bug("gpt_lm_head_not_tied",
@@ -351,26 +438,37 @@ GPT_BUGS.update({
                          "这里却是一个数。写 loss = None，只有 targets is not None 时才算交叉熵。",
                          "without targets the loss must be None (that is how generation calls the model); here it is a "
                          "number. Start from loss = None and compute the cross-entropy only when targets is not None.", None),
-    "dropout_eval": Bug("gpt_dropout_in_eval_mode", "dropout 在 eval() 模式下也在丢：注意力的 dropout_p 要写成 "
-                        "self.dropout if self.training else 0.0（F.dropout 要传 training=self.training），"
+    "dropout_eval": Bug("gpt_dropout_in_eval_mode", "dropout 在 eval() 模式下也在丢：注意力的 dropout 概率只在训练时"
+                        "（self.training 为真）是 self.dropout，否则是 0（F.dropout 也要传 training=self.training），"
                         "评估和生成时模型才是确定的。",
-                        "dropout still drops in eval() mode: the attention's dropout_p must be self.dropout if "
-                        "self.training else 0.0 (and F.dropout needs training=self.training), so that evaluation and "
-                        "generation are deterministic.", None),
+                        "dropout still drops in eval() mode: the attention's dropout probability is self.dropout only "
+                        "while training (self.training is true) and 0 otherwise (and F.dropout needs "
+                        "training=self.training), so that evaluation and generation are deterministic.", None),
     "no_attn_dropout": Bug("gpt_attention_dropout_missing", "注意力权重上没有 dropout：训练模式下（dropout=0.5）注意力的输出和 "
-                           "eval 模式下完全一样。用融合实现时传 dropout_p=self.dropout if self.training else 0.0，"
-                           "手写时在 softmax 之后 F.dropout(weights, self.dropout, self.training)。",
+                           "eval 模式下完全一样。融合实现要在训练时传 dropout_p=self.dropout（eval 时传 0），"
+                           "手写时在 softmax 之后对权重做 F.dropout，training 参数传 self.training。",
                            "there is no dropout on the attention weights: in training mode (dropout=0.5) the attention's "
-                           "output equals its output in eval mode. Pass dropout_p=self.dropout if self.training else 0.0 "
-                           "to the fused kernel, or apply F.dropout(weights, self.dropout, self.training) after the softmax.",
-                           None),
+                           "output equals its output in eval mode. Give the fused kernel dropout_p of self.dropout while "
+                           "training (0 in eval mode), or, by hand, apply F.dropout to the weights after the softmax, "
+                           "with training set to self.training.", None),
+    "dropout_scores": Bug("gpt_attention_dropout_on_scores", "dropout 用在了 softmax 之前的分数上：被丢掉的分数变成 0，"
+                          "softmax 又把每一行重新归一化，每个位置的注意力权重加起来仍然是 1。题目要的是 softmax 之后"
+                          "丢掉权重本身（剩下的按 1/(1-p) 放大），融合实现的 dropout_p 就是这样做的。",
+                          "dropout is applied to the scores before the softmax: a dropped score becomes 0, the softmax "
+                          "renormalises each row, and every position's attention weights still add up to 1. The "
+                          "exercise drops the weights themselves, after the softmax (the rest scaled up by 1/(1-p)), "
+                          "as the fused kernel's dropout_p does.", None),
     "no_emb_dropout": Bug("gpt_embedding_dropout_missing", "词嵌入加位置嵌入之后没有 dropout：训练模式下（dropout=0.5）进入第一个块"
-                          "的正是 wte(idx) + wpe(pos)，一个都没有丢。加上 self.emb_drop = nn.Dropout(config.dropout)，"
-                          "forward 里 x = self.emb_drop(self.wte(idx) + self.wpe(pos))。",
+                          "的正是 wte(idx) + wpe(pos)，一个都没有丢。在 __init__ 里建一个 nn.Dropout(config.dropout) 模块，"
+                          "forward 里把两个嵌入的和先交给它，再进第一个块。",
                           "there is no dropout after adding the token and position embeddings: in training mode "
-                          "(dropout=0.5) the first block receives exactly wte(idx) + wpe(pos), nothing dropped. Add "
-                          "self.emb_drop = nn.Dropout(config.dropout) and write x = self.emb_drop(self.wte(idx) + "
-                          "self.wpe(pos)) in forward.", None),
+                          "(dropout=0.5) the first block receives exactly wte(idx) + wpe(pos), nothing dropped. Build an "
+                          "nn.Dropout(config.dropout) module in __init__ and pass the sum of the two embeddings through it "
+                          "in forward, before the first block.", None),
+    "emb_partial": Bug("gpt_embedding_dropout_not_on_sum", "dropout 只用在了其中一个嵌入上（例如只丢 wte(idx)，再加上 wpe）："
+                       "题目要的是先把词嵌入和位置嵌入加起来，再对这个和做 dropout。",
+                       "dropout acts on one of the embeddings only (say wte(idx), with wpe added afterwards): the "
+                       "exercise adds the token and position embeddings first and applies dropout to their sum.", None),
     "no_scale": Bug("gpt_attention_not_scaled", "注意力分数没有除以 √d_k：要用 q @ kᵀ / √d_k（d_k 是每个头的宽度 "
                     "d_model / n_head），否则分数随 d_k 变大，softmax 饱和（第 1 章）。",
                     "the attention scores are not divided by √d_k: use q @ kᵀ / √d_k (d_k is one head's width, d_model / "
@@ -525,6 +623,12 @@ def _gpt_dropout_train(GPT, GPTConfig, V, C) -> None:
             raise _fail("GPT：dropout=0.5、训练模式下，进入第一个块的正是 wte(idx) + wpe(位置)，一个都没有丢。",
                         "GPT: with dropout=0.5 in training mode, the first block receives exactly wte(idx) + "
                         "wpe(positions), nothing dropped.", GPT_BUGS["no_emb_dropout"])
+        zeros = float((seen[0] == 0).double().mean()) if seen else 0.5
+        if zeros < 0.2:                           # dropout of the sum zeroes about half of the entries
+            raise _fail(f"GPT：dropout=0.5、训练模式下，进入第一个块的数里只有 {zeros:.0%} 正好是 0（丢掉的是两个嵌入的和时约一半）。",
+                        f"GPT: with dropout=0.5 in training mode, only {zeros:.0%} of the numbers entering the first "
+                        "block are exactly 0 (about half are when the sum of the two embeddings is dropped).",
+                        GPT_BUGS["emb_partial"])
         attn = m.blocks[0].attn
         x = torch.randn(2, 7, 16, generator=seeded(75))
         with torch.no_grad():
@@ -538,6 +642,35 @@ def _gpt_dropout_train(GPT, GPTConfig, V, C) -> None:
             raise _fail("GPT：dropout=0.5 时，训练模式下注意力（blocks[0].attn）的输出和 eval 模式下完全一样。",
                         "GPT: with dropout=0.5 the attention (blocks[0].attn) gives in training mode exactly what it "
                         "gives in eval mode.", GPT_BUGS["no_attn_dropout"])
+        _dropout_after_softmax(attn, 16)
+
+
+def _dropout_after_softmax(attn, d: int) -> None:
+    """With every value 1 (the value part of the projection zeroed, its bias 1) and c_proj the identity, each
+    output is a row sum of the attention weights. Dropout after the softmax (the exercise's) makes position 0's
+    0 or 2; dropout on the scores before the softmax leaves every row sum at exactly 1."""
+    a = copy.deepcopy(attn).train()
+    with torch.no_grad():
+        if isinstance(getattr(a, "c_attn", None), nn.Linear) and a.c_attn.bias is not None:
+            a.c_attn.weight[2 * d:].zero_()
+            a.c_attn.bias[2 * d:].fill_(1.0)
+        elif isinstance(getattr(a, "v_proj", None), nn.Linear) and a.v_proj.bias is not None:
+            a.v_proj.weight.zero_()
+            a.v_proj.bias.fill_(1.0)
+        else:
+            return
+        if not (isinstance(getattr(a, "c_proj", None), nn.Linear) and a.c_proj.bias is not None):
+            return
+        a.c_proj.weight.copy_(torch.eye(d))
+        a.c_proj.bias.zero_()
+        torch.manual_seed(13)
+        out = a(torch.randn(3, 7, d, generator=seeded(76)))
+    if torch.allclose(out, torch.ones_like(out), atol=1e-5):
+        raise _fail("GPT：dropout=0.5、训练模式下，每个位置的注意力权重加起来仍然正好是 1（所有的值都设成 1 时，"
+                    "注意力的每个输出都是 1）：dropout 没有丢掉 softmax 之后的权重。",
+                    "GPT: with dropout=0.5 in training mode, every position's attention weights still add up to "
+                    "exactly 1 (with every value set to 1, each output of the attention is 1): dropout did not drop "
+                    "weights after the softmax.", GPT_BUGS["dropout_scores"])
 
 
 def _build(GPT, GPTConfig, label, **cfg):
@@ -674,7 +807,7 @@ def _gpt_dropout_eval(GPT, GPTConfig, V, C) -> None:
 def check_gpt(GPT, GPTConfig) -> None:
     with on_its_own(GPT, (CE_EARLIER,)):
         _check_gpt(GPT, GPTConfig)
-        passed("GPT", 10)                     # here: a check seals with its own name
+        passed("GPT", 11)                     # here: a check seals with its own name
 
 
 def _check_gpt(GPT, GPTConfig) -> None:
@@ -774,6 +907,9 @@ def _check_gpt_causal(GPT, GPTConfig) -> None:
 
 # ================================================================= generate
 
+
+# ================================================================= generate
+
 def _bigram(table: torch.Tensor, n_ctx: int) -> nn.Module:
     """A fixed model: the logits after token j are table[j]; it refuses inputs
     longer than n_ctx, like GPT. (Built here, so that the student's generate
@@ -823,9 +959,11 @@ GEN_BUGS = {
                         "top_k 没有起作用：前 k 名之外的 token 也被抽到了。",
                         "top_k has no effect: tokens outside the top k are drawn.", None),
     "generator": Bug("generate_ignores_generator",
-                     "没有把 generator 传给 torch.multinomial：同一个种子两次生成的结果不同。",
-                     "the generator is not passed to torch.multinomial: the same seed generates two different "
-                     "sequences.", None),
+                     "随机数没有来自参数 generator（没有把它交给 torch.multinomial，或者用了全局的 torch.manual_seed）："
+                     "同一个种子两次生成的结果不同，或者换了种子结果却一样。",
+                     "the random numbers do not come from the generator argument (it is not given to "
+                     "torch.multinomial, or the global torch.manual_seed is used instead): the same seed generates two "
+                     "different sequences, or another seed the same one.", None),
     "topk_broadcast": Bug("generate_topk_threshold_shape",
                           "top-k 的阈值形状是 (B,)，和形状为 (B, V) 的 logits 对不上（只有 B = 1 时碰巧能广播）。"
                           "保留最后一维：torch.topk(logits, k).values[:, [-1]]（或 [..., -1:]、.unsqueeze(-1)）。",
@@ -843,6 +981,15 @@ GEN_BUGS = {
                     "(B, T + max_new_tokens)。",
                     "only the max_new_tokens new tokens are returned: return the whole sequence, the original idx followed "
                     "by the new tokens, of shape (B, T + max_new_tokens).", None),
+    "cropped": Bug("generate_returns_cropped", "返回的序列被裁剪了（把裁剪后的上下文当成了序列接着往后接）：裁剪只作用在喂给"
+                   "模型的那一段上，返回的序列要完整保留原来的 idx 和每一个新 token，形状 (B, T + max_new_tokens)。",
+                   "the sequence returned is cropped (the cropped context became the sequence that grows): the crop "
+                   "applies only to what the model is fed; the sequence returned keeps the original idx and every new "
+                   "token, shape (B, T + max_new_tokens).", None),
+    "all_positions": Bug("generate_all_positions", "所有位置的 logits 都进了 softmax 和 multinomial（形状 (B, T, V)）："
+                         "下一个 token 的打分只是最后一个位置的那一行，logits[:, -1, :]，形状 (B, V)。",
+                         "the logits of every position go into the softmax and multinomial (shape (B, T, V)): the next "
+                         "token's scores are the last position's row only, logits[:, -1, :], shape (B, V).", None),
     "last_pos": Bug("generate_wrong_position",
                     "取的不是最后一个位置的 logits：下一个 token 的打分在 logits[:, -1, :]。",
                     "these are not the logits of the last position: the next token's scores are logits[:, -1, :].",
@@ -865,10 +1012,11 @@ def _tv(counts: torch.Tensor, probs: torch.Tensor) -> float:
 
 _N_CTX = 4
 GEN_HINTS = [
-    (lambda exc, line: isinstance(exc, ValueError) and "n_ctx" in str(exc), GEN_BUGS["no_crop"]),
-    (lambda exc, line: "must match the size of tensor" in str(exc) and any(w in line for w in ("<", ">", "topk", "kth")),
-     GEN_BUGS["topk_broadcast"]),
-    (lambda exc, line: "k out of range" in str(exc) or ("topk" in line and "out of range" in str(exc)), GEN_BUGS["topk_large"]),
+    (Raises(contains=("n_ctx",), types=("ValueError",)), GEN_BUGS["no_crop"]),
+    (Raises(contains=("must match the size of tensor",), line=("<", ">", "topk", "kth")), GEN_BUGS["topk_broadcast"]),
+    (Raises(contains=("k out of range",)), GEN_BUGS["topk_large"]),
+    (Raises(contains=("out of range",), line=("topk",)), GEN_BUGS["topk_large"]),
+    (Raises(contains=("prob_dist must be 1 or 2 dim",)), GEN_BUGS["all_positions"]),
 ]
 
 
@@ -879,7 +1027,8 @@ def _generate(generate, table, idx, steps, label, **kw):
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise failure(t(f"generate({label})：输出形状", f"generate({label}): output shape"), str(want), str(got),
-                      GEN_BUGS["new_only"] if got == (idx.shape[0], steps) else None,
+                      GEN_BUGS["new_only"] if got == (idx.shape[0], steps) else
+                      GEN_BUGS["cropped"] if got == (idx.shape[0], _N_CTX + 1) else None,
                       hint=t("返回完整的序列：原来的 idx 加上新生成的 token。",
                              "return the whole sequence: the original idx followed by the new tokens."))
     if not torch.equal(out[:, :idx.shape[1]], idx):
@@ -955,13 +1104,36 @@ def _gen_cold_and_seeded(generate, table) -> None:
         raise failure(f"generate({label})", show(expected[:, 1:]), show(out[:, 1:]),
                       hint=t("温度趋于 0 时 softmax(logits / T) 趋于 one-hot。",
                              "as T → 0, softmax(logits / T) becomes one-hot."))
-    _generate(generate, table, torch.full((500, 1), 2), 1, f"top_k={V + 3} > vocab_size={V}", top_k=V + 3,
-              generator=seeded(5))
+    label = f"top_k={V + 3} > vocab_size={V}, 6000 " + t("次抽样", "samples")
+    wide = _generate(generate, table, torch.full((6000, 1), 2), 1, label, top_k=V + 3, generator=seeded(5))
+    counts = torch.bincount(wide[:, 1], minlength=V)[:V]
+    if (counts == 0).any() or _tv(counts, torch.softmax(table[2].double(), -1)) > 0.035:
+        raise failure(t(f"generate({label})：抽样频率", f"generate({label}): sample frequencies"),
+                      show(torch.softmax(table[2].double(), -1)), show(counts.double() / 6000), GEN_BUGS["topk_large"])
     a = _generate(generate, table, torch.zeros(64, 1, dtype=torch.long), 4, "seed 9", generator=seeded(9))
     b = _generate(generate, table, torch.zeros(64, 1, dtype=torch.long), 4, "seed 9", generator=seeded(9))
-    if not torch.equal(a, b):
-        raise failure(t("generate：同一个种子调用两次", "generate: the same seed twice"),
-                      t("相同的结果", "the same result"), t("不同的结果", "different results"), GEN_BUGS["generator"])
+    c = _generate(generate, table, torch.zeros(64, 1, dtype=torch.long), 4, "seed 10", generator=seeded(10))
+    if not torch.equal(a, b) or torch.equal(a, c):
+        raise failure(t("generate：同一个种子调用两次，再换一个种子", "generate: the same seed twice, then another seed"),
+                      t("同一个种子结果相同，换了种子结果不同", "the same result for the same seed, another for another seed"),
+                      t("不同的结果" if not torch.equal(a, b) else "换了种子结果却相同",
+                        "different results" if not torch.equal(a, b) else "the same result for another seed"),
+                      GEN_BUGS["generator"])
+
+
+def ref_generate(model, idx, steps, temperature=1.0, top_k=None, generator=None, *, pick_last=True,
+                 crop_front=False, smallest=False):
+    """The grader's generate (and, by its keywords, three known wrong ones), for the visible tests' probe."""
+    n_ctx = model.config.n_ctx
+    for _ in range(steps):
+        logits = model(idx[:, :n_ctx] if crop_front else idx[:, -n_ctx:])[0]
+        logits = (logits[:, -1] if pick_last else logits[:, 0]).double() / temperature
+        if top_k is not None and top_k < logits.shape[-1]:
+            kth = torch.topk(logits, top_k, dim=-1, largest=not smallest).values[:, -1:]
+            logits = logits.masked_fill(logits > kth if smallest else logits < kth, float("-inf"))
+        nxt = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)
+        idx = torch.cat([idx, nxt], dim=1)
+    return idx
 
 
 def check_generate(generate) -> None:
@@ -973,6 +1145,8 @@ def check_generate(generate) -> None:
     passed("generate", 7)
 
 
+
+
 # ================================================================= cross_entropy
 
 CE_FORBIDDEN = SOFTMAX_FAMILY | frozenset({"cross_entropy", "nll_loss", "nll_loss_nd", "nll_loss2d", "binary_cross_entropy"})
@@ -980,14 +1154,16 @@ CE_FORBIDDEN = SOFTMAX_FAMILY | frozenset({"cross_entropy", "nll_loss", "nll_los
 
 def own_loss(what: str):
     """While a later exercise (the step, the evaluation) runs: its loss comes from the student's own
-    cross_entropy, so torch's (and its parts) may not be called. A correct cross_entropy standing in for a wrong
-    one is the grader's own call and stays allowed."""
+    cross_entropy (directly, or through their model's loss), so torch's (and its parts) may not be called. A correct
+    cross_entropy standing in for a wrong one is the grader's own call and stays allowed."""
     return forbidden(CE_FORBIDDEN, what,
-                     t(f"{what} 的损失要用你在练习 3 写的 cross_entropy，不能调用 {{name}}：数是一样的，但这一题要求用你自己的函数"
-                       "（练习 3 的 cross_entropy 错了也没关系，评分时会换上一个正确的）。",
-                       f"{what} computes its loss with your own cross_entropy of exercise 3: calling {{name}} is not "
-                       "allowed. The number is the same, but the exercise asks for your function (if your cross_entropy "
-                       "is wrong, the grader puts a correct one in its place)."))
+                     t(f"{what} 的损失要来自你在练习 3 写的 cross_entropy（直接调用它，或者用模型返回的 loss），"
+                       "不能调用 {name}：数是一样的，但这一题要的是你自己的函数（练习 3 的 cross_entropy 错了也没关系，"
+                       "评分时会换上一个正确的）。",
+                       f"{what} takes its loss from your own cross_entropy of exercise 3 (called directly, or through "
+                       "the loss your model returns): calling {name} is not allowed. The number is the same, but the "
+                       "exercise asks for your function (if your cross_entropy is wrong, the grader puts a correct one "
+                       "in its place)."))
 
 
 def ref_cross_entropy(logits, targets) -> torch.Tensor:
@@ -1102,9 +1278,10 @@ CE_BUGS = [
         "the right token is never picked: this averages −log p over every token of the vocabulary, while the loss "
         "looks only at the right answer y: ln Σ exp(z) − z_y.", _ce_all_tokens),
 ]
-CE_SHAPE = Bug("ce_assumes_three_axes", "代码假定 logits 一定是三维 (B, T, V)（例如 B, T, V = logits.shape）："
+CE_SHAPE = Bug("ce_assumes_three_axes", "代码假定 logits 一定是三维 (B, T, V)（例如 B, T, V = logits.shape，或 logits.size(2)）："
                "题目要求形状 (..., V) 都能用，(N, V) 也要能算。用 logits.reshape(-1, logits.shape[-1]) 把前面的维度压成一维。",
-               "the code assumes logits are always 3-D (B, T, V) (e.g. B, T, V = logits.shape): the exercise asks for "
+               "the code assumes logits are always 3-D (B, T, V) (e.g. B, T, V = logits.shape, or logits.size(2)): the "
+               "exercise asks for "
                "any shape (..., V), (N, V) included. Flatten the leading axes with logits.reshape(-1, logits.shape[-1]).")
 CE_NOT_SCALAR = Bug("ce_not_a_scalar", "返回的不是 0 维张量（标量），而是形状 (1,) 之类的张量（mean(dim=0, keepdim=True)、"
                     "reshape(1) 或 unsqueeze）：直接用 .mean()，不带 dim 和 keepdim。",
@@ -1150,14 +1327,17 @@ def cross_entropy_stand_in(logits, targets):
     return (lse - z[torch.arange(z.shape[0]), targets.reshape(-1)]).mean()
 
 
+CE_ERRORS = [(Raises(contains=("values to unpack",)), CE_SHAPE),
+             (Raises(contains=("Dimension out of range",), line=("size(2)", "shape[2]")), CE_SHAPE)]
+
+
 def check_cross_entropy(cross_entropy) -> None:
     passed("cross_entropy", _ce_checks(cross_entropy))
 
 
 def _ce_checks(cross_entropy) -> int:
     what = "cross_entropy"
-    check = Check(what, cross_entropy, forbid=CE_FORBIDDEN,
-                  hints=[(lambda exc, line: "values to unpack" in str(exc) or "unpack" in str(exc), CE_SHAPE)])
+    check = Check(what, cross_entropy, forbid=CE_FORBIDDEN, hints=CE_ERRORS)
     for label, z, y, bugs in _ce_cases():
         got = check.call(z, y, label=label)
         check.tensor(label, got, (), hint=t("返回一个标量（0 维张量）：所有位置损失的平均。",
@@ -1191,6 +1371,9 @@ def _ce_checks(cross_entropy) -> int:
                                            "the gradient is (softmax(z) − one_hot(y)) / number of positions: check that "
                                            "the log-sum-exp stays in the graph."))
     return check.n
+
+
+CE_EARLIER = Earlier("cross_entropy", 3, passes(_ce_checks), cross_entropy_stand_in)
 
 
 # ================================================================= learning_rate
@@ -1319,10 +1502,39 @@ def check_learning_rate(learning_rate) -> None:
     passed("learning_rate", _lr_checks(learning_rate))
 
 
+def _lr_floor_after_max_steps(step, max_steps, warmup_steps, peak_lr, min_lr):
+    """The floor from step max_steps + 1 on (the cosine reaches min_lr at max_steps anyway): the same numbers,
+    until warmup_steps equals max_steps and p = 0 / 0."""
+    if step < warmup_steps:
+        return peak_lr * (step + 1) / warmup_steps
+    if step > max_steps:
+        return min_lr
+    progress = (step - warmup_steps) / (max_steps - warmup_steps)
+    return min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (peak_lr - min_lr)
+
+
+LR_ZERO_DIV = Bug("lr_divides_by_zero_without_decay",
+                  "warmup_steps 等于 max_steps（没有衰减段）时除以了 0：第 max_steps 步算 p 的时候分母是 0。"
+                  "先判断 step ≥ max_steps（这时直接返回 min_lr），再算 p，那一行就永远用不到分母是 0 的时候。",
+                  "with warmup_steps equal to max_steps (no decay at all) the code divides by 0: at step max_steps "
+                  "the denominator of p is 0. Ask whether step ≥ max_steps first (the rate is then min_lr), and only then "
+                  "compute p, so the line is never used with a zero denominator.", _lr_floor_after_max_steps)
+LR_ERRORS = [(Raises(types=("ZeroDivisionError",)), LR_ZERO_DIV)]
+LR_CASES = ((100, 10, 1e-3, 1e-4), (37, 5, 4e-3, 4e-4), (12, 1, 0.5, 0.0), (12, 12, 0.5, 0.05))
+
+
+def _lr_outputs(fn, args_of):
+    """``fn`` on every row of arguments, as float64; None when it raises (a known bug that cannot run here)."""
+    try:
+        return torch.tensor([float(fn(*a)) for a in args_of], dtype=torch.float64)
+    except Exception:  # noqa: BLE001
+        return None
+
+
 def _lr_checks(learning_rate) -> int:
     what = "learning_rate"
-    check = Check(what, learning_rate, dtype_follows=None)
-    for max_steps, warmup, peak, floor in ((100, 10, 1e-3, 1e-4), (37, 5, 4e-3, 4e-4), (12, 1, 0.5, 0.0)):
+    check = Check(what, learning_rate, dtype_follows=None, hints=LR_ERRORS)
+    for max_steps, warmup, peak, floor in LR_CASES:
         steps = sorted({0, 1, warmup - 1, warmup, warmup + 1, (warmup + max_steps) // 2, max_steps - 1, max_steps,
                         max_steps + 1, max_steps + (max_steps - warmup) // 2, 2 * max_steps} - {-1})
         args_of = [(s, max_steps, warmup, peak, floor) for s in steps]
@@ -1331,17 +1543,15 @@ def _lr_checks(learning_rate) -> int:
                            dtype=torch.float64)
         want = torch.tensor([ref_learning_rate(*a) for a in args_of], dtype=torch.float64)
         if not same(got, want, F32):
-            bug = next((b for b in LR_BUGS if not same(torch.tensor([b.impl(*a) for a in args_of],
-                                                                      dtype=torch.float64), want, F32)
-                        and same(got, torch.tensor([b.impl(*a) for a in args_of], dtype=torch.float64), F32)), None)
+            outputs = [(b, _lr_outputs(b.impl, args_of)) for b in LR_BUGS]
+            bug = next((b for b, out in outputs if out is not None and not same(out, want, F32) and same(got, out, F32)),
+                       None)
             bad = next(i for i in range(len(steps)) if not same(got[i:i + 1], want[i:i + 1], F32))
             raise failure(f"{what}: {label}, step={steps[bad]}", f"{float(want[bad]):.6g}", f"{float(got[bad]):.6g}", bug,
                           hint=t("对照上面的公式逐段检查：预热、余弦衰减、max_steps 之后。",
                                  "check each piece against the formula above: warm-up, cosine decay, after max_steps."))
         check.n += 1
     return check.n
-
-
 
 
 def learning_rate_stand_in(step, max_steps, warmup_steps, peak_lr, min_lr):
@@ -1353,27 +1563,11 @@ def learning_rate_stand_in(step, max_steps, warmup_steps, peak_lr, min_lr):
     return min_lr + 0.5 * (1 + math.cos(math.pi * (step - warmup_steps) / (max_steps - warmup_steps))) * (peak_lr - min_lr)
 
 
-
-
-class _TokenizerStandIn:
-    """A correct CharTokenizer for a student's load_checkpoint to build."""
-
-    def __init__(self, text):
-        self.chars = sorted(set(text))
-        self.stoi = {c: i for i, c in enumerate(self.chars)}
-        self.vocab_size = len(self.chars)
-
-    def encode(self, s):
-        return [self.stoi[c] for c in s]
-
-    def decode(self, ids):
-        return "".join(self.chars[int(i)] for i in ids)
-
-
 # the probes are the earlier exercises' own hidden checks: a correct version stands in exactly when one lost its points
-CE_EARLIER = Earlier("cross_entropy", 3, passes(_ce_checks), cross_entropy_stand_in)
 LR_EARLIER = Earlier("learning_rate", 6, passes(_lr_checks), learning_rate_stand_in)
-TOK_EARLIER = Earlier("CharTokenizer", 1, passes(_tokenizer_checks), _TokenizerStandIn)
+
+
+# ================================================================= train_step
 
 
 # ================================================================= train_step
@@ -1410,16 +1604,18 @@ def _plan(**kw):
 
 
 def _ref_step(model, opt, x, y, step, plan, *, zero=True, clip=True, lr_of=None, targets_are_inputs=False,
-              zero_after_backward=False, clip_value=False, clip_at=None, groups=None) -> float:
+              zero_after_backward=False, clip_value=False, clip_at=None, groups=None, shift_again=False) -> float:
     """The grader's own training step, and its known wrong versions."""
     lr = ref_learning_rate(step, plan.max_steps, plan.warmup_steps, plan.lr, plan.min_lr) if lr_of is None else lr_of(step)
     if lr is not None:
-        for group in opt.param_groups[:groups]:
+        for group in {None: opt.param_groups, "first": opt.param_groups[:1], "last": opt.param_groups[-1:]}[groups]:
             group["lr"] = lr
     if zero and not zero_after_backward:
         opt.zero_grad(set_to_none=True)
     logits, _ = model(x)
     V = logits.shape[-1]
+    if shift_again:                               # the targets shifted once more: position t scored on y[t + 1]
+        logits, y = logits[:, :-1], y[:, 1:]
     loss = F.cross_entropy(logits.reshape(-1, V), (x if targets_are_inputs else y).reshape(-1))
     loss.backward()
     if zero_after_backward:
@@ -1461,17 +1657,17 @@ STEP_BUGS = {
                    "每一步开头（backward 之前）调用 optimizer.zero_grad()。",
                    "the gradients are never zeroed: .grad accumulates, so this step's gradient is added to those of all "
                    "the steps before. Call optimizer.zero_grad() at the start of every step (before backward).", None),
-    "clip_after": Bug("step_clip_after_update", "梯度裁剪没有作用在这一步的更新上（在 optimizer.step() 之后才裁剪，或者根本没裁剪）："
-                      "裁剪要放在 loss.backward() 之后、optimizer.step() 之前。",
-                      "the gradient clipping does not act on this step's update (it comes after optimizer.step(), or "
-                      "not at all): clip after loss.backward() and before optimizer.step().", None),
+    "clip_after": Bug("step_clip_after_update", "梯度裁剪没有作用在这一步的更新上（在 optimizer.step 之后才裁剪，或者根本没裁剪）："
+                      "裁剪要放在 loss.backward() 之后、optimizer.step 之前。",
+                      "the gradient clipping does not act on this step's update (it comes after optimizer.step, or "
+                      "not at all): clip after loss.backward() and before optimizer.step.", None),
     "ahead": Bug("step_schedule_one_ahead", "学习率提前了一步：第 s 步用的是 learning_rate(s + 1)（例如 scheduler.step() "
-                 "放在了 optimizer.step() 之前）。",
+                 "放在了 optimizer.step 之前）。",
                  "the learning rate is one step ahead: step s uses learning_rate(s + 1) (for example scheduler.step() "
-                 "called before optimizer.step()).", None),
-    "behind": Bug("step_schedule_one_behind", "学习率落后了一步：在 optimizer.step() 之后才设下一步的学习率，"
+                 "called before optimizer.step).", None),
+    "behind": Bug("step_schedule_one_behind", "学习率落后了一步：在 optimizer.step 之后才设下一步的学习率，"
                   "所以第 s 步用的是第 s − 1 步的（第 0 步用的是优化器自己的初始学习率）。要在更新之前设好这一步的学习率。",
-                  "the learning rate is one step behind: it is set after optimizer.step(), for the next step, so step s "
+                  "the learning rate is one step behind: it is set after optimizer.step, for the next step, so step s "
                   "uses the rate of step s − 1 (and step 0 the optimizer's initial rate). Set this step's rate before "
                   "the update.", None),
     "constant": Bug("step_schedule_not_used", "学习率一直没变：没有把 learning_rate(step, ...) 写进 "
@@ -1479,9 +1675,9 @@ STEP_BUGS = {
                     "the learning rate never changes: learning_rate(step, ...) is not written into the \"lr\" of each "
                     "group in optimizer.param_groups.", None),
     "zero_late": Bug("step_zero_grad_after_backward", "梯度在 backward 之后才清零：刚算出来的梯度被清掉了，"
-                     "optimizer.step() 什么也没更新。清零要放在前向和 backward 之前（每一步的开头）。",
+                     "optimizer.step 什么也没更新。清零要放在前向和 backward 之前（每一步的开头）。",
                      "the gradients are zeroed after backward: the gradient just computed is wiped out and "
-                     "optimizer.step() updates nothing. Zero them before the forward pass and backward (at the start of "
+                     "optimizer.step updates nothing. Zero them before the forward pass and backward (at the start of "
                      "the step).", None),
     "clip_value": Bug("step_clip_by_value", "用的是 clip_grad_value_（把每个分量截到 ±grad_clip），题目要的是按范数裁剪："
                       "torch.nn.utils.clip_grad_norm_(model.parameters(), plan.grad_clip) 把所有梯度当成一个长向量整体缩放，"
@@ -1493,12 +1689,21 @@ STEP_BUGS = {
                     "clip_grad_norm_(model.parameters(), plan.grad_clip)。",
                     "the clipping threshold is hard-coded to 1.0: use this run's plan.grad_clip, "
                     "clip_grad_norm_(model.parameters(), plan.grad_clip).", None),
+    "last_group": Bug("step_lr_last_group_only", "学习率只写进了最后一个参数组（optimizer.param_groups[-1]）：其余的组还在用"
+                      "旧的学习率。写进 optimizer.param_groups 的每一组。",
+                      "the rate is written into the last parameter group only (optimizer.param_groups[-1]): the other "
+                      "groups keep their old rate. Write it into every group of optimizer.param_groups.", None),
+    "shifted": Bug("step_targets_shifted_twice", "目标又挪了一格（例如 cross_entropy(logits[:, :-1], y[:, 1:])）：y 已经是 x "
+                   "向右挪一格的结果，位置 t 的 logits 直接和 y[:, t] 比，cross_entropy(logits, y)。",
+                   "the targets are shifted once more (cross_entropy(logits[:, :-1], y[:, 1:]), say): y is already x "
+                   "shifted by one, so the logits at position t are scored against y[:, t], cross_entropy(logits, y).",
+                   None),
     "one_group": Bug("step_lr_first_group_only", "学习率只写进了第一个参数组（optimizer.param_groups[0]）：AdamW 常把参数分成"
-                     "两组（衰减 / 不衰减），其余的组还在用旧的学习率。写进每一个参数组："
-                     "for group in optimizer.param_groups: group[\"lr\"] = lr。",
+                     "两组（衰减 / 不衰减），其余的组还在用旧的学习率。写进 optimizer.param_groups 的"
+                     "每一组。",
                      "the rate is written into the first parameter group only (optimizer.param_groups[0]): AdamW is often "
                      "given two groups (decayed / not decayed), and the others keep their old rate. Write it into every "
-                     "group: for group in optimizer.param_groups: group[\"lr\"] = lr.", None),
+                     "group of optimizer.param_groups.", None),
     "swapped": Bug("step_lr_arguments_swapped", "learning_rate 的参数顺序错了（max_steps 和 warmup_steps 对调）：签名是 "
                    "learning_rate(step, max_steps, warmup_steps, peak_lr, min_lr)，写成 "
                    "learning_rate(step, plan.max_steps, plan.warmup_steps, plan.lr, plan.min_lr)。",
@@ -1522,8 +1727,9 @@ def _step_variants(plan):
     return [("no_zero", dict(zero=False)), ("clip_after", dict(clip=False)), ("ahead", dict(lr_of=_ref_lr(plan, 1))),
             ("behind", dict(lr_of=_ref_lr(plan, -1))), ("constant", dict(lr_of=lambda s: None)),
             ("inputs", dict(targets_are_inputs=True)), ("zero_late", dict(zero_after_backward=True)),
-            ("clip_value", dict(clip_value=True)), ("clip_one", dict(clip_at=1.0)), ("one_group", dict(groups=1)),
-            ("swapped", dict(lr_of=swapped))]
+            ("clip_value", dict(clip_value=True)), ("clip_one", dict(clip_at=1.0)),
+            ("one_group", dict(groups="first")), ("last_group", dict(groups="last")), ("swapped", dict(lr_of=swapped)),
+            ("shifted", dict(shift_again=True))]
 
 
 STEP_GAIN = 4.0          # gradients of norm 2-3: clipping at 0.05 acts, and a threshold of 1.0 would act too
@@ -1612,6 +1818,56 @@ def check_train_step(train_step) -> None:
         passed(what, _step_checks(what, train_step))
 
 
+def train_step_stand_in(model, optimizer, x, y, step, plan):
+    """A correct train_step for a student's training loop to call (its own rate and loss, nothing of theirs)."""
+    rate = ref_learning_rate(step, plan.max_steps, plan.warmup_steps, plan.lr, plan.min_lr)
+    for group in optimizer.param_groups:
+        group["lr"] = rate
+    optimizer.zero_grad(set_to_none=True)
+    z = model(x)[0]
+    z = z.reshape(-1, z.shape[-1])
+    loss = (torch.logsumexp(z, -1) - z[torch.arange(z.shape[0]), y.reshape(-1)]).mean()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), plan.grad_clip)
+    optimizer.step()
+    return loss.item()
+
+
+STEP_EARLIER = Earlier("train_step", 7, passes(lambda train_step: _step_checks("train_step", train_step)),
+                       train_step_stand_in)
+
+
+# ---------------------------------------------------------------- the visible test's toy run
+
+def _visible_bigram(V: int = 4) -> nn.Module:
+    """The toy of the visible test of train_step: logits 4 × table[idx] + bias, both zero at first."""
+    class Bigram(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = nn.Parameter(torch.zeros(V, V))
+            self.bias = nn.Parameter(torch.zeros(V))
+
+        def forward(self, idx, targets=None):
+            return 4.0 * self.table[idx] + self.bias, None
+
+    return Bigram()
+
+
+def visible_steps(xs, ys, **kw):
+    """(parameters after each of 3 steps, the losses) of the visible test's run, by the grader's step or one of its
+    known wrong versions (``kw``)."""
+    from helpers.training import Plan
+    toy = _visible_bigram(4)
+    opt = torch.optim.SGD([{"params": [toy.table]}, {"params": [toy.bias]}], lr=0.123)
+    plan = Plan(max_steps=10, warmup_steps=2, lr=1.0, min_lr=0.1, grad_clip=0.5)
+    params, losses = [], []
+    with torch.enable_grad():                     # the probe file is built under no_grad
+        for s in range(3):
+            losses.append(_ref_step(toy, opt, xs[s], ys[s], s, plan, **kw))
+            params.append(torch.cat([toy.table.detach().flatten(), toy.bias.detach()]))
+    return torch.stack(params), torch.tensor(losses, dtype=torch.float64)
+
+
 # ================================================================= evaluate
 
 EVAL_BUGS = {
@@ -1625,13 +1881,14 @@ EVAL_BUGS = {
                 "wastes memory and time. Run the forward passes inside with torch.no_grad(): (or decorate with "
                 "@torch.no_grad()).", None),
     "not_restored": Bug("eval_mode_not_restored", "评估之后模型没有回到训练模式：之后的训练里 dropout 就不起作用了。"
-                        "记下 was_training = model.training，最后 model.train(was_training)。",
+                        "切换之前记下原来的模式（model.training），最后切回去。",
                         "after the evaluation the model is not back in training mode, so dropout is off for the rest "
-                        "of training. Note was_training = model.training and end with model.train(was_training).", None),
+                        "of training. Note the mode (model.training) before switching and switch back to it at the end.", None),
     "forced_train": Bug("eval_always_train_after", "评估之前模型在 eval 模式，评估之后却被改成了训练模式：要恢复它原来的模式"
-                        "（model.train(was_training)），而不是一律 model.train()。",
+                        "（切换之前记下 model.training，最后按它切回去），而不是一律 model.train()。",
                         "the model was in eval mode before the evaluation and is in training mode after it: restore the "
-                        "mode it was in (model.train(was_training)) rather than always calling model.train().", None),
+                        "mode it was in (note model.training before switching, and switch back by it) rather than always "
+                        "calling model.train().", None),
     "sum": Bug("eval_sum_of_batches", "返回的是各批损失的和，应取平均。", "this is the sum of the batch losses; take their mean.",
                None),
     "first": Bug("eval_returns_inside_loop", "return 写在了 for 循环里（缩进多了一层）：第一批算完就返回了，后面的批量都没算。"
@@ -1650,49 +1907,66 @@ EVAL_BUGS = {
 
 
 def check_evaluate(evaluate) -> None:
-    what = "evaluate"
     with on_its_own(evaluate, (CE_EARLIER,)):
-        V = 6
-        model = _toy(V, dropout=0.5).train()
-        batches = [_batch_of_step(s, V) for s in range(4)]
-        with torch.no_grad():
-            model.eval()
-            each = [float(ref_cross_entropy(model(x)[0], y)) for x, y in batches]
-            model.train()
-        model.seen.clear()
-        label = t("带 dropout=0.5 的模型（训练模式）、4 批", "a model with dropout=0.5 (in training mode), 4 batches")
-        with own_loss(what):
-            out = call(evaluate, model, [(x.clone(), y.clone()) for x, y in batches], what=f"{what}: {label}")
-        if isinstance(out, torch.Tensor) or not isinstance(out, (float, int)):
-            raise failure(t(f"{what}: {label}：返回值", f"{what}: {label}: the value returned"),
-                          t("一个 Python 的 float", "a Python float"), type(out).__name__,
-                          EVAL_BUGS["tensor"] if isinstance(out, torch.Tensor) else None,
-                          hint=t("用 .item() 把每批的损失变成数，再取平均。", "turn each batch's loss into a number with .item(), then average."))
-        seen = list(model.seen)
-        want = sum(each) / len(each)
-        if abs(out - want) > 1e-5:
-            bug = EVAL_BUGS["train_mode"] if any(tr for _, tr in seen) else \
-                EVAL_BUGS["sum"] if abs(out - sum(each)) < 1e-5 else \
-                EVAL_BUGS["first"] if abs(out - each[0] / len(each)) < 1e-5 or abs(out - each[0]) < 1e-5 else \
-                EVAL_BUGS["last"] if abs(out - each[-1]) < 1e-5 else None
-            raise failure(f"{what}: {label}", f"{want:.6g}", f"{float(out):.6g}", bug,
-                          hint=t("各批损失（你的 cross_entropy）的平均。", "the mean of the batches' losses (your cross_entropy)."))
-        if any(g for g, _ in seen):
-            raise failure(t(f"{what}: {label}：前向时 torch.is_grad_enabled()", f"{what}: {label}: torch.is_grad_enabled() during the forward passes"),
-                          "False", "True", EVAL_BUGS["grad"])
-        if not model.training:
-            raise failure(t(f"{what}: {label}：评估之后 model.training", f"{what}: {label}: model.training after the evaluation"),
-                          "True", "False", EVAL_BUGS["not_restored"])
+        passed("evaluate", _eval_checks(evaluate))
+
+
+def _eval_checks(evaluate) -> int:
+    what = "evaluate"
+    V = 6
+    model = _toy(V, dropout=0.5).train()
+    batches = [_batch_of_step(s, V) for s in range(4)]
+    with torch.no_grad():
         model.eval()
-        label = t("同一个模型，已经在 eval 模式", "the same model, already in eval mode")
-        with own_loss(what):
-            out = call(evaluate, model, batches, what=f"{what}: {label}")
-        if model.training:
-            raise failure(t(f"{what}: {label}：评估之后 model.training", f"{what}: {label}: model.training after the evaluation"),
-                          "False", "True", EVAL_BUGS["forced_train"])
-        if abs(float(out) - want) > 1e-5:
-            raise failure(f"{what}: {label}", f"{want:.6g}", f"{float(out):.6g}")
-        passed(what, 5)
+        each = [float(ref_cross_entropy(model(x)[0], y)) for x, y in batches]
+        model.train()
+    model.seen.clear()
+    label = t("带 dropout=0.5 的模型（训练模式）、4 批", "a model with dropout=0.5 (in training mode), 4 batches")
+    with own_loss(what):
+        out = call(evaluate, model, [(x.clone(), y.clone()) for x, y in batches], what=f"{what}: {label}")
+    if isinstance(out, torch.Tensor) or not isinstance(out, (float, int)):
+        raise failure(t(f"{what}: {label}：返回值", f"{what}: {label}: the value returned"),
+                      t("一个 Python 的 float", "a Python float"), type(out).__name__,
+                      EVAL_BUGS["tensor"] if isinstance(out, torch.Tensor) else None,
+                      hint=t("用 .item() 把每批的损失变成数，再取平均。", "turn each batch's loss into a number with .item(), then average."))
+    seen = list(model.seen)
+    want = sum(each) / len(each)
+    if abs(out - want) > 1e-5:
+        bug = EVAL_BUGS["train_mode"] if any(tr for _, tr in seen) else \
+            EVAL_BUGS["sum"] if abs(out - sum(each)) < 1e-5 else \
+            EVAL_BUGS["first"] if abs(out - each[0] / len(each)) < 1e-5 or abs(out - each[0]) < 1e-5 else \
+            EVAL_BUGS["last"] if abs(out - each[-1]) < 1e-5 else None
+        raise failure(f"{what}: {label}", f"{want:.6g}", f"{float(out):.6g}", bug,
+                      hint=t("各批损失（你的 cross_entropy）的平均。", "the mean of the batches' losses (your cross_entropy)."))
+    if any(g for g, _ in seen):
+        raise failure(t(f"{what}: {label}：前向时 torch.is_grad_enabled()", f"{what}: {label}: torch.is_grad_enabled() "
+                        "during the forward passes"), "False", "True", EVAL_BUGS["grad"])
+    if not model.training:
+        raise failure(t(f"{what}: {label}：评估之后 model.training", f"{what}: {label}: model.training after the evaluation"),
+                      "True", "False", EVAL_BUGS["not_restored"])
+    model.eval()
+    label = t("同一个模型，已经在 eval 模式", "the same model, already in eval mode")
+    with own_loss(what):
+        out = call(evaluate, model, batches, what=f"{what}: {label}")
+    if model.training:
+        raise failure(t(f"{what}: {label}：评估之后 model.training", f"{what}: {label}: model.training after the evaluation"),
+                      "False", "True", EVAL_BUGS["forced_train"])
+    if abs(float(out) - want) > 1e-5:
+        raise failure(f"{what}: {label}", f"{want:.6g}", f"{float(out):.6g}")
+    return 5
+
+
+def evaluate_stand_in(model, batches):
+    """A correct evaluate for a student's training loop to call."""
+    mode = model.training
+    model.train(False)
+    with torch.no_grad():
+        losses = [float(cross_entropy_stand_in(model(x)[0], y)) for x, y in batches]
+    model.train(mode)
+    return sum(losses) / len(losses)
+
+
+EVAL_EARLIER = Earlier("evaluate", 8, passes(_eval_checks), evaluate_stand_in)
 
 
 # ================================================================= checkpoint
@@ -1718,6 +1992,16 @@ CKPT_BUGS = {
     "tokenizer": Bug("resume_tokenizer_as_text", "读档返回的是词表字符串，不是分词器：用 CharTokenizer(这个字符串) 重建它再返回。",
                      "loading returns the vocabulary string, not a tokenizer: rebuild it with CharTokenizer(that string) "
                      "and return that.", None),
+    "recipe_changed": Bug("resume_recipe_changed", "读档返回的配方和存进去的不一样（少了或改了某一项，例如 max_steps——"
+                          "那是训练定下的学习率计划）：把 recipe.as_dict() 整个存下来，读档时 Recipe(**d) 原样变回来。",
+                          "the recipe read back differs from the one saved (a field dropped or changed, such as "
+                          "max_steps, the schedule the run fixed): save recipe.as_dict() whole and turn it back with "
+                          "Recipe(**d) as it is.", None),
+    "vocabulary": Bug("resume_tokenizer_vocabulary_differs", "读回的分词器和存进去的词表不同：要存整个字符表，按编号排好就是 "
+                      "tokenizer.decode(list(range(tokenizer.vocab_size)))，读档时用 CharTokenizer(这个字符串) 重建。",
+                      "the tokenizer read back has another vocabulary than the one saved: save the whole list of "
+                      "characters, which in id order is tokenizer.decode(list(range(tokenizer.vocab_size))), and rebuild "
+                      "it with CharTokenizer(that string).", None),
     "pickled": Bug("checkpoint_needs_pickle", "存下的文件用 torch.load(path, weights_only=True) 读不出来：里面有 Python 对象"
                    "（例如 Recipe 本身、整个模型或分词器），读它就得执行文件里的代码。只存张量、数字、字符串、列表和字典："
                    "recipe.as_dict()、model.state_dict()、词表字符串。",
@@ -1755,7 +2039,7 @@ def check_checkpoint(save_checkpoint, load_checkpoint) -> None:
     with on_its_own(load_checkpoint, (TOK_EARLIER,)):
         space = _namespace_of(load_checkpoint)
         plan = _plan(max_steps=10, warmup_steps=2, lr=0.05, min_lr=0.005, grad_clip=1.0)
-        recipe = training.scaled(training.COURSE_RECIPE, name="checked", lr=0.05, n_layer=1)
+        recipe = training.fix_schedule(training.scaled(training.COURSE_RECIPE, name="checked", lr=0.05, n_layer=1), 40)
         tok = call(space.get("CharTokenizer"), "the quick brown fox\n", what=f"{what}: CharTokenizer")
         straight, opt = _ckpt_pair(0)
         straight_losses = _ckpt_run(straight, opt, 0, 7, plan)
@@ -1786,7 +2070,8 @@ def check_checkpoint(save_checkpoint, load_checkpoint) -> None:
                           CKPT_BUGS["step_plus_one"] if step == 5 else CKPT_BUGS["step"])
         if recipe_back != recipe:
             raise failure(t(f"{what}: {label}：返回的配方", f"{what}: {label}: the recipe returned"), repr(recipe)[:120],
-                          repr(recipe_back)[:120], CKPT_BUGS["recipe"] if isinstance(recipe_back, dict) else None,
+                          repr(recipe_back)[:120], CKPT_BUGS["recipe"] if isinstance(recipe_back, dict) else
+                          CKPT_BUGS["recipe_changed"] if isinstance(recipe_back, training.Recipe) else None,
                           hint=t("存 recipe.as_dict()，读档时 Recipe(**d)。", "save recipe.as_dict(); load with Recipe(**d)."))
         if isinstance(tok_back, str):
             raise failure(t(f"{what}: {label}：返回的分词器", f"{what}: {label}: the tokenizer returned"), "CharTokenizer",
@@ -1797,11 +2082,9 @@ def check_checkpoint(save_checkpoint, load_checkpoint) -> None:
         except Exception:  # noqa: BLE001 - a tokenizer that cannot encode is not the same tokenizer
             same_tok = False
         if not same_tok:
-            raise _fail(f"{what}：读回的分词器和存进去的编码结果不同（或不能编码）。词表按编号排好就是 "
-                        "tokenizer.decode(list(range(tokenizer.vocab_size)))，用 CharTokenizer(这个字符串) 重建。",
-                        f"{what}: the tokenizer read back encodes differently from the one saved (or cannot encode). Its "
-                        "vocabulary in id order is tokenizer.decode(list(range(tokenizer.vocab_size))); rebuild it with "
-                        "CharTokenizer(that string).")
+            raise _fail(f"{what}：读回的分词器和存进去的编码结果不同（或不能编码）。",
+                        f"{what}: the tokenizer read back encodes differently from the one saved (or cannot encode).",
+                        CKPT_BUGS["vocabulary"])
         resumed = losses + _ckpt_run(second, opt2, 4, 7, plan)
         if resumed != straight_losses:
             loaded = copy.deepcopy(first)
@@ -1855,3 +2138,397 @@ def _runs_code_from(load_checkpoint, path, folder) -> bool:
 def _namespace_of(fn) -> dict:
     from .cases import _namespace
     return _namespace(fn)
+
+
+# ================================================================= the training loop
+
+LOOP_BUGS = {
+    "start": Bug("loop_ignores_start_step", "循环从第 0 步开始，而不是从 run.start_step：读档续上的训练会从头再走一遍，"
+                 "学习率计划和批量都对不上。计数器的初值是 run.start_step。",
+                 "the loop starts at step 0, not at run.start_step: a run resumed from a checkpoint would start all "
+                 "over, with the schedule and the batches out of step. The counter starts at run.start_step.", None),
+    "log_early": Bug("loop_logs_step_before_counting", "交给 run.log（和 run.time_to_evaluate）的是刚走的这一步的编号 s，"
+                     "而不是已经走完的步数 s + 1：先把计数器加一，再告诉 run。检查点存的正是这个数，差一步，续上时就会把"
+                     "最后一步再走一遍。",
+                     "run.log (and run.time_to_evaluate) get the number s of the step just taken instead of the steps "
+                     "done, s + 1: count the step first, then tell run. A checkpoint keeps exactly this number, and one "
+                     "step off, a resumed run takes the last step again.", None),
+    "batches": Bug("loop_batches_not_by_step", "批量不是只由步数决定的：第 s 步要把 training.step_generator(s) 交给 get_batch "
+                   "当 generator（不要在循环外建一个所有步共用的 generator，也不要不传）。否则续上的训练抽到的批量和没停过的"
+                   "不一样。",
+                   "the batches do not depend on the step alone: step s gives get_batch training.step_generator(s) as "
+                   "its generator (not one generator made outside the loop and shared by every step, nor none). "
+                   "Otherwise a resumed run draws other batches than the run that never stopped.", None),
+    "seed": Bug("loop_dropout_not_seeded", "前向之前没有用这一步的步数调用 training.seed_step：dropout 的随机数不只由步数决定，"
+                "续上的训练丢掉的单元和没停过的不一样。",
+                "training.seed_step is not called with the step before the forward pass: dropout's random numbers do not "
+                "depend on the step alone, and a resumed run drops other units than the run that never stopped.", None),
+    "plan": Bug("loop_plan_not_from_run", "交给 train_step 的 plan 不是 run.plan(step)：按时间预算的训练要等量完开头几步的"
+                "速度才定下计划，只有 run 知道。每一步都用 run.plan(step)。",
+                "the plan given to train_step is not run.plan(step): a time-budgeted run fixes its schedule only once "
+                "it has timed the first steps, and only run knows it. Use run.plan(step) at every step.", None),
+    "every": Bug("loop_evaluates_every_step", "没等 run.time_to_evaluate 说该评估就评估了（每一步都评估）：评估要花时间，"
+                 "run 也按它的时间表存检查点。只在 run.time_to_evaluate(已走完的步数) 为 True 时评估。",
+                 "the loop evaluates without waiting for run.time_to_evaluate (at every step): evaluations take time, "
+                 "and run saves its checkpoints on its own timetable. Evaluate only when run.time_to_evaluate(steps "
+                 "done) is True.", None),
+    "never": Bug("loop_never_evaluates", "run.time_to_evaluate 说该评估的时候没有评估（或者评估了却没有交给 run.evaluated）："
+                 "曲线不更新，检查点不存，按时间预算的训练也定不下计划。",
+                 "when run.time_to_evaluate says it is time, the loop does not evaluate (or does not give the result to "
+                 "run.evaluated): the curve stays still, no checkpoint is saved, and a time-budgeted run cannot fix its "
+                 "schedule.", None),
+    "eval_data": Bug("loop_evaluates_wrong_batches", "交给 run.evaluated 的不是 evaluate(model, val_batches)：评估要在验证批量上做，"
+                     "用你的 evaluate。",
+                     "what run.evaluated gets is not evaluate(model, val_batches): evaluate on the validation batches, "
+                     "with your evaluate.", None),
+    "final": Bug("loop_final_evaluation_wrong", "交给 run.finish 的损失不是循环结束后在 val_batches 上评估的那一个"
+                 "（例如是最后一步的训练损失）。",
+                 "the loss given to run.finish is not the one evaluated on val_batches after the loop (it is, say, the "
+                 "last step's training loss).", None),
+    "finish": Bug("loop_no_finish", "循环结束后没有调用 run.finish(已走完的步数, 最后一次评估的损失)，或者没有返回它的返回值："
+                  "进度条不收尾，最后一行不打印，也拿不到整次训练的 History。",
+                  "after the loop, run.finish(steps done, the last evaluation's loss) is not called, or what it returns "
+                  "is not returned: the progress bar is not closed, the closing line is not printed, and the run's "
+                  "History is lost.", None),
+    "going": Bug("loop_steps_without_asking", "没有先问 run.going 就走了一步：一个计划已经走完（或者按了停止按钮）的训练，"
+                 "还会多走一步。每一步之前都要先问 run.going(step)，它回答 False 就不再走。",
+                 "the loop takes a step before asking run.going: a run whose schedule is over (or that the stop button "
+                 "halted) still takes one more step. Ask run.going(step) before every step and take none once it "
+                 "answers False.", None),
+    "tokens": Bug("loop_log_tokens_wrong", "交给 run.log 的 token 数不是这一批的 token 数：一批有 batch_size × n_ctx 个 token，"
+                  "x.numel()。进度条上的 token/秒就是用它算的。",
+                  "the tokens given to run.log are not this batch's: a batch holds batch_size × n_ctx tokens, "
+                  "x.numel(). The progress bar's tokens per second come from it.", None),
+    "runaway": Bug("loop_never_ends", "循环停不下来：run.going(step) 一直回答 True，因为 step 没有往前走（每走一步计数器要加一）。",
+                   "the loop never stops: run.going(step) keeps answering True because step does not move on (count "
+                   "each step taken).", None),
+}
+LOOP_ERRORS = [(Raises(contains=("never stops",)), LOOP_BUGS["runaway"])]
+LOOP_START, LOOP_STEPS, LOOP_DUE = 3, 5, (4, 6)           # the scripted run: steps 3 … 7, evaluations after 4 and 6
+
+
+def _loop_toy(V: int = 7) -> nn.Module:
+    """A small model with the GPT's interface that notes the input and one random number at each forward pass in
+    training mode, so that the batches and dropout's random numbers show. Built here, so the student's code may
+    call it."""
+
+    class Toy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            g = seeded(31)
+            self.emb = nn.Parameter(torch.randn(V, 8, generator=g))
+            self.out = nn.Parameter(torch.randn(8, V, generator=g) * 0.5)
+            self.config = SimpleNamespace(n_ctx=6, vocab_size=V)
+            self.seen = []
+
+        def forward(self, idx, targets=None):
+            if self.training:
+                self.seen.append((idx.detach().clone(), float(torch.rand(()))))
+            logits = torch.tanh(self.emb[idx]) @ self.out
+            loss = None
+            if targets is not None:
+                z = logits.reshape(-1, V)
+                loss = (torch.logsumexp(z, -1) - z[torch.arange(z.shape[0]), targets.reshape(-1)]).mean()
+            return logits, loss
+
+    return Toy()
+
+
+def _scripted_run(recipe, plan, steps: int = LOOP_STEPS):
+    """A stand-in for training.Run with the same services, answering from a script (steps LOOP_START …
+    LOOP_START + steps - 1, evaluations after LOOP_DUE) and noting every call. Built here, so the student's
+    loop may call it."""
+
+    class ScriptedRun:
+        def __init__(self):
+            self.recipe, self.start_step, self.step = recipe, LOOP_START, LOOP_START
+            self.said = []
+            self.history = SimpleNamespace(note="what run.finish returns")
+
+        def going(self, step):
+            self.said.append(("going", step))
+            if len(self.said) > 12 * LOOP_STEPS + 20:
+                raise RuntimeError(f"the loop asked run.going({step}) {len(self.said)} times: it never stops")
+            return step < LOOP_START + steps
+
+        def plan(self, step):
+            self.said.append(("plan", step))
+            return plan
+
+        def log(self, step, loss, tokens):
+            self.said.append(("log", step, float(loss), int(tokens)))
+            self.step = step
+
+        def time_to_evaluate(self, step):
+            self.said.append(("ask", step))
+            return step in LOOP_DUE
+
+        def evaluated(self, step, val_loss):
+            self.said.append(("evaluated", step, float(val_loss)))
+
+        def finish(self, step, val_loss):
+            self.said.append(("finish", step, float(val_loss)))
+            return self.history
+
+    return ScriptedRun()
+
+
+def _loop_world(steps: int = LOOP_STEPS):
+    """A fresh toy, optimizer, text, validation batches and scripted run: the same every time."""
+    from helpers import training
+    from helpers.training import Plan
+    recipe = training.scaled(training.COURSE_RECIPE, n_ctx=6, batch_size=3)
+    plan = Plan(max_steps=20, warmup_steps=2, lr=0.3, min_lr=0.03, grad_clip=0.5)   # not plan_for(recipe, ...)
+    model = _loop_toy()
+    data = (torch.arange(90) * 5) % 7
+    val = [(data[i:i + 12].view(2, 6), data[i + 1:i + 13].view(2, 6)) for i in (2, 40)]
+    return model, torch.optim.SGD(model.parameters(), lr=0.1), data, val, _scripted_run(recipe, plan, steps)
+
+
+def _ref_loop(space, model, optimizer, train_data, val_batches, run):
+    """The loop as the exercise states it, with the notebook's own get_batch, train_step and evaluate."""
+    from helpers import training
+    step = run.start_step
+    while run.going(step):
+        training.seed_step(step)
+        x, y = space["get_batch"](train_data, run.recipe.n_ctx, run.recipe.batch_size,
+                                  generator=training.step_generator(step))
+        loss = space["train_step"](model, optimizer, x, y, step, run.plan(step))
+        step += 1
+        run.log(step, loss, x.numel())
+        if run.time_to_evaluate(step):
+            run.evaluated(step, space["evaluate"](model, val_batches))
+    return run.finish(step, space["evaluate"](model, val_batches))
+
+
+def _loop_record(loop, what: str, student: bool, steps: int = LOOP_STEPS) -> dict:
+    """What a loop did with the scripted run and the toy: the calls, the training forwards, the final parameters."""
+    model, opt, data, val, run = _loop_world(steps)
+    torch.manual_seed(12345)                      # another state than any seed_step leaves
+    if student:
+        out = call(loop, model, opt, data, val, run, what=what, hints=LOOP_ERRORS)
+    else:
+        out = loop(model, opt, data, val, run)
+    said = run.said
+    return {"said": said, "returned": out is run.history, "seen": model.seen,
+            "params": torch.cat([p.detach().double().flatten() for p in model.parameters()]),
+            "of": lambda kind: [s[1:] for s in said if s[0] == kind]}
+
+
+def check_train(train) -> None:
+    what = "train"
+    earlier = (CE_EARLIER, LR_EARLIER, BATCH_EARLIER, STEP_EARLIER, EVAL_EARLIER)
+    with on_its_own(train, earlier):
+        space = _namespace_of(train)
+        want = _loop_record(lambda *a: _ref_loop(space, *a), what, student=False)
+        label = t(f"train（按脚本回答的 run：从第 {LOOP_START} 步起走 {LOOP_STEPS} 步，走完第 {LOOP_DUE[0]}、{LOOP_DUE[1]} "
+                  "步时该评估）", f"train (a scripted run: {LOOP_STEPS} steps from step {LOOP_START}, evaluations due "
+                  f"after {LOOP_DUE[0]} and {LOOP_DUE[1]} steps)")
+        got = _loop_record(train, label, student=True)
+        _loop_counting(label, got, want)
+        _loop_each_step(label, got, want)
+        _loop_evaluations(label, got, want)
+        _loop_nothing_left(train)
+        _loop_real_run(what, train)
+        passed(what, 6)
+
+
+def _loop_counting(label, got, want) -> None:
+    """It returns run.finish's result; it starts at run.start_step; it logs the steps done."""
+    if not got["of"]("finish") or not got["returned"]:
+        raise failure(t(f"{label}：返回值", f"{label}: the value returned"),
+                      t("run.finish(...) 的返回值", "what run.finish(...) returns"),
+                      t("没有调用 run.finish" if not got["of"]("finish") else "别的东西",
+                        "run.finish was never called" if not got["of"]("finish") else "something else"),
+                      LOOP_BUGS["finish"])
+    logs, ref = [s[0] for s in got["of"]("log")], [s[0] for s in want["of"]("log")]
+    if logs != ref:
+        first = [s[0] for s in got["of"]("going")][:1]
+        bug = LOOP_BUGS["start"] if first == [0] else LOOP_BUGS["log_early"] if logs == [s - 1 for s in ref] else None
+        raise failure(t(f"{label}：交给 run.log 的已走完步数", f"{label}: the steps done given to run.log"),
+                      str(ref), str(logs), bug, hint=t("从 run.start_step 开始，每走完一步先加一再告诉 run。",
+                                                       "start at run.start_step; count each step, then tell run."))
+    tokens = [s[2] for s in got["of"]("log")]
+    if tokens != [s[2] for s in want["of"]("log")]:
+        raise failure(t(f"{label}：交给 run.log 的 token 数", f"{label}: the tokens given to run.log"),
+                      str([s[2] for s in want["of"]("log")]), str(tokens), LOOP_BUGS["tokens"])
+
+
+def _loop_each_step(label, got, want) -> None:
+    """Each step's plan comes from run.plan, its batch from step_generator(step), its dropout seeded by the step;
+    the losses it reports and the parameters it leaves are the reference loop's."""
+    if [s[0] for s in got["of"]("plan")] != [s[0] for s in want["of"]("plan")]:
+        raise failure(t(f"{label}：向 run.plan 要计划的步", f"{label}: the steps run.plan was asked for"),
+                      str([s[0] for s in want["of"]("plan")]), str([s[0] for s in got["of"]("plan")]),
+                      LOOP_BUGS["plan"] if not got["of"]("plan") else None)
+    for i, ((x, noise), (ref_x, ref_noise)) in enumerate(zip(got["seen"], want["seen"])):
+        step = LOOP_START + i
+        if not torch.equal(x, ref_x):
+            raise failure(t(f"{label}：第 {step} 步的输入批量", f"{label}: the input batch of step {step}"),
+                          show(ref_x), show(x), LOOP_BUGS["batches"])
+        if noise != ref_noise:
+            raise failure(t(f"{label}：第 {step} 步前向时 torch.rand 的第一个数", f"{label}: the first torch.rand of step "
+                            f"{step}'s forward pass"), f"{ref_noise:.6f}", f"{noise:.6f}", LOOP_BUGS["seed"])
+    losses, ref = [s[1] for s in got["of"]("log")], [s[1] for s in want["of"]("log")]
+    if len(got["seen"]) != len(want["seen"]) or any(abs(a - b) > 1e-5 for a, b in zip(losses, ref)):
+        raise failure(t(f"{label}：交给 run.log 的损失", f"{label}: the losses given to run.log"),
+                      str([round(v, 5) for v in ref]), str([round(v, 5) for v in losses]),
+                      hint=t("每一步调用一次 train_step，把它返回的损失交给 run.log。",
+                             "call train_step once per step and give the loss it returns to run.log."))
+    if not same(got["params"], want["params"], Tol(1e-5, 1e-6)):
+        raise value_failure(t(f"{label}：训练之后的参数", f"{label}: the parameters after training"), got["params"],
+                            want["params"], Tol(1e-5, 1e-6), compare(got["params"], want["params"], Tol(1e-5, 1e-6)))
+
+
+def _loop_evaluations(label, got, want) -> None:
+    """Evaluations when run says so, on val_batches; the final one given to run.finish with the steps done."""
+    steps, ref = [s[0] for s in got["of"]("evaluated")], [s[0] for s in want["of"]("evaluated")]
+    if steps != ref:
+        bug = LOOP_BUGS["every"] if len(steps) > len(ref) else LOOP_BUGS["never"] if not steps else None
+        raise failure(t(f"{label}：交给 run.evaluated 的步", f"{label}: the steps given to run.evaluated"), str(ref),
+                      str(steps), bug)
+    values, ref_values = [s[1] for s in got["of"]("evaluated")], [s[1] for s in want["of"]("evaluated")]
+    if any(abs(a - b) > 1e-5 for a, b in zip(values, ref_values)):
+        raise failure(t(f"{label}：交给 run.evaluated 的损失", f"{label}: the losses given to run.evaluated"),
+                      str([round(v, 5) for v in ref_values]), str([round(v, 5) for v in values]),
+                      LOOP_BUGS["eval_data"])
+    (end, val), (ref_end, ref_val) = got["of"]("finish")[0], want["of"]("finish")[0]
+    if end != ref_end:
+        raise failure(t(f"{label}：交给 run.finish 的已走完步数", f"{label}: the steps done given to run.finish"),
+                      str(ref_end), str(end), LOOP_BUGS["log_early"] if end == ref_end - 1 else None)
+    if abs(val - ref_val) > 1e-5:
+        raise failure(t(f"{label}：交给 run.finish 的损失", f"{label}: the loss given to run.finish"),
+                      f"{ref_val:.6g}", f"{val:.6g}", LOOP_BUGS["final"])
+
+
+def _loop_nothing_left(train) -> None:
+    """A run with no step left (run.going says False at once, as at the end of a schedule or after the stop
+    button): the loop takes no step, and still finishes."""
+    label = t(f"train（按脚本回答的 run：第 {LOOP_START} 步就已经没有步可走了）",
+              f"train (a scripted run with no step left at step {LOOP_START})")
+    got = _loop_record(train, label, student=True, steps=0)
+    taken = [s[0] for s in got["of"]("log")]
+    if got["seen"] or taken:
+        raise failure(t(f"{label}：走的步数", f"{label}: the steps taken"), "0",
+                      str(max(len(got["seen"]), len(taken))), LOOP_BUGS["going"])
+    if not got["of"]("finish") or not got["returned"]:
+        raise failure(t(f"{label}：返回值", f"{label}: the value returned"),
+                      t("run.finish(...) 的返回值", "what run.finish(...) returns"), t("别的东西", "something else"),
+                      LOOP_BUGS["finish"])
+
+
+def _loop_real_run(what: str, train) -> None:
+    """The loop under the real training.Run for 3 steps, quietly: it ends with the run's History."""
+    from helpers import training
+    model, opt, data, val, _ = _loop_world()
+    threads = torch.get_num_threads()
+    label = t("train（真正的 training.Run，3 步）", "train (the real training.Run, 3 steps)")
+    try:
+        run = training.Run(training.scaled(training.COURSE_RECIPE, n_ctx=6, batch_size=3, threads=1), steps=3,
+                           progress=False, plot=False)
+        with contextlib.redirect_stdout(io.StringIO()):
+            out = call(train, model, opt, data, val, run, what=label, hints=LOOP_ERRORS)
+    finally:
+        torch.set_num_threads(threads)
+    if out is not run.history or run.history.val_steps[-1:] != [3]:
+        raise failure(t(f"{label}：返回值", f"{label}: the value returned"),
+                      t("run.finish 返回的 History，最后一次评估在第 3 步", "the History run.finish returns, its last "
+                        "evaluation at step 3"), show(getattr(out, "val_steps", out)), LOOP_BUGS["finish"])
+
+
+# ================================================================= what the visible tests show (helpers/probes)
+
+ERRORS = {"CharTokenizer": TOK_ERRORS, "get_batch": BATCH_ERRORS, "cross_entropy": CE_ERRORS, "generate": GEN_HINTS,
+          "learning_rate": LR_ERRORS, "train": LOOP_ERRORS}
+
+
+def _probe_gpt(V: int = 11, C: int = 10, L: int = 2, H: int = 2, D: int = 8) -> nn.Module:
+    """A GPT wired and named as exercise 4 says (its forward is _ref_logits), with weights large enough that every
+    part of the wiring shows in the logits."""
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c_fc, self.c_proj = nn.Linear(D, 4 * D), nn.Linear(4 * D, D)
+
+        def forward(self, x):
+            return self.c_proj(F.gelu(self.c_fc(x)))
+
+    def block():
+        b = nn.Module()
+        b.ln_1, b.ln_2, b.mlp = nn.LayerNorm(D), nn.LayerNorm(D), MLP()
+        b.attn = nn.Module()
+        b.attn.c_attn, b.attn.c_proj, b.attn.n_head = nn.Linear(D, 3 * D), nn.Linear(D, D), H
+        return b
+
+    torch.manual_seed(7)
+    m = nn.Module()
+    m.wte, m.wpe = nn.Embedding(V, D), nn.Embedding(C, D)
+    m.blocks, m.ln_f = nn.ModuleList([block() for _ in range(L)]), nn.LayerNorm(D)
+    m.lm_head = nn.Linear(D, V, bias=False)
+    m.lm_head.weight = m.wte.weight
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.5)
+            elif "ln" in name and name.endswith("weight"):
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            else:
+                p.copy_(0.1 * torch.randn_like(p))
+    return m
+
+
+def _gpt_probe() -> Probe:
+    model = _probe_gpt()
+    m64 = copy.deepcopy(model).double()
+    idx = torch.randint(11, (2, 9), generator=seeded(707))
+    wiring = dict(_GPT_REF_BUGS) | {"sees_next": dict(diagonal=1), "no_mask": dict(diagonal=None)}
+    return Probe("gpt", args=(idx,), reference=lambda i: _ref_logits(m64, i),
+                 state={n: p.detach().clone() for n, p in model.named_parameters()},
+                 bugs=[GPT_BUGS[k] for k in wiring], run_bug=lambda bug: _ref_logits(m64, idx, **next(
+                     kw for k, kw in wiring.items() if GPT_BUGS[k] is bug)))
+
+
+def _greedy_probe() -> Probe:
+    table = (torch.randn(5, 5, generator=seeded(505)) * 1.5).round(decimals=2)
+    start = torch.tensor([[0, 3, 1, 4, 2, 2]])
+    wrong = {"topk_small": dict(smallest=True), "crop_front": dict(crop_front=True), "last_pos": dict(pick_last=False)}
+    return Probe("greedy", args=(table, start), reference=lambda tb, s: ref_generate(_bigram(tb, 4), s, 8, top_k=1),
+                 bugs=[GEN_BUGS[k] for k in wrong],
+                 run_bug=lambda bug: ref_generate(_bigram(table, 4), start, 8, top_k=1, **next(
+                     kw for k, kw in wrong.items() if GEN_BUGS[k] is bug)))
+
+
+def _schedule_probe(name: str, args: tuple, n: int) -> Probe:
+    rates = lambda fn: torch.tensor([float(fn(s, *args)) for s in range(n)], dtype=torch.float64)   # noqa: E731
+    return Probe(name, args=args, reference=lambda *a: rates(ref_learning_rate), bugs=LR_BUGS + [LR_ZERO_DIV],
+                 run_bug=lambda bug: rates(bug.impl))
+
+
+def _steps_probe() -> Probe:
+    from helpers.training import Plan
+    g = seeded(606)
+    xs, ys = torch.randint(4, (3, 2, 4), generator=g), torch.randint(4, (3, 2, 4), generator=g)
+    plan = Plan(max_steps=10, warmup_steps=2, lr=1.0, min_lr=0.1, grad_clip=0.5)
+    wrong = {STEP_BUGS[k].key: kw for k, kw in _step_variants(plan)}
+    return Probe("steps", args=(xs, ys), reference=visible_steps, parts=("params", "losses"),
+                 bugs=list(STEP_BUGS.values()),
+                 run_bug=lambda bug: visible_steps(xs, ys, **wrong[bug.key]) if bug.key in wrong else None)
+
+
+def probes() -> list[Probe]:
+    g = seeded(303)
+    logits = torch.tensor([[2.0, 1.0, 0.1], [0.5, 2.5, 0.0], [1.0, 1.0, 3.0]])
+    extreme = torch.tensor([[1000.0, 0.0, -1000.0], [-1000.0, -990.0, -2000.0]])
+    return [
+        Probe("ce", args=(logits, torch.tensor([0, 1, 0])), reference=ref_cross_entropy, bugs=CE_BUGS),
+        Probe("ce_batch", args=((torch.randn(2, 4, 5, generator=g) * 2).round(decimals=2),
+                                torch.randint(5, (2, 4), generator=g)), reference=ref_cross_entropy, bugs=CE_BUGS),
+        Probe("ce_extreme", args=(extreme, torch.tensor([1, 0])), reference=ref_cross_entropy,
+              bugs=[CE_OVERFLOW] + CE_BUGS),
+        _gpt_probe(),
+        _greedy_probe(),
+        _schedule_probe("schedule", (100, 10, 1e-3, 1e-4), 130),
+        _schedule_probe("schedule_no_decay", (8, 8, 1e-3, 1e-4), 12),
+        _steps_probe(),
+    ]

@@ -10,7 +10,20 @@ import torch.utils._pytree as pytree
 from helpers.i18n import t
 
 from .cases import EXACT, F32, LOOSE, Case, Check, Earlier, on_its_own, passes, same
-from .core import ATTENTION_FAMILY, SOFTMAX_FAMILY, Bug, GradingFailure, call, failure, forbidden, passed, seeded, show
+from .core import (
+    ATTENTION_FAMILY,
+    SOFTMAX_FAMILY,
+    Bug,
+    GradingFailure,
+    Raises,
+    call,
+    failure,
+    forbidden,
+    passed,
+    seeded,
+    show,
+)
+from .probes import Probe
 
 FORBIDDEN = SOFTMAX_FAMILY | ATTENTION_FAMILY
 F64 = torch.float64
@@ -33,7 +46,8 @@ def _weights(d, n_head, n_ctx, gen, dtype=torch.float32):
 
 
 def _layer(x, W, allowed=lambda i, j: j <= i, positions=lambda n: torch.arange(n), scale=True,
-           k_proj=True, v_proj=True, out_proj=True, one_head=False, scale_by_d=False, q_position=True):
+           k_proj=True, v_proj=True, out_proj=True, one_head=False, scale_by_d=False, q_position=True,
+           q_weight="w_q", interleaved=False, w_o_transposed=False):
     """Causal multi-head attention over a whole sequence in float64, with the
     knobs that the known bugs turn."""
     x = x.to(torch.float64)
@@ -42,16 +56,19 @@ def _layer(x, W, allowed=lambda i, j: j <= i, positions=lambda n: torch.arange(n
     H = 1 if one_head else W["n_head"]
     dk = d // H
     h = x + W["wpe"][positions(n)]
-    q = torch.einsum("bnd,de->bne", h if q_position else x, W["w_q"]).reshape(B, n, H, dk)
-    k = (torch.einsum("bnd,de->bne", h, W["w_k"]) if k_proj else h).reshape(B, n, H, dk)
-    v = (torch.einsum("bnd,de->bne", h, W["w_v"]) if v_proj else h).reshape(B, n, H, dk)
+    def split(a):       # (B, n, d) -> (B, n, H, dk); interleaved: head i holds the channels i, i + H, i + 2H, ...
+        return a.reshape(B, n, dk, H).transpose(-1, -2) if interleaved else a.reshape(B, n, H, dk)
+    q = split(torch.einsum("bnd,de->bne", h if q_position else x, W[q_weight]))
+    k = split(torch.einsum("bnd,de->bne", h, W["w_k"]) if k_proj else h)
+    v = split(torch.einsum("bnd,de->bne", h, W["w_v"]) if v_proj else h)
     s = torch.einsum("bihc,bjhc->bhij", q, k)
     if scale:
         s = s / math.sqrt(d if scale_by_d else dk)
     i, j = torch.arange(n).unsqueeze(1), torch.arange(n).unsqueeze(0)
     s = s.masked_fill(~allowed(i, j), float("-inf"))
     a = torch.einsum("bhij,bjhc->bihc", _softmax(s), v).reshape(B, n, d)
-    return torch.einsum("bnd,de->bne", a, W["w_o"]) if out_proj else a
+    w_o = W["w_o"].T if w_o_transposed else W["w_o"]
+    return torch.einsum("bnd,de->bne", a, w_o) if out_proj else a
 
 
 def ref_layer(x, W):
@@ -77,23 +94,37 @@ CACHE_BUGS = {
                        "all of this layer's (K, V) so far, the concatenated self.keys[layer], self.values[layer]."),
     "class_storage": Bug("cache_storage_shared_by_instances",
                          "新建的 KVCache 不是空的：存储放在了类属性上（或可变的默认参数里），所有实例共用一份，"
-                         "上一个缓存的 token 还在。每一层一开始都要是空的：在 __init__ 里建 self.keys = [None] * n_layer。",
+                         "上一个缓存的 token 还在。每一层一开始都要是空的：存储要在 __init__ 里为这个实例新建。",
                          "a new KVCache is not empty: the storage is a class attribute (or a mutable default "
                          "argument) that every instance shares, so the tokens of an earlier cache are still there. "
-                         "Every layer starts empty: build self.keys = [None] * n_layer in __init__."),
+                         "Every layer starts empty: build the storage in __init__, new for this instance."),
     "no_default": Bug("cache_n_layer_no_default",
-                      "KVCache() 不带参数时出错：签名是 KVCache(n_layer=1)，n_layer 的默认值是 1"
+                      "KVCache() 不带参数时用不了（建不出来，或者一层也没有）：签名是 KVCache(n_layer=1)，不给参数时就是一层"
                       "（练习 2 和后面的单元格都会写 KVCache()）。",
-                      "KVCache() without an argument fails: the signature is KVCache(n_layer=1), n_layer defaults "
-                      "to 1 (exercise 2 and the cells after it write KVCache())."),
+                      "KVCache() without an argument cannot be used (it cannot be built, or it has no layer at all): "
+                      "the signature is KVCache(n_layer=1), one layer when no argument is given (exercise 2 and the "
+                      "cells after it write KVCache())."),
     "length_no_default": Bug("cache_length_no_default",
-                             "length() 不带参数时出错：签名是 length(layer=0)，layer 的默认值是 0（不给层号时问的是第 0 层）。",
-                             "length() without an argument fails: the signature is length(layer=0), layer defaults to 0 "
-                             "(without a layer number it asks about layer 0)."),
+                             "length() 不带参数时没有回答第 0 层（出错了，或者数的是别的层，例如 layer=-1 的最后一层）："
+                             "签名是 length(layer=0)，不给层号时问的是第 0 层。",
+                             "length() without an argument does not answer for layer 0 (it fails, or it counts another "
+                             "layer, such as the last one with layer=-1): the signature is length(layer=0), so without "
+                             "a layer number it asks about layer 0."),
     "empty_length": Bug("cache_length_fails_when_empty",
-                        "length 在这一层还是空的时候出错了（例如 None 没有 .shape）：空的时候 length 要返回 0。",
-                        "length fails while the layer is still empty (None has no .shape, for instance): an empty "
-                        "layer has length 0."),
+                        "这一层还是空的时候，length 没有返回 0（出错了，例如 None 没有 .shape；或者只在有内容时才 return，"
+                        "空的时候就返回了 None）：空的时候 length 要返回 0。",
+                        "while the layer is still empty, length does not return 0 (it fails, None having no .shape, "
+                        "say; or it returns only when the layer holds something, and None otherwise): an empty layer "
+                        "has length 0."),
+    "prepend": Bug("cache_prepends",
+                   "新的 k、v 接在了已有内容的前面：缓存里的 token 顺序反了，最新的在最前。新的要接在后面："
+                   "torch.cat([旧的, 新的], dim=-2)。",
+                   "the new k, v go before what the layer held: the tokens in the cache are in reverse order, the "
+                   "newest first. The new ones go after: torch.cat([old, new], dim=-2)."),
+    "keys_as_values": Bug("cache_returns_keys_as_values",
+                          "append 返回的 V 其实是 K：第二个返回值也用了 keys（抄写时的笔误？）。返回 (这一层的全部 K, 这一层的全部 V)。",
+                          "the V that append returns is K: the second value returned is the keys too (a copy-and-paste "
+                          "slip?). Return (all of this layer's K, all of this layer's V)."),
     "prompt": Bug("cache_single_token_only",
                   "一次追加多个 token（5 个 token 的提示词，t_new = 5）时出错或结果不对：append 只处理了 t_new = 1 的情形"
                   "（例如 squeeze 之后再 torch.stack 单个 token）。沿 dim=-2 用 torch.cat 拼接，t_new 是几都可以。",
@@ -145,11 +176,11 @@ class _Cache:
 ANY_ERROR = lambda exc, line: True      # noqa: E731 - a hint predicate that matches every error
 
 
-def _expect_length(cache, layer, want, label, bug=None, hint=None, empty=False) -> None:
-    """``empty``: the layer is new, so an error from length is one that an empty layer makes."""
-    got = cache.length(layer, hints=[(ANY_ERROR, CACHE_BUGS["empty_length"])] if empty else ())
+def _expect_length(cache, layer, want, label, bug=None, hint=None, empty=False, hints=()) -> None:
+    """``empty``: the layer is new, so an error from length, or a None, is one that an empty layer makes."""
+    got = cache.length(layer, hints=list(hints) + ([(ANY_ERROR, CACHE_BUGS["empty_length"])] if empty else []))
     if got != want:
-        raise failure(label, str(want), repr(got), bug, hint)
+        raise failure(label, str(want), repr(got), CACHE_BUGS["empty_length"] if empty and got is None else bug, hint)
 
 
 def _kv_token_by_token(cache, ks, vs) -> None:
@@ -160,15 +191,18 @@ def _kv_token_by_token(cache, ks, vs) -> None:
         if not same(K, expected, EXACT):
             on_other = step > 0 and any(same(K, torch.cat(ks[:step + 1], dim=dd), EXACT) for dd in (0, 1, -1))
             newest = same(K, ks[step], EXACT)
+            reversed_ = step > 0 and same(K, torch.cat(ks[step::-1], dim=-2), EXACT)
             if newest and cache.length(0) == step + 1:
                 bug = CACHE_BUGS["returns_new"]
             else:
-                bug = CACHE_BUGS["overwrite"] if newest else CACHE_BUGS["wrong_dim"] if on_other else None
+                bug = CACHE_BUGS["overwrite"] if newest else CACHE_BUGS["wrong_dim"] if on_other \
+                    else CACHE_BUGS["prepend"] if reversed_ else None
             raise failure(t(f"第 0 层第 {step + 1} 次 append 之后返回的 K", f"K returned by the append number {step + 1} to layer 0"),
                           show(expected), show(K), bug)
         if not same(V, torch.cat(vs[:step + 1], dim=-2), EXACT):
             raise failure(t(f"第 0 层第 {step + 1} 次 append 之后返回的 V", f"V returned by the append number {step + 1} to layer 0"),
                           show(torch.cat(vs[:step + 1], dim=-2)), show(V),
+                          CACHE_BUGS["keys_as_values"] if same(V, expected, EXACT) else None,
                           hint=t("K 对了，V 没对：两者要用同样的方法保存。", "K is right but V is not: store both the same way."))
         _expect_length(cache, 0, step + 1, t(f"第 0 层 append {step + 1} 次之后的 length(0)",
                                              f"length(0) after {step + 1} appends to layer 0"),
@@ -219,7 +253,8 @@ def _verify_kv_cache(KVCache) -> int:
     # KVCache(n_layer=1): without an argument, one empty layer that works
     default = _Cache(KVCache)
     _expect_length(default, 0, 0, t("KVCache()（不带参数）的 length(0)", "length(0) of KVCache() (no argument)"),
-                   CACHE_BUGS["class_storage"], empty=True)
+                   CACHE_BUGS["class_storage"], empty=True,
+                   hints=[(Raises(types=("IndexError", "KeyError")), CACHE_BUGS["no_default"])])
     K, _ = default.append(0, ks[0], vs[0])
     if not same(K, ks[0], EXACT):
         raise failure(t("KVCache()（不带参数）：append(0, k, v) 返回的 K", "KVCache() (no argument): K returned by "
@@ -232,7 +267,16 @@ def _verify_kv_cache(KVCache) -> int:
     if got != 1:
         raise failure(t("追加 1 个 token 之后的 KVCache().length()（不给 layer）", "KVCache().length() (layer left out) "
                         "after appending 1 token"), "1", repr(got), CACHE_BUGS["length_no_default"])
-    return 8
+    # ... and in a cache of two layers, still layer 0
+    two = _Cache(KVCache, 2)
+    two.append(0, ks[0], vs[0])
+    got = call(two.obj.length, what=t("KVCache(2).length()（不给 layer）", "KVCache(2).length() (layer left out)"),
+               hints=missing)
+    if got != 1:
+        raise failure(t("KVCache(2) 的第 0 层追加 1 个 token 之后，length()（不给 layer）",
+                        "KVCache(2).length() (layer left out) after appending 1 token to layer 0"), "1", repr(got),
+                      CACHE_BUGS["length_no_default"])
+    return 9
 
 
 def check_kv_cache(KVCache) -> None:
@@ -323,6 +367,22 @@ STEP_BUGS = [
         "the new token sees the first token only: most likely a causal mask tril(ones(1, t)) of shape (1, t), "
         "which keeps column 0 alone. The cache holds only the past and the present: nothing needs masking.",
         lambda x, W: _layer(x, W, allowed=lambda i, j: j == 0)),
+    Bug("step_query_from_w_k",
+        "q 是用 w_k 投影的：三个投影各用自己的矩阵，q 要乘 weights[\"w_q\"]。",
+        "q is projected with w_k: each of the three projections has its own matrix, and q uses weights[\"w_q\"].",
+        lambda x, W: _layer(x, W, q_weight="w_k")),
+    Bug("step_heads_interleaved",
+        "头的切法和 full_attention 不一样：第 i 个头拿到的是第 i、i + n_head、i + 2·n_head……个通道（先按 (d_k, n_head) "
+        "变形再换轴）。第 i 个头是连续的 d_k 个通道 i·d_k … (i+1)·d_k − 1：先变形成 (B, 1, n_head, d_k)，再交换 1、2 两维。",
+        "the heads are cut differently from full_attention: head i gets channels i, i + n_head, i + 2·n_head, ... "
+        "(reshaped to (d_k, n_head), then permuted). Head i is the d_k consecutive channels i·d_k ... (i+1)·d_k − 1: "
+        "reshape to (B, 1, n_head, d_k), then swap dimensions 1 and 2.",
+        lambda x, W: _layer(x, W, interleaved=True)),
+    Bug("step_w_o_transposed",
+        "输出矩阵用成了转置：weights[\"w_o\"].T。这一层的矩阵都按 h @ W 的方式用（和 full_attention 一样），合并之后乘 weights[\"w_o\"]。",
+        "the output matrix is used transposed, weights[\"w_o\"].T. This layer uses every matrix as h @ W (as "
+        "full_attention does): after merging, multiply by weights[\"w_o\"].",
+        lambda x, W: _layer(x, W, w_o_transposed=True)),
     Bug("step_no_scaling", "分数没有除以 √d_k（d_k = d / n_head）。",
         "the scores are not divided by √d_k (d_k = d / n_head).", lambda x, W: _layer(x, W, scale=False)),
     Bug("step_no_output_projection", "合并各头之后没有乘 weights[\"w_o\"]。",
@@ -366,9 +426,13 @@ STEP_OTHER_LAYER = Bug("step_other_layer",
                        "layer: cache.length() (always layer 0) or cache.append(0, ...). Both need layer: "
                        "cache.length(layer), cache.append(layer, k, v).")
 STEP_NO_DEFAULT = Bug("step_layer_no_default",
-                      "不给 layer 时出错：签名是 cached_attention_step(x_t, weights, cache, layer=0)，layer 的默认值是 0。",
-                      "leaving out layer fails: the signature is cached_attention_step(x_t, weights, cache, layer=0), "
+                      "不给 layer 时用的不是第 0 层（出错了，或者用了别的层，例如 layer=-1 的最后一层）："
+                      "签名是 cached_attention_step(x_t, weights, cache, layer=0)，layer 的默认值是 0。",
+                      "leaving out layer does not use layer 0 (it fails, or it uses another layer, such as the last "
+                      "one with layer=-1): the signature is cached_attention_step(x_t, weights, cache, layer=0), "
                       "layer defaults to 0.")
+STEP_ERRORS = [(Raises(types=("IndexError",), line=("wpe",)), STEP_OTHER_LAYER),
+               (Raises(types=("TypeError",), contains=("required positional argument",)), STEP_NO_DEFAULT)]
 
 
 def _step_shape_bug(y, B, d, H):
@@ -404,8 +468,7 @@ def check_cached_step(cached_attention_step, KVCache) -> None:
 def _step_checks(cached_attention_step, KVCache) -> int:
     what = "cached_attention_step"
     gen = seeded(802)
-    check = Check(what, cached_attention_step, hints=[(
-        lambda exc, line: isinstance(exc, IndexError) and "wpe" in line, STEP_OTHER_LAYER)])
+    check = Check(what, cached_attention_step, hints=STEP_ERRORS[:1])
     for label, B, d, H, steps, dtype in _step_cases(gen):
         W = _weights(d, H, steps + 3, gen, dtype)
         x = torch.randn(B, steps, d, generator=gen, dtype=dtype)
@@ -419,16 +482,18 @@ def _step_checks(cached_attention_step, KVCache) -> int:
     d, H, steps = 8, 2, 4              # two layers in one cache, interleaved as a model would call them
     Ws = [_weights(d, H, steps, gen), _weights(d, H, steps, gen)]
     x = torch.randn(1, steps, d, generator=gen)
-    # layer=0 is the default: the call without it is the call on layer 0
+    # layer=0 is the default: the call without it is the call on layer 0, in a cache of two layers too
     W0, x0 = _weights(d, H, 2, gen), torch.randn(1, 2, d, generator=gen)
-    cache0 = call(KVCache, 1, what="KVCache(1)")
-    label = t("cached_attention_step(x_t, weights, cache)，不给 layer", "cached_attention_step(x_t, weights, cache), "
-              "layer left out")
-    missing = [(lambda exc, line: isinstance(exc, TypeError) and "required positional argument" in str(exc),
-                STEP_NO_DEFAULT)]
-    ys = [call(cached_attention_step, x0[:, i:i + 1], W0, cache0, what=f"{what}: {label}", hints=missing)
+    cache0 = call(KVCache, 2, what="KVCache(2)")
+    label = t("cached_attention_step(x_t, weights, cache)，不给 layer，cache = KVCache(2)",
+              "cached_attention_step(x_t, weights, cache), layer left out, cache = KVCache(2)")
+    ys = [call(cached_attention_step, x0[:, i:i + 1], W0, cache0, what=f"{what}: {label}", hints=STEP_ERRORS)
           for i in range(2)]
     check.expect(label, torch.cat([check.tensor(label, y, (1, 1, d)).detach() for y in ys], dim=1), ref_layer(x0, W0))
+    held = call(cache0.length, 0, what="KVCache(2).length(0)")
+    if held != 2:
+        raise check.fail(t(f"{label}：两步之后 cache.length(0)", f"{label}: cache.length(0) after two steps"), "2",
+                         repr(held), STEP_NO_DEFAULT)
     label = t("两层共用一个 KVCache(2)，交替调用 layer=0 和 layer=1", "two layers sharing one KVCache(2), called "
               "alternately with layer=0 and layer=1")
     for layer, got in enumerate(_run_steps(check, x, Ws, call(KVCache, 2, what="KVCache(2)"), label)):
@@ -447,9 +512,11 @@ def ref_kv_cache_bytes(n_layer, n_tokens, d_model, n_head, n_kv_head, bytes_per_
 
 KV_BUGS = [
     Bug("kv_bytes_ignores_kv_heads",
-        "把 GQA/MQA 也按 n_head 个 KV 头算了：缓存里只有 n_kv_head 个 K/V 头，每个宽 d_model / n_head。",
-        "GQA/MQA are counted with n_head KV heads: the cache holds only n_kv_head K/V heads, each "
-        "d_model / n_head wide.",
+        "GQA/MQA 算出来和 MHA 一样大：要么按 n_head 个 KV 头算了，要么 KV 头的宽度用了 d_model / n_kv_head（两者乘起来都是 "
+        "d_model）。缓存里只有 n_kv_head 个 K/V 头，每个和查询头一样宽，是 d_model / n_head。",
+        "GQA/MQA come out as large as MHA: either n_head KV heads are counted, or a KV head is taken as "
+        "d_model / n_kv_head wide (both multiply to d_model). The cache holds only n_kv_head K/V heads, each as "
+        "wide as a query head, d_model / n_head.",
         lambda L, T, d, h, kv, b=2, B=1: 2 * L * T * d * b * B),
     Bug("kv_bytes_no_factor_2", "少了因子 2：每个 token 要存 K 和 V 两个向量。",
         "the factor 2 is missing: every token stores two vectors, K and V.",
@@ -464,18 +531,16 @@ KV_BUGS = [
         "每个 KV 头按 d_model 宽算了：一个头只有 d_k = d_model / n_head 宽。",
         "each KV head is counted as d_model wide: one head is only d_k = d_model / n_head wide.",
         lambda L, T, d, h, kv, b=2, B=1: 2 * L * T * kv * d * b * B),
-    Bug("kv_bytes_head_width_from_kv_heads",
-        "头的宽度用了 d_model / n_kv_head：K/V 头和查询头一样宽，是 d_model / n_head。",
-        "the head width is taken as d_model / n_kv_head: K/V heads are as wide as query heads, d_model / n_head.",
-        lambda L, T, d, h, kv, b=2, B=1: 2 * L * T * kv * (d // kv) * b * B),
 ]
 
 
 KV_DEFAULTS = Bug("kv_bytes_defaults",
-                  "默认值不对：签名是 kv_cache_bytes(..., bytes_per_value=2, batch=1)，不给这两个参数时按 fp16（每个数 2 字节）、"
-                  "batch 1 算。",
-                  "the defaults are wrong: the signature is kv_cache_bytes(..., bytes_per_value=2, batch=1), so "
-                  "leaving them out means fp16 (2 bytes per number) and batch 1.")
+                  "默认值不对（或者不给时用不了，例如 batch=None）：签名是 kv_cache_bytes(..., bytes_per_value=2, batch=1)，"
+                  "不给这两个参数时按 fp16（每个数 2 字节）、batch 1 算。",
+                  "the defaults are wrong (or unusable, batch=None, say): the signature is "
+                  "kv_cache_bytes(..., bytes_per_value=2, batch=1), so leaving them out means fp16 (2 bytes per "
+                  "number) and batch 1.")
+KV_ERRORS = [(Raises(types=("TypeError",), contains=("required positional argument", "NoneType")), KV_DEFAULTS)]
 KV_TYPE = {
     "float": Bug("kv_bytes_returns_float",
                  "返回的是 float（多半是 d_model / n_head 用了 /，或者乘了一个浮点数）：字节数是 Python int，"
@@ -505,9 +570,7 @@ def _kv_type_bug(got):
 def _kv_defaults(kv_cache_bytes, what) -> None:
     """bytes_per_value=2 and batch=1 when left out: the call without them equals the call that gives them."""
     args = (2, 16, 64, 8, 2)
-    missing = [(lambda exc, line: isinstance(exc, TypeError) and "required positional argument" in str(exc),
-                KV_DEFAULTS)]
-    bare = call(kv_cache_bytes, *args, what=f"{what}{args}", hints=missing)
+    bare = call(kv_cache_bytes, *args, what=f"{what}{args}", hints=KV_ERRORS)
     given = call(kv_cache_bytes, *args, bytes_per_value=2, batch=1,
                  what=f"{what}({', '.join(map(str, args))}, bytes_per_value=2, batch=1)")
     try:
@@ -658,6 +721,12 @@ ONLINE_BUGS = [
          "when n is not a multiple of block_size the last, shorter block of keys is dropped: "
          "range(0, n_k, block_size) includes it.", drop_tail=True),
     _bug("online_no_scaling", "分数没有除以 √d_k。", "the scores are not divided by √d_k.", scale=False),
+    Bug("online_scaled_by_sqrt_d_v",
+        "分数除以的是 √d_v（v 的宽度）：缩放用的是 q、k 的宽度 d_k = q.shape[-1]，它可以和 d_v 不同。",
+        "the scores are divided by √d_v (the width of v): the scale uses the width of q and k, d_k = q.shape[-1], "
+        "which may differ from d_v.",
+        lambda q, k, v, block_size, causal=False: _online(q * math.sqrt(q.shape[-1] / v.shape[-1]), k, v, block_size,
+                                                          causal)),
     _bug("online_no_final_division", "最后没有除以 ℓ：输出要等于 o / ℓ。",
          "the output is not divided by ℓ at the end: it must be o / ℓ.", divide=False),
     Bug("online_causal_ignored", "causal=True 时没有屏蔽未来的键：查询 i 只能看键 j ≤ i。",
@@ -715,6 +784,14 @@ ONLINE_BUGS += [
 ]
 
 
+ONLINE_NXN = Bug("online_forms_n_by_n",
+                 "生成了 n×n 的矩阵（分数或掩码）：在线 softmax 每次只处理一块键，分数块是 (..., n_q, block_size)，"
+                 "块内的因果掩码也只要 n_q × block_size（由 torch.arange 的下标比较得到）。",
+                 "an n×n matrix (of scores or a mask) was created: the online softmax handles one block of keys at a "
+                 "time, a block of scores is (..., n_q, block_size), and a block's causal mask is n_q × block_size too "
+                 "(from comparing torch.arange indices).")
+
+
 class _TensorSizes(torch.overrides.TorchFunctionMode):
     """Records the largest tensor returned by a torch function (views excluded)
     while it is active. A function mode, not a dispatch mode: entering a
@@ -735,27 +812,32 @@ class _TensorSizes(torch.overrides.TorchFunctionMode):
         return out
 
 
-def _o_as_wide_as_q(exc, line) -> bool:
-    """o allocated like q ((..., n_q, d_k)) meets p @ v ((..., n_q, d_v)): the case with d_k = 8, d_v = 5."""
-    text = str(exc)
-    return "must match the size" in text and "(8)" in text and "(5)" in text
-
+# o allocated like q ((..., n_q, d_k)) meets p @ v ((..., n_q, d_v)): the cases with d_k = 8, d_v = 5
+O_AS_WIDE_AS_Q = Raises(contains=("tensor a (8) must match the size of tensor b (5)",
+                                  "tensor a (5) must match the size of tensor b (8)"))
 
 ONLINE_HINTS = [
-    (lambda exc, line: isinstance(exc, RuntimeError) and "expected scalar type" in str(exc),
+    (Raises(types=("RuntimeError",), contains=("expected scalar type", "to have the same dtype")),
      Bug("online_state_dtype",
          "m、ℓ、o 建成了另一种 dtype（例如写死了 dtype=torch.float64 或 torch.float32），和 q 的 dtype 不一样，"
          "矩阵乘法就出错了：用 dtype=q.dtype（或 q.new_zeros、torch.zeros_like）建它们，out 也就和 q 的 dtype 相同。",
          "m, ℓ, o are built in another dtype (dtype=torch.float64 or torch.float32 written in, say) than q's, so "
          "the matrix product fails: build them with dtype=q.dtype (or q.new_zeros, torch.zeros_like), and out "
          "keeps q's dtype too.")),
-    (_o_as_wide_as_q,
+    (O_AS_WIDE_AS_Q,
      Bug("online_output_as_wide_as_q",
          "输出 o 建成了和 q 一样宽（d_k，例如 torch.zeros_like(q)），可它要和 v 一样宽：形状是 (..., n_q, d_v)，"
          "d_v = v.shape[-1] 可以不等于 d_k。",
          "the output o is built as wide as q (d_k, e.g. torch.zeros_like(q)), but it is as wide as v: its shape "
          "is (..., n_q, d_v), and d_v = v.shape[-1] may differ from d_k.")),
-    (lambda exc, line: "transpose(1,2)" in line.replace(" ", "") or "transpose(2,1)" in line.replace(" ", ""),
+    (Raises(contains=("must be a 3D tensor",)),
+     Bug("online_bmm_3d_only",
+         "torch.bmm 只收三维张量 (batch, n, d)：这里的输入是 (..., n, d)，前面可以有零个或多个批量维。用 @（torch.matmul）"
+         "相乘，它会对前面的批量维广播；转置最后两维用 transpose(-2, -1)。",
+         "torch.bmm takes 3-D tensors only, (batch, n, d): the inputs here are (..., n, d), with zero or more leading "
+         "batch axes. Multiply with @ (torch.matmul), which broadcasts over them, and swap the last two axes with "
+         "transpose(-2, -1).")),
+    (Raises(line=("transpose(1,2)", "transpose(2,1)")),
      Bug("transpose_fixed_axes",
          "transpose(1, 2) 假定输入正好有一个批量维：这里的输入是 (..., n, d)，前面可以有零个或多个批量维。"
          "转置最后两维请写 transpose(-2, -1)（或 .mT）。",
@@ -807,30 +889,28 @@ def _online_memory(check, online_softmax_attention, gen) -> None:
         raise GradingFailure(t(f"{what}: {label}：你的代码抛出了 {type(exc).__name__}: {exc}",
                                f"{what}: {label}: your code raised {type(exc).__name__}: {exc}")) from None
     if sizes.largest_numel >= n * n:
-        raise GradingFailure(t(
-            f"{what}：{label}\n  最大的张量形状是 {sizes.largest_shape}（{sizes.largest_numel:,} 个元素，由 {sizes.op} 创建），"
-            f"不小于 n×n = {n * n:,}。\n  诊断：生成了 n×n 的矩阵（分数或掩码）。在线 softmax 每次只能处理一块键："
-            f"分数块是 (..., n_q, block_size)，块内的因果掩码也只要 n_q × block_size。",
-            f"{what}: {label}\n  the largest tensor has shape {sizes.largest_shape} ({sizes.largest_numel:,} "
-            f"elements, made by {sizes.op}), not smaller than n×n = {n * n:,}.\n  Diagnosis: an n×n matrix "
-            f"(of scores or a mask) was created. The online softmax handles one block of keys at a time: a "
-            f"block of scores is (..., n_q, block_size), and so is the causal mask of a block."))
+        raise failure(f"{what}: {label}", t(f"没有一个张量达到 n×n = {n * n:,} 个元素", f"no tensor of n×n = {n * n:,} "
+                                            "elements or more"),
+                      t(f"形状 {sizes.largest_shape}，{sizes.largest_numel:,} 个元素，由 {sizes.op} 创建",
+                        f"shape {sizes.largest_shape}, {sizes.largest_numel:,} elements, made by {sizes.op}"), ONLINE_NXN)
     check.expect(label, out, ref_attention(q, k, v, True))
 
 
 class _KeyBlocks(torch.overrides.TorchFunctionMode):
     """The sizes, along the token axis, of the pieces the function cuts out of k (slices, split, chunk, narrow),
-    k's same-shaped copies (k.float(), k.contiguous()) and transposes (k.mT, k.transpose(-2, -1)) included."""
+    k's same-shaped copies (k.float(), k.contiguous()) and transposes (k.mT, k.transpose(-2, -1)) included.
+    The grader's own copy of the visible test's watcher (helpers/ch08_efficiency/watch.py): a student's
+    notebook can change what helpers holds, not what the sealed grading code runs."""
 
     CUTS = frozenset({"__getitem__", "split", "chunk", "narrow", "tensor_split", "split_with_sizes", "unsafe_split"})
 
-    def __init__(self, k):
+    def __init__(self, k: torch.Tensor):
         super().__init__()
         self.shape = tuple(k.shape)
         self.swapped = self.shape[:-2] + (self.shape[-1], self.shape[-2])
-        self.tracked: list[tuple[torch.Tensor, int]] = [(k, -2)]     # (tensor, its token axis)
+        self.tracked: list[tuple[torch.Tensor, int]] = [(k, -2)]      # (tensor, its token axis)
         self.sizes: list[int] = []
-        self.starts: list[int] = []           # where each piece begins along the token axis, in cutting order
+        self.starts: list[int] = []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -949,3 +1029,75 @@ def check_online_softmax(online_softmax_attention) -> None:
     _online_blocks(check, online_softmax_attention, gen)
     _online_dtype(check, gen)
     passed(what, check.n)
+
+
+# ---------------------------------------------------------------- what the visible tests show (helpers/probes)
+
+ERRORS = {
+    "KVCache": [(Raises(types=("TypeError",), contains=("__init__() missing",)), CACHE_BUGS["no_default"]),
+                (Raises(types=("TypeError",), contains=("length() missing",)), CACHE_BUGS["length_no_default"]),
+                (Raises(types=("AttributeError", "TypeError"), contains=("NoneType",)), CACHE_BUGS["empty_length"])],
+    "cached_attention_step": STEP_ERRORS,
+    "kv_cache_bytes": KV_ERRORS,
+    "online_softmax_attention": ONLINE_HINTS,
+}
+
+
+def ref_gqa_layer(x, W):
+    """The chapter's attention layer with grouped-query attention (the optional challenge), float64: w_k and
+    w_v project to n_kv_head heads of d_k, and query head i reads KV head i // (n_head // n_kv_head)."""
+    x = x.to(F64)
+    B, n, d = x.shape
+    H, G = W["n_head"], W["n_kv_head"]
+    dk = d // H
+    h = x + W["wpe"][:n].to(F64)
+    q = (h @ W["w_q"].to(F64)).reshape(B, n, H, dk).transpose(1, 2)
+    k = (h @ W["w_k"].to(F64)).reshape(B, n, G, dk).transpose(1, 2).repeat_interleave(H // G, dim=1)
+    v = (h @ W["w_v"].to(F64)).reshape(B, n, G, dk).transpose(1, 2).repeat_interleave(H // G, dim=1)
+    s = (q @ k.transpose(-2, -1)) / math.sqrt(dk)
+    s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    return (_softmax(s) @ v).transpose(1, 2).reshape(B, n, d) @ W["w_o"].to(F64)
+
+
+def _gqa_probe(gen) -> Probe:
+    """The challenge's self-check: outputs only (d = 8, 4 query heads, 2 KV heads of d_k = 2)."""
+    def r(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=gen) * scale).round(decimals=3)
+    d, n_head, n_kv, n = 8, 4, 2, 5
+    W = {"wpe": r(n, d, scale=0.5), "w_q": r(d, d, scale=d ** -0.5), "w_k": r(d, n_kv * d // n_head, scale=d ** -0.5),
+         "w_v": r(d, n_kv * d // n_head, scale=d ** -0.5), "w_o": r(d, d, scale=d ** -0.5), "n_head": n_head,
+         "n_kv_head": n_kv}
+    return Probe("gqa", args=(r(1, n, d), W), reference=ref_gqa_layer)
+
+
+def _online_probe(name, q, k, v, block_size, causal=False, tol=F32) -> Probe:
+    return Probe(name, args=(q, k, v, block_size), kwargs={"causal": causal}, reference=ref_attention_blocked,
+                 bugs=ONLINE_BUGS, tol=tol)
+
+
+def probes() -> list[Probe]:
+    gen = seeded(850)
+
+    def r(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=gen) * scale).round(decimals=3)
+    x, W = r(2, 6, 8), _weights(8, 2, 8, gen)          # d = 8, two heads: √d and √d_k differ
+    W = {k: (v.round(decimals=3) if isinstance(v, torch.Tensor) else v) for k, v in W.items()}
+    kv_args, kv_kwargs = (24, 2048, 2048, 16, 4), {"bytes_per_value": 4, "batch": 3}
+    return [
+        Probe("step", args=(x, W), reference=ref_layer, bugs=STEP_BUGS),
+        # GQA with 4 bytes per value and a batch of 3: each factor differs from the others
+        Probe("kv_bytes", args=kv_args, kwargs=kv_kwargs, reference=ref_kv_cache_bytes, bugs=KV_BUGS,
+              run_bug=lambda bug: bug.impl(*kv_args, 4, 3)),
+        # n_q = 7 queries, n_k = 13 keys (not a multiple of 4), d_k = 8, d_v = 5
+        _online_probe("online", r(3, 7, 8), r(3, 13, 8), r(3, 13, 5), 4),
+        _online_probe("online_batch", r(2, 3, 8, 4), r(2, 3, 8, 4), r(2, 3, 8, 4), 4),
+        _online_probe("online_large", r(2, 6, 4, scale=8.0), r(2, 11, 4, scale=8.0), r(2, 11, 3), 3, tol=LOOSE),
+        _online_probe("online_causal", r(2, 12, 8), r(2, 12, 8), r(2, 12, 6), 4, causal=True),
+        _online_probe("online_causal_odd", r(2, 2, 11, 8, scale=3.0), r(2, 2, 11, 8, scale=3.0), r(2, 2, 11, 4), 3,
+                      causal=True),
+        _online_probe("online_2d", r(5, 4), r(5, 4), r(5, 2), 1, causal=True),
+        # every score far below 0 (about -400): exp(s) underflows in float32 unless m is the running max
+        _online_probe("online_low", r(2, 5, 16, scale=0.3) + 10.0, -(r(2, 9, 16, scale=0.3) + 10.0), r(2, 9, 3), 4),
+        _gqa_probe(gen),
+    ]
+

@@ -9,22 +9,138 @@ times its output)."""
 from __future__ import annotations
 
 import copy
+import functools
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
-from helpers.ch09_inside_gpt import Config, TinyGPT
 from helpers.i18n import t
 
 from .cases import COMMON_HINTS
-from .core import Bug, GradingFailure, as_f64, call, close, diagnose, ensure_untampered, failure, passed, seeded, show
+from .core import (
+    Bug,
+    GradingFailure,
+    Raises,
+    as_f64,
+    call,
+    close,
+    diagnose,
+    ensure_untampered,
+    failure,
+    passed,
+    seeded,
+    show,
+)
+from .probes import Probe
+
+# ---------------------------------------------------------------- the models the checks run (the chapter's layout)
+
+@dataclass(frozen=True)
+class Config:
+    vocab_size: int = 26
+    n_ctx: int = 32
+    n_layer: int = 2
+    n_head: int = 4
+    d_model: int = 64
+    mlp: bool = False
+    pos: str = "rope"
+    ln: bool = False
 
 
-def allowed(key, zh_when, en_when, zh_why, en_why) -> list:
+@functools.cache
+def model_class():
+    """A GPT of the chapter's layout (``blocks[l].attn.heads``, ``config``; ``model(x, y)`` -> (logits, loss)),
+    written here apart from the one the chapter hands out. (Built inside a function: the student's code calls
+    it, and a call into the grading module's own functions would count as borrowing an answer.)"""
+
+    def _rotary(x: torch.Tensor) -> torch.Tensor:
+        """Adjacent pairs (2i, 2i+1) turned by position·10000^(-2i/d), as complex numbers."""
+        n, d = x.shape[-2], x.shape[-1]
+        theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+        angle = torch.outer(torch.arange(n, dtype=torch.float64), theta)
+        turned = torch.view_as_complex(x.double().unflatten(-1, (d // 2, 2)).contiguous()) * torch.polar(
+            torch.ones_like(angle), angle)
+        return torch.view_as_real(turned).flatten(-2).to(x.dtype)
+
+    class _Attention(nn.Module):
+        """The chapter's attention layout: c_attn, the hook point ``heads`` (B, n_head, n, d_head), c_proj."""
+
+        def __init__(self, d: int, h: int, rope: bool):
+            super().__init__()
+            self.rope, self.n_head, self.d_head = rope, h, d // h
+            self.c_attn = nn.Linear(d, 3 * d)
+            self.heads = nn.Identity()
+            self.c_proj = nn.Linear(d, d)
+
+        def forward(self, x):
+            B, n, d = x.shape
+            q, k, v = (z.unflatten(-1, (self.n_head, self.d_head)).transpose(1, 2) for z in self.c_attn(x).chunk(3, -1))
+            if self.rope:
+                q, k = _rotary(q), _rotary(k)
+            hidden = torch.ones(n, n, dtype=torch.bool, device=x.device).tril().logical_not()
+            w = (q @ k.transpose(-2, -1) * self.d_head ** -0.5).masked_fill(hidden, -math.inf).softmax(-1)
+            return self.c_proj(self.heads(w @ v).transpose(1, 2).flatten(2))
+
+    class _Block(nn.Module):
+        def __init__(self, cfg: Config):
+            super().__init__()
+            self.ln_1 = nn.LayerNorm(cfg.d_model) if cfg.ln else nn.Identity()
+            self.attn = _Attention(cfg.d_model, cfg.n_head, cfg.pos == "rope")
+            self.ln_2 = nn.LayerNorm(cfg.d_model) if cfg.mlp else None
+            self.mlp = nn.Sequential(OrderedDict(c_fc=nn.Linear(cfg.d_model, 4 * cfg.d_model), gelu=nn.GELU(),
+                                                 c_proj=nn.Linear(4 * cfg.d_model, cfg.d_model))) if cfg.mlp else None
+
+        def forward(self, x):
+            x = x + self.attn(self.ln_1(x))
+            return x if self.mlp is None else x + self.mlp(self.ln_2(x))
+
+    class Model(nn.Module):
+
+        def __init__(self, cfg: Config):
+            super().__init__()
+            self.config = cfg
+            self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+            self.wpe = nn.Embedding(cfg.n_ctx, cfg.d_model) if cfg.pos == "learned" else None
+            self.blocks = nn.ModuleList(_Block(cfg) for _ in range(cfg.n_layer))
+            self.ln_f = nn.LayerNorm(cfg.d_model) if cfg.ln else nn.Identity()
+            self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+
+        def forward(self, idx, targets=None):
+            if idx.shape[1] > self.config.n_ctx:
+                raise ValueError(f"input of length {idx.shape[1]} is longer than n_ctx = {self.config.n_ctx}")
+            h = self.wte(idx)
+            if self.wpe is not None:
+                h = h + self.wpe.weight[:idx.shape[1]]
+            for block in self.blocks:
+                h = block(h)
+            logits = self.lm_head(self.ln_f(h))
+            return logits, None if targets is None else F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+    return Model
+
+
+def allowed_bug(key, zh_when, en_when, zh_why, en_why) -> Bug:
+    """The words for an error raised on an input the exercise allows."""
+    return Bug(key, f"你的代码在这种输入上出错了（{zh_when}），而练习允许它：{zh_why}",
+               f"your code fails on this input ({en_when}), which the exercise allows: {en_why}")
+
+
+def allowed(bug: Bug) -> list:
     """Hints for a call on an input the exercise allows: whatever the student's code raises there, the message
     says that this input is allowed (and why), instead of leaving a bare traceback."""
-    return [(lambda exc, line: True,
-             Bug(key, f"你的代码在这种输入上出错了（{zh_when}），而练习允许它：{zh_why}",
-                 f"your code fails on this input ({en_when}), which the exercise allows: {en_why}"))]
+    return [(lambda exc, line: True, bug)]
+
+
+B_PREV_SHORT = allowed_bug("prev_short_sequence", "n = 2", "n = 2", "两个位置的序列只有一个前一个 token 的位置（i = 1）。",
+                           "a sequence of two positions has one position with a previous token (i = 1).")
+B_IND_EDGE = allowed_bug("induction_edge_period", "period = 1 或 period = n − 1", "period = 1 or period = n − 1",
+                         "period 可以是 1 … n−1 中的任何一个。", "period may be anything from 1 to n−1.")
+B_ABL_EMPTY = allowed_bug("ablate_no_heads", "heads = []", "heads = []", "一个头都不去掉时，返回完整模型的损失。",
+                          "removing no head returns the full model's loss.")
 
 
 # ---------------------------------------------------------------- references (float64)
@@ -89,6 +205,12 @@ def _pb(key, zh, en, impl):
     return Bug(key, zh, en, impl)
 
 
+S_FIRST = ("score_first_sequence_only", "只用了 batch 里的第一条序列（attn[:, 0]）：得分要对 batch 里所有序列求平均（dim=1）。",
+           "only the first sequence of the batch is used (attn[:, 0]): the score averages over every sequence of the "
+           "batch (dim=1).")
+S_PERCENT = ("score_percent", "得分乘了 100（百分数）：得分是权重的平均值，落在 0 和 1 之间，完美的头得 1。",
+             "the score is multiplied by 100 (a percentage): it is a mean of weights, between 0 and 1, and a perfect "
+             "head scores 1.")
 P_POS0 = ("prev_counts_position_0", "把位置 0 也算进了平均：位置 0 前面没有 token，只能对位置 1…n−1 求平均（除以 n−1，不是 n）。",
           "position 0 is counted in the average: it has no previous token, so average over positions 1…n−1 only "
           "(divide by n−1, not n).")
@@ -137,6 +259,9 @@ PREV_BUGS = [
     _pb("prev_drops_last_position", "最后一个位置 n−1 没有算进去（range(1, n-1)？）：位置是 1…n−1，包括 n−1。",
         "the last position n−1 is left out (range(1, n-1)?): the positions are 1…n−1, n−1 included.",
         lambda a: _mean_lh(_diag(a, -1)[..., :-1])),
+    _pb(*P_POS0, lambda a: (as_f64(a)[..., 0, 0] + _diag(a, -1).sum(-1)).mean(1) / a.shape[-1]),
+    _pb(*S_FIRST, lambda a: _diag(a, -1)[:, 0].mean(-1)),
+    _pb(*S_PERCENT, lambda a: 100 * _mean_lh(_diag(a, -1))),
 ]
 
 
@@ -191,6 +316,8 @@ IND_DIAG_DEFAULT = ("induction_diagonal_default_dims",
                     "attn.diagonal(...) without dim1 and dim2 takes a diagonal of dims 0 and 1 (layers and batch), not "
                     "of the last two (query and key): write attn.diagonal(1 - period, dim1=-2, dim2=-1).")
 IND_BUGS += [
+    Bug(*S_FIRST, lambda a, period: _diag(a, -period + 1, period)[:, 0].mean(-1)),
+    Bug(*S_PERCENT, lambda a, period: 100 * _mean_lh(_diag(a, -period + 1, period))),
     Bug(*IND_DIAG_DEFAULT, lambda a, period: as_f64(a).diagonal(1 - period)[..., 1:].mean(dim=(1, 3))),
     Bug(*IND_DIAG_DEFAULT, lambda a, period: as_f64(a).diagonal(1 - period).mean(dim=(1, 3))),
 ]
@@ -255,25 +382,41 @@ def _entries_bug(off, i0, i1, how, want_off, want_first, n, period) -> Bug:
                f"attn[..., i, {right}] over {want_rows} (and over the batch).")
 
 
-def _score_shape_bug(out, L, B, H) -> Bug | None:
-    shape = tuple(out.shape) if isinstance(out, torch.Tensor) else None
-    if shape is None:
-        return None
+B_SCORE_BATCH = Bug("score_batch_not_averaged", "结果里还留着 batch 这一维：attn 是 (n_layer, B, n_head, n, n)，"
+                    "对 batch（dim=1）也要求平均，剩下 (n_layer, n_head)。", "the batch axis is still in the result: attn is "
+                    "(n_layer, B, n_head, n, n), so average over the batch (dim=1) too, leaving (n_layer, n_head).")
+B_SCORE_ONE_LAYER = Bug("score_one_layer_only", "结果里没有层这一维：每一层的每个头都要一个得分，形状 (n_layer, n_head)；"
+                        "不要只取一层（attn[-1]、attn[0]）或对层求平均。", "the layer axis is missing: every head of every "
+                        "layer gets a score, shape (n_layer, n_head); do not take one layer (attn[-1], attn[0]) or "
+                        "average over the layers.")
+B_SCORE_FLAT = Bug("score_flattened", "结果被压成了一维（n_layer·n_head 个数）：形状要保持 (n_layer, n_head)，"
+                   "第 l 行是第 l 层的各个头。", "the result is flattened into one dimension (n_layer·n_head numbers): keep "
+                   "the shape (n_layer, n_head), row l holding the heads of layer l.")
+B_SCORE_TRANSPOSED = Bug("score_transposed", "结果是 (n_head, n_layer)，层和头的顺序反了（多半多写了 .T 或 transpose）："
+                         "形状是 (n_layer, n_head)，第 l 行是第 l 层的各个头。", "the result is (n_head, n_layer), layers "
+                         "and heads swapped (a .T or transpose too many, most likely): the shape is (n_layer, n_head), "
+                         "row l holding the heads of layer l.")
+
+
+def score_shape_key(shape, L, B, H) -> str | None:
+    """The known mistake a score of this shape is, for attention weights of shape (L, B, H, n, n)."""
+    shape = tuple(shape)
     if shape in ((L, B, H), (L, B, H, 1)) and (L, B, H) != (L, H):
-        return Bug("score_batch_not_averaged", "结果里还留着 batch 这一维：attn 是 (n_layer, B, n_head, n, n)，"
-                   "对 batch（dim=1）也要求平均，剩下 (n_layer, n_head)。", "the batch axis is still in the result: attn is "
-                   "(n_layer, B, n_head, n, n), so average over the batch (dim=1) too, leaving (n_layer, n_head).")
+        return B_SCORE_BATCH.key
     if shape in ((H,), (B, H), (1, H)) and L > 1:
-        return Bug("score_one_layer_only", "结果里没有层这一维：每一层的每个头都要一个得分，形状 (n_layer, n_head)；"
-                   "不要只取一层（attn[-1]、attn[0]）或对层求平均。", "the layer axis is missing: every head of every layer "
-                   "gets a score, shape (n_layer, n_head); do not take one layer (attn[-1], attn[0]) or average over "
-                   "the layers.")
+        return B_SCORE_ONE_LAYER.key
     if shape == (H, L) and L != H:
-        return Bug("score_transposed", "结果是 (n_head, n_layer)，层和头的顺序反了（多半多写了 .T 或 transpose）："
-                   "形状是 (n_layer, n_head)，第 l 行是第 l 层的各个头。", "the result is (n_head, n_layer), layers and "
-                   "heads swapped (a .T or transpose too many, most likely): the shape is (n_layer, n_head), row l "
-                   "holding the heads of layer l.")
+        return B_SCORE_TRANSPOSED.key
+    if shape == (L * H,) and L > 1:
+        return B_SCORE_FLAT.key
     return None
+
+
+def _score_shape_bug(out, L, B, H) -> Bug | None:
+    if not isinstance(out, torch.Tensor):
+        return None
+    key = score_shape_key(out.shape, L, B, H)
+    return next((b for b in (B_SCORE_BATCH, B_SCORE_ONE_LAYER, B_SCORE_TRANSPOSED, B_SCORE_FLAT) if b.key == key), None)
 
 
 # ---------------------------------------------------------------- score checks
@@ -338,10 +481,7 @@ def check_prev_token_score(prev_token_score) -> None:
     what = "prev_token_score"
     n = _check_scores(prev_token_score, what, PREV_BUGS, lambda a, n: ((a,), ref_prev_token_score), SHAPE_HINT,
                       SCORE_CASES + [("最短的序列 n = 2", "the shortest sequence, n = 2", 2, 3, 2, 2, True, torch.float64)],
-                      901, edges=lambda n: allowed("prev_short_sequence", "n = 2", "n = 2",
-                                                   "两个位置的序列只有一个前一个 token 的位置（i = 1）。",
-                                                   "a sequence of two positions has one position with a previous "
-                                                   "token (i = 1).") if n == 2 else [])
+                      901, edges=lambda n: allowed(B_PREV_SHORT) if n == 2 else [])
     # properties: a perfect previous-token head scores 1, a head that looks at itself scores 0
     L, B, H, m = 2, 2, 3, 6
     attn = torch.eye(m).expand(L, B, H, m, m).clone()
@@ -366,9 +506,7 @@ def check_induction_score(induction_score) -> None:
               ("period = 1", "period = 1", 2, 2, 2, 5, True, torch.float64, 1)]
     n = _check_scores(induction_score, what, IND_BUGS,
                       lambda a, n, p: ((a, p), ref_induction_score), SHAPE_HINT, cases, 902,
-                      edges=lambda n, p: allowed("induction_edge_period", f"period = {p}，n = {n}",
-                                                 f"period = {p}, n = {n}", "period 可以是 1 … n−1 中的任何一个。",
-                                                 "period may be anything from 1 to n−1.") if p in (1, n - 1) else [])
+                      edges=lambda n, p: allowed(B_IND_EDGE) if p in (1, n - 1) else [])
     attn = _attention(seeded(903), 2, 2, 2, 6)
     for period in (0, 6, 9):
         label = t(f"{what}(attn, period={period})，n = 6", f"{what}(attn, period={period}), n = 6")
@@ -392,7 +530,7 @@ def _model(cfg, seed, scale=1.3):
     head's removal moves the loss by 1e-3 or more, so the known bugs' losses lie far apart (at gain 1 two of them
     came within 4e-6 of each other), while float32 rounding stays under 1e-6."""
     torch.manual_seed(seed)
-    m = TinyGPT(cfg)
+    m = model_class()(cfg)
     gen = seeded(seed)
     with torch.no_grad():
         for name, p in m.named_parameters():
@@ -450,6 +588,14 @@ def _mean_head(out, h):
 
 def _half_head(out, h):
     out[:, h] *= 0.5
+
+
+def _centred_head(out, h):
+    out[:, h] -= out[:, h].mean(dim=(0, 1), keepdim=True)
+
+
+def _batch_item(out, h):
+    out[h] = 0
 
 
 def _hooked_attention_output(model, heads, x, y):
@@ -537,17 +683,43 @@ ABL_BUGS = [
     Bug("ablate_returns_difference", "返回的是损失的变化（消融后减去原来的），要求返回消融后的损失本身。",
         "this returns the change of the loss (ablated minus original); return the ablated loss itself.",
         lambda m, hs, x, y: _loss64(m, x, y, hs) - _loss64(m, x, y)),
+    Bug("ablate_returns_perplexity", "返回的是困惑度 exp(损失)，要求返回消融后的损失本身（交叉熵）。",
+        "this returns the perplexity exp(loss); return the ablated loss itself (the cross-entropy).",
+        lambda m, hs, x, y: math.exp(_loss64(m, x, y, hs))),
+    Bug("ablate_centred_not_zeroed", "头的输出只减去了它的平均值（各个位置上的偏离还留着）：零消融要把 output[:, h] 整个设成 0。",
+        "the head's output only had its mean subtracted (its deviations are still there): zero ablation sets "
+        "output[:, h] to 0 entirely.", _hooked(_centred_head)),
 ]
+B_BATCH_AXIS = Bug("ablate_batch_axis", "置零的是 output[h]：第 0 维是 batch，这样去掉的是第 h 条序列。输出是 (B, n_head, n, d_head)，"
+                   "头 h 是 output[:, h]。", "output[h] is zeroed: dimension 0 is the batch, so this removes sequence h. "
+                   "The output is (B, n_head, n, d_head), and head h is output[:, h].")
+
+
+def _batch_axis(model, heads, x, y):
+    if any(h >= x.shape[0] for _, h in heads):
+        raise IndexError("a head index past the batch: this mistake raises there")
+    return _hooked(_batch_item)(model, heads, x, y)
+
+
+ABL_BUGS.append(Bug(B_BATCH_AXIS.key, B_BATCH_AXIS.zh, B_BATCH_AXIS.en, _batch_axis))
 B_SWAPPED = next(b for b in ABL_BUGS if b.key == "ablate_layer_head_swapped")
-ABL_HINTS = [(lambda exc, line: isinstance(exc, IndexError) and "out of range" in str(exc), B_SWAPPED),
-             (lambda exc, line: "values to unpack" in str(exc), Bug(
-                 "ablate_heads_is_a_list", "heads 是 (layer, head) 二元组的列表（可能是空的，也可能有好几对）："
-                 "用一个循环逐对取出 (layer, head) 来处理。", "heads is a list of (layer, head) pairs (possibly empty, "
-                 "possibly several): go through it with for layer, head in heads:."))]
-ABL_EMPTY = allowed("ablate_no_heads", "heads = []", "heads = []", "一个头都不去掉时，返回完整模型的损失。",
-                    "removing no head returns the full model's loss.")
-ABL_TENSOR = Bug("ablate_returns_tensor", "返回的是张量：用 loss.item() 返回一个 Python float。",
-                 "this returns a tensor: return a Python float with loss.item().")
+B_HEADS_LIST = Bug("ablate_heads_is_a_list", "heads 是 (layer, head) 二元组的列表（可能是空的，也可能有好几对）："
+                   "用一个循环逐对取出 (layer, head) 来处理。", "heads is a list of (layer, head) pairs (possibly empty, "
+                   "possibly several): take the pairs out one by one in a loop, each as its layer and its head.")
+ABL_HINTS = [(Raises(contains=("is out of range",), types=("IndexError",)), B_SWAPPED),     # ModuleList's words
+             (Raises(contains=("values to unpack",)), B_HEADS_LIST),
+             (Raises(contains=("out of bounds for dimension 0",), types=("IndexError",)), B_BATCH_AXIS)]
+ABL_EMPTY = allowed(B_ABL_EMPTY)
+ABL_NOT_FLOAT = Bug("ablate_result_not_float", "返回的不是 Python float（而是 NumPy 的数或数组、列表之类）：用 float(loss) 或 "
+                    "loss.item() 把损失变成一个 Python 数。", "the result is not a Python float (a NumPy number or array, a "
+                    "list, …): turn the loss into a Python number with float(loss) or loss.item().")
+ABL_CONVERTED = Bug("ablate_model_converted", "模型的参数被转换成了别的 dtype（model.double()、model.float() 这类调用会原地转换"
+                    "整个模型）：调用结束后模型要和原来一模一样。需要更高精度的话，在一个副本上算，或者结束时转换回去。",
+                    "the model's parameters were converted to another dtype (model.double(), model.float() and the like "
+                    "convert the whole model in place): afterwards the model is exactly as before. For more precision, "
+                    "compute on a copy, or convert back at the end.")
+ABL_TENSOR = Bug("ablate_returns_tensor", "返回的是张量：用 float(loss) 或 loss.item() 返回一个 Python float。",
+                 "this returns a tensor: return a Python float, float(loss) or loss.item().")
 ABL_NO_FINALLY = Bug("ablate_hooks_left_after_error", "前向计算出错时钩子没有移除：handle.remove() 要放在 finally 里"
                      "（try: …计算损失… finally: 移除钩子），否则一次出错之后，模型就一直缺着这些头。",
                      "the hooks are not removed when the forward pass fails: put handle.remove() in a finally block "
@@ -566,13 +738,13 @@ def _n_hooks(model):
     return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
 
 
-ABL_CASES = [  # (config, heads to remove)
-    (Config(n_ctx=16, n_layer=2, n_head=4, d_model=32), []),
+ABL_CASES = [  # (config, heads to remove); the empty list last: an answer that fails on it alone says so there
     (Config(n_ctx=16, n_layer=2, n_head=4, d_model=32), [(1, 1)]),
     (Config(n_ctx=16, n_layer=2, n_head=4, d_model=32), [(0, 3), (1, 0)]),
     (Config(n_ctx=16, n_layer=3, n_head=4, d_model=32), [(2, 1), (2, 3), (0, 1)]),
     (Config(vocab_size=11, n_ctx=12, n_layer=3, n_head=2, d_model=24, mlp=True, pos="learned", ln=True), [(1, 1), (2, 0)]),
     (Config(n_ctx=16, n_layer=2, n_head=3, d_model=24), [(0, 2), (0, 2)]),
+    (Config(n_ctx=16, n_layer=2, n_head=4, d_model=32), []),
 ]
 
 
@@ -593,8 +765,7 @@ def check_ablate_heads(ablate_heads) -> None:
         n += 1
         if isinstance(out, torch.Tensor) or not isinstance(out, float):
             raise failure(t(f"{label}：返回值类型", f"{label}: type of the result"), "float",
-                          type(out).__name__, ABL_TENSOR if isinstance(out, torch.Tensor) else None,
-                          hint=t("返回 loss.item()。", "return loss.item()."))
+                          type(out).__name__, ABL_TENSOR if isinstance(out, torch.Tensor) else ABL_NOT_FLOAT)
         if not close(out, expected, atol=1e-5, rtol=1e-5):
             bug = diagnose(out, ABL_BUGS, model, heads, x, y, expected=expected,
                            match=lambda a, b: close(a, b, 1e-5, 1e-5))
@@ -608,6 +779,11 @@ def check_ablate_heads(ablate_heads) -> None:
             what = _state_change(model, state, _state(model))
             raise failure(t(f"{label}：之后模型的状态（原来是 model.eval()）", f"{label}: the model's state afterwards (it "
                             "was in model.eval())"), t("不变", "unchanged"), what, _mode_bug(what))
+        converted = [name for name, p in model.state_dict().items() if p.dtype != before[name].dtype]
+        if converted:
+            raise failure(t(f"{label}：之后模型参数的 dtype", f"{label}: the dtype of the model's parameters afterwards"),
+                          str(before[converted[0]].dtype), f"{converted[0]}: {model.state_dict()[converted[0]].dtype}",
+                          ABL_CONVERTED)
         changed = [name for name, p in model.state_dict().items() if not torch.equal(p, before[name])]
         if changed:
             raise failure(t(f"{label}：之后模型的参数", f"{label}: the model's parameters afterwards"),
@@ -623,11 +799,13 @@ def check_ablate_heads(ablate_heads) -> None:
 
 
 ABL_MODE = Bug("ablate_model_state_changed",
-               "调用之后模型的状态变了：{what}。结束后模型要和原来一模一样：不要调用 model.eval() / model.train() "
-               "或改 requires_grad；只用 torch.no_grad() 就不需要改它们（要改的话，结束时恢复原样）。",
-               "the model's state changed during the call: {what}. Afterwards the model is exactly as before: do not "
-               "call model.eval() / model.train() or change requires_grad; torch.no_grad() alone needs neither (if "
-               "you do change them, restore them at the end).")
+               "调用之后模型的状态变了（训练/评估模式，或参数的 requires_grad）。结束后模型要和原来一模一样：不要切换"
+               "模型的 train/eval 模式，也不要改 requires_grad；只用 torch.no_grad() 就不需要改它们（要改的话，"
+               "结束时把每一项恢复成它原来的值）。",
+               "the model's state changed during the call (its train/eval mode, or its parameters' requires_grad). "
+               "Afterwards the model is exactly as before: do not switch it between train and eval mode, do not "
+               "change requires_grad; torch.no_grad() alone needs neither (if you do change them, restore each to "
+               "the value it had).")
 ABL_NO_HOOKS = Bug("ablate_without_hooks",
                    "模型运行的时候上面没有挂任何钩子：头是靠改权重（或模型的副本）去掉的。练习要求用钩子去掉头，"
                    "权重保持不动：例如在 model.blocks[layer].attn.heads 上 register_forward_hook，把 output[:, h] 置零。",
@@ -668,7 +846,7 @@ def _state_change(model, before, after) -> str:
 
 
 def _mode_bug(what: str) -> Bug:
-    return Bug(ABL_MODE.key, ABL_MODE.zh.format(what=what), ABL_MODE.en.format(what=what))
+    return ABL_MODE
 
 
 def _model_kept_and_hooks_used(ablate_heads, gen) -> int:
@@ -734,3 +912,71 @@ def _hooks_removed_after_an_error(ablate_heads, gen) -> int:
         raise failure(t(f"{label}：之后模型上的钩子", f"{label}: hooks on the model afterwards"), "0",
                       str(_n_hooks(model)), ABL_NO_FINALLY)
     return 1
+
+
+# ---------------------------------------------------------------- what the visible tests show (helpers/probes)
+
+ERRORS = {"ablate_heads": ABL_HINTS}
+
+PROBE_CONFIG = Config(vocab_size=10, n_ctx=8, n_layer=2, n_head=4, d_model=24)     # d_head != n_head
+PROBE_HEADS = [(0, 1), (1, 2), (1, 3)]      # two heads of one layer, and heads of both layers
+
+
+def _probe_model():
+    model = _model(PROBE_CONFIG, 960)
+    with torch.no_grad():
+        for q in model.parameters():
+            q.copy_(q.round(decimals=3))          # short numbers in the probe file
+    return model
+
+
+def _probe_state(model) -> dict:
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def ref_duplicate_token_score(attn, tokens):
+    """The going-further challenge: for each query i with an earlier position j < i holding the same token, the
+    weight i puts on all such j together, averaged over those (sequence, i): (n_layer, n_head), float64."""
+    a = as_f64(attn)
+    L, B, H, n, _ = a.shape
+    rows = [(b, i, [j for j in range(i) if int(tokens[b, j]) == int(tokens[b, i])]) for b in range(B) for i in range(n)]
+    rows = [(b, i, js) for b, i, js in rows if js]
+    out = torch.zeros(L, H, dtype=torch.float64)
+    for l in range(L):
+        for h in range(H):
+            out[l, h] = sum(sum(a[l, b, h, i, j].item() for j in js) for b, i, js in rows) / len(rows)
+    return out
+
+
+def ref_ablate_layer(model, layer, x, y) -> float:
+    """The going-further challenge: the loss with everything layer ``layer``'s attention adds to the residual
+    stream removed (its output projection's bias included), in float64."""
+    m = copy.deepcopy(model).double()
+    m.blocks[layer].attn.register_forward_hook(lambda module, args, out: torch.zeros_like(out))
+    with torch.no_grad():
+        return m(x, y)[1].item()
+
+
+def probes() -> list[Probe]:
+    gen = seeded(905)
+    # n_layer, B, n_head all different, so that an average over the wrong axis gives a wrong shape or wrong numbers
+    attn = _attention(gen, 2, 3, 4, 6, True, torch.float32)
+    attn_rep = _attention(gen, 2, 3, 4, 10, True, torch.float32)          # period 4: the repeat holds 6 positions
+    model = _probe_model()
+    x = torch.randint(PROBE_CONFIG.vocab_size, (3, 6), generator=gen)
+    y = torch.randint(PROBE_CONFIG.vocab_size, (3, 6), generator=gen)
+    heads = list(PROBE_HEADS)
+    tokens = torch.tensor([[1, 2, 1, 3, 2, 1], [4, 4, 0, 4, 1, 0], [2, 3, 5, 1, 0, 4]])
+    return [
+        Probe("prev", args=(attn,), reference=ref_prev_token_score, bugs=PREV_BUGS),
+        Probe("induction", args=(attn_rep, 4), reference=ref_induction_score, bugs=IND_BUGS),
+        Probe("ablate", args=(heads, x, y), reference=lambda hs, x, y: ref_ablate_heads(model, hs, x, y),
+              state=_probe_state(model), bugs=ABL_BUGS, run_bug=lambda bug: bug.impl(model, heads, x, y)),
+        # the same model (the test loads the parameters of "ablate" once)
+        Probe("ablate_none", args=([], x, y), reference=lambda hs, x, y: ref_ablate_heads(model, hs, x, y)),
+        # the going-further challenges: numbers to compare with, no known mistakes
+        Probe("duplicate", args=(attn, tokens), reference=ref_duplicate_token_score),
+        Probe("layer", args=(x, y),
+              reference=lambda x, y: torch.tensor([ref_ablate_layer(model, k, x, y) for k in range(2)],
+                                                  dtype=torch.float64)),
+    ]

@@ -22,6 +22,7 @@ from .core import (
     LAYER_NORM_FAMILY,
     Bug,
     GradingFailure,
+    Raises,
     as_f64,
     call,
     close,
@@ -34,6 +35,7 @@ from .core import (
     seeded,
     show,
 )
+from .probes import Probe
 
 
 def near(out, ref, tol: float = 1e-6) -> bool:
@@ -59,7 +61,7 @@ def allowed(key, zh_when, en_when, zh_why, en_why) -> list:
                  f"your code fails on this input ({en_when}), which the exercise allows: {en_why}"))]
 
 
-SUPER_HINTS = [(lambda exc, line: "before Module.__init__() call" in str(exc), Bug(
+SUPER_HINTS = [(Raises(contains=("before Module.__init__() call",)), Bug(
     "super_init_missing", "__init__ 里没有先调用 super().__init__()：nn.Module 要先初始化，才能给它添加子模块和参数。",
     "__init__ does not call super().__init__() first: an nn.Module must be set up before submodules and "
     "parameters can be added to it."))]
@@ -169,10 +171,23 @@ B_RMS_IN_PLACE = Bug("rms_modifies_input", "输入 x 被改了（x /= …、x.mu
 B_LOW_PRECISION = Bug("rms_low_precision", "只差舍入级别的误差（不到 1%）：是不是在 float16 / bfloat16 里计算了？要在输入的 dtype（或 float32）里算。",
                       "off only by rounding-sized errors (under 1%): did you compute in float16 / bfloat16? Compute in the "
                       "input's dtype (or float32).")
-RMS_HINTS = [(lambda exc, line: "must match the size of tensor" in str(exc), Bug(
-    "rms_keepdim_missing", "mean 没有写 keepdim=True：结果少了最后一维，不能和 x 按行相除。写 mean(dim=-1, keepdim=True)。",
-    "mean has no keepdim=True: the result loses the last axis and cannot divide x row by row. Write "
-    "mean(dim=-1, keepdim=True)."))]
+B_KEEPDIM = Bug("rms_keepdim_missing", "mean 没有写 keepdim=True：结果少了最后一维，不能和 x 按行相除。写 mean(dim=-1, keepdim=True)。",
+                "mean has no keepdim=True: the result loses the last axis and cannot divide x row by row. Write "
+                "mean(dim=-1, keepdim=True).")
+RMS_HINTS = [(Raises(contains=("must match the size of tensor",)), B_KEEPDIM)]
+B_RMS_SHAPE = Bug("rms_output_shape", "输出的形状和 x 不同：rms_norm 返回的张量和 x 一样是 (..., d)。如果为了计算把前面的维度拉平了，"
+                  "最后要 reshape 回 x.shape。", "the output's shape differs from x's: rms_norm returns a tensor of x's shape "
+                  "(..., d). If you flattened the leading axes to compute, reshape back to x.shape at the end.")
+B_RMS_1D = Bug("rms_1d_input", "你的代码在这种输入上出错了（x 是一维的 (d,)），而练习允许它：x 的形状是 (..., d)：一个单独的向量也可以。",
+               "your code fails on this input (x is 1-D, (d,)), which the exercise allows: x has shape (..., d): a "
+               "single vector is allowed too.")
+
+
+def rms_from_scratch_message() -> str:
+    """What a from-scratch breach of rms_norm says (a template with {name}); the visible test says the same."""
+    return t("要求从零实现，不能调用 {name}：用 mean、sqrt（或 rsqrt）这些基本运算自己算均方根。",
+             "must be written from scratch: calling {name} is not allowed. Compute the root mean square yourself "
+             "with basic operations such as mean and sqrt (or rsqrt).")
 
 
 def ref_swiglu(x, wg, wu, wd, *, act="silu", branch="gate", combine="mul"):
@@ -238,6 +253,13 @@ B_SWIGLU_FUSED = Bug("swiglu_gate_up_fused", "gate 和 up 合成了一个 nn.Lin
 B_SWIGLU_EXTRA = Bug("swiglu_extra_parameters", "除了三个线性层的权重之外还有别的参数（一个可学习的 β、bias……）："
                      "SwiGLU 正好有 3·d·d_ff 个参数。", "there are parameters besides the three linear layers' weights "
                      "(a learnable β, a bias, …): SwiGLU has exactly 3·d·d_ff parameters.")
+B_SWIGLU_WIDTH = Bug("swiglu_hidden_width_not_d_ff", "隐藏宽度不是参数 d_ff：gate 和 up 把 d 映到 d_ff，down 把 d_ff 映回 d"
+                     "（不是 GPT 的 4d，也不是自己算的 8d/3：宽度由调用者给出）。", "the hidden width is not the argument d_ff: "
+                     "gate and up map d to d_ff, and down maps d_ff back to d (not GPT's 4d, nor an 8d/3 of your own: the "
+                     "caller gives the width).")
+B_SWIGLU_SHAPE = Bug("swiglu_output_shape", "输出的形状和 x 不同：SwiGLU 把 (..., d) 映到 (..., d)，前面的维度原样保留"
+                     "（不要把它们拉平）。", "the output's shape differs from x's: SwiGLU maps (..., d) to (..., d) and keeps the "
+                     "leading axes as they are (do not flatten them).")
 B_NO_DOWN = Bug("swiglu_down_missing", "输出的最后一维是 d_ff：silu(gate(x)) * up(x) 之后还要经过 self.down 映回 d。",
                 "the output's last axis is d_ff: after silu(gate(x)) * up(x), self.down must map it back to d.")
 B_LINEAR_ARGS = Bug("linear_in_out_swapped", "nn.Linear 的两个参数写反了：nn.Linear(输入维度, 输出维度)，weight 的形状是 (输出, 输入)。",
@@ -286,11 +308,11 @@ B_NOT_REPEATED = Bug("repeat_kv_not_repeated", "输出的头数没有变：还�
 B_FEATURE = Bug("repeat_kv_feature_axis", "复制的是最后一维 d_k（dim=-1）：要复制的是 KV 头所在的 dim=1。",
                 "the last axis d_k (dim=-1) is repeated: repeat the axis of the KV heads, dim=1.")
 REPEAT_HINTS = [
-    (lambda exc, line: "view size is not compatible" in str(exc), Bug(
+    (Raises(contains=("view size is not compatible",)), Bug(
         "repeat_kv_view_of_expand", "expand 出来的张量没有真正复制（步长为 0），不能用 view 合并维度：改用 reshape（它会在需要时复制）。",
         "an expanded tensor is not really copied (its stride is 0), so view cannot fuse its axes: use reshape "
         "(it copies when it must).")),
-    (lambda exc, line: "expanded size of the tensor" in str(exc), Bug(
+    (Raises(contains=("expanded size of the tensor",)), Bug(
         "repeat_kv_expand_without_new_axis", "expand 只能放大大小为 1 的维度：先用 x[:, :, None] 插入新的一维，"
         "expand 成 (B, n_kv, n_rep, N, d_k)，再 reshape。", "expand can only enlarge axes of size 1: insert a new "
         "axis with x[:, :, None] first, expand to (B, n_kv, n_rep, N, d_k), then reshape."))]
@@ -340,7 +362,9 @@ def ref_attention(x, wq, wk, wv, wo, n_head, n_kv, base=10000.0, *, rope="pairs"
     """Causal grouped-query attention with RoPE, one query head at a time. ``causal`` may also name a wrong
     mask: "after" (applied after the softmax), "diag" (the diagonal masked too), "reversed" (the past masked),
     "reversed_diag" (the past and the diagonal masked). ``split="view"``: heads taken with a view to
-    (B, h, N, d_k) and no transpose; ``merge="view"``: heads merged the same way."""
+    (B, h, N, d_k) and no transpose; ``"interleaved"``: head j takes channels j, j + h, j + 2h, ...;
+    ``merge`` likewise. ``softmax_dim=1``: the softmax runs over the heads. ``out_proj="q"``: the output goes
+    through W_Q instead of W_O."""
     x = as_f64(x)
     base = base if base_used is None else base_used
     B, N, d = x.shape
@@ -353,10 +377,12 @@ def ref_attention(x, wq, wk, wv, wo, n_head, n_kv, base=10000.0, *, rope="pairs"
     def heads_of(a, count):
         if split == "view":
             return a.reshape(B, count, N, d_k)
+        if split == "interleaved":
+            return a.reshape(B, N, d_k, count).permute(0, 3, 1, 2)
         return torch.stack([a[..., j * d_k:(j + 1) * d_k] for j in range(count)], dim=1)
 
     qh, kh, vh = heads_of(q_all, n_head), heads_of(k_all, n_kv), heads_of(v_all, n_kv)
-    heads = []
+    scores, values = [], []
     for i in range(n_head):
         j = i // (n_head // n_kv) if kv == "interleave" else i % n_kv
         q, k, v = qh[:, i], kh[:, j], vh[:, j]
@@ -366,15 +392,24 @@ def ref_attention(x, wq, wk, wv, wo, n_head, n_kv, base=10000.0, *, rope="pairs"
         elif rope == "half":
             q, k = bridge.rotate_half_rope(q, pos, base), bridge.rotate_half_rope(k, pos, base)
         s = q @ k.transpose(-2, -1)
-        s = s * math.sqrt(d_k) if scale == "times" else s / math.sqrt(d_k if scale == "d_k" else d)
-        ones = torch.ones(N, N, dtype=torch.bool)
-        mask = {"diag": ones.triu(0), "reversed": ones.tril(-1), "reversed_diag": ones.tril(0)}.get(causal, ones.triu(1))
-        if causal and causal != "after":
-            s = s.masked_fill(mask, float("-inf"))
-        p = torch.softmax(s, dim=softmax_dim)
-        heads.append((p.masked_fill(mask, 0.0) if causal == "after" else p) @ v)
-    y = torch.stack(heads, dim=1)                          # (B, h, N, d_k)
-    y = y.reshape(B, N, d) if merge == "view" else y.transpose(1, 2).reshape(B, N, d)
+        s = {"times": s * math.sqrt(d_k), "d": s / math.sqrt(d), "d_k_plain": s / d_k}.get(scale, s / math.sqrt(d_k))
+        scores.append(s)
+        values.append(v)
+    s, v = torch.stack(scores, dim=1), torch.stack(values, dim=1)          # (B, h, N, N), (B, h, N, d_k)
+    ones = torch.ones(N, N, dtype=torch.bool)
+    mask = {"diag": ones.triu(0), "reversed": ones.tril(-1), "reversed_diag": ones.tril(0)}.get(causal, ones.triu(1))
+    if causal and causal != "after":
+        s = s.masked_fill(mask, float("-inf"))
+    p = torch.softmax(s, dim=softmax_dim)
+    y = (p.masked_fill(mask, 0.0) if causal == "after" else p) @ v     # (B, h, N, d_k)
+    if merge == "view":
+        y = y.reshape(B, N, d)
+    elif merge == "interleaved":
+        y = y.permute(0, 2, 3, 1).reshape(B, N, d)
+    else:
+        y = y.transpose(1, 2).reshape(B, N, d)
+    if out_proj == "q":
+        return y @ as_f64(wq).T
     return y @ as_f64(wo).T if out_proj else y
 
 
@@ -434,6 +469,24 @@ ATT = dict(
     softmax_dim=("attention_softmax_wrong_axis", "softmax 沿错误的维度：应沿最后一维（dim=-1，每个查询对所有键归一化）。",
                  "the softmax runs over the wrong axis: it must be over the last one (dim=-1, each query normalised "
                  "over all keys).", dict(softmax_dim=-2)),
+    softmax_heads=("attention_softmax_wrong_axis", "softmax 沿错误的维度：应沿最后一维（dim=-1，每个查询对所有键归一化）。",
+                   "the softmax runs over the wrong axis: it must be over the last one (dim=-1, each query normalised "
+                   "over all keys).", dict(softmax_dim=1)),
+    d_k_plain=("attention_divided_by_d_k", "分数除的是 d_k，没有开平方：应除以 √d_k。",
+               "the scores are divided by d_k without the square root: divide by √d_k.", dict(scale="d_k_plain")),
+    split_interleaved=("heads_split_interleaved", "拆头时通道是交错分给各头的（view(B, N, d_k, h) 再 permute）：头 j 应拿到"
+                       "相邻的一段通道 j·d_k … (j+1)·d_k − 1，先 view 成 (B, N, h, d_k) 再 transpose(1, 2)。",
+                       "the heads get interleaved channels (view(B, N, d_k, h), then permute): head j must take the "
+                       "contiguous channels j·d_k … (j+1)·d_k − 1, so view to (B, N, h, d_k), then transpose(1, 2).",
+                       dict(split="interleaved")),
+    merge_interleaved=("heads_merged_interleaved", "合并各头时通道被交错排列了（permute(0, 2, 3, 1) 再 reshape）：头 i 的输出"
+                       "应占相邻的一段通道 i·d_k … (i+1)·d_k − 1，先 transpose(1, 2) 成 (B, N, h, d_k) 再 reshape。",
+                       "the merged heads interleave their channels (permute(0, 2, 3, 1), then reshape): head i's output "
+                       "must fill the contiguous channels i·d_k … (i+1)·d_k − 1, so transpose(1, 2) to (B, N, h, d_k), "
+                       "then reshape.", dict(merge="interleaved")),
+    o_is_q=("attention_output_through_q_proj", "输出经过的是 self.q_proj，不是 self.o_proj：合并各头之后的最后一步是输出投影 "
+            "W_O（复制粘贴时常见的错）。", "the output goes through self.q_proj, not self.o_proj: after the heads are "
+            "merged the last step is the output projection W_O (a common copy-and-paste slip).", dict(out_proj="q")),
 )
 
 
@@ -447,14 +500,25 @@ ATT_BUGS = [_att_bug(k) for k in ATT]
 B_ROPE_BASE = Bug("rope_base_ignored", "RoPE 没有用 self.base（用的是默认的 10000）：apply_rope(q, positions, self.base)。",
                   "RoPE ignores self.base (it uses the default 10000): apply_rope(q, positions, self.base).",
                   lambda x, *w: ref_attention(x, *w, base_used=10000.0))
+B_KV_WIDTH_HEADS = Bug("kv_proj_width_heads_only", "k_proj、v_proj 的输出宽度只有 n_kv_head：每个 KV 头有 d_k 个通道，"
+                       "输出宽度是 n_kv_head·d_k。", "k_proj and v_proj output only n_kv_head channels: each KV head has "
+                       "d_k channels, so the width is n_kv_head·d_k.")
+B_ATT_TUPLE = Bug("attention_returns_tuple", "返回的是一个元组（例如输出和注意力权重）：LlamaAttention 只返回一个 (B, N, d) 的张量，"
+                  "块要把它直接加到残差上。", "a tuple comes back (the output and the attention weights, say): LlamaAttention "
+                  "returns one tensor of shape (B, N, d), which the block adds straight onto the residual.")
+B_WRONG_EXCEPTION = Bug("attention_wrong_exception_type", "形状不合法时抛出的不是 ValueError：练习要求 ValueError（参数的值不对），"
+                        "调用者会按这个类型去捕获它。", "the exception for invalid shapes is not a ValueError: the exercise asks "
+                        "for ValueError (an argument has the wrong value), the type a caller catches.")
 B_ASSERT = Bug("assert_instead_of_valueerror", "形状不能整除时用了 assert：应写 if ...: raise ValueError(...)。",
                "you used assert for shapes that do not divide: write if ...: raise ValueError(...).")
 
 
 def ref_block(x, wts, n_head, n_kv, eps, base, *, post=False, attn_res=True, ffn_res=True, eps_used=None,
               swap=False, shared_norm=False, res_normed=False, base_used=None, norm_out=False, parallel=False,
-              final_norm=False):
-    """x + attn(norm(x)), then + ffn(norm(·)); keyword arguments switch on known bugs."""
+              final_norm=False, swap_norms=False, ffn_reads_normed=False):
+    """x + attn(norm(x)), then + ffn(norm(·)); keyword arguments switch on known bugs (``swap_norms``: the
+    sublayers swapped but each norm left in its place; ``ffn_reads_normed``: x + attn(n1) + ffn(ffn_norm(n1)),
+    n1 = attn_norm(x))."""
     e = eps if eps_used is None else eps_used
     n1 = wts["attn_norm"]
     n2 = n1 if shared_norm else wts["ffn_norm"]
@@ -466,9 +530,12 @@ def ref_block(x, wts, n_head, n_kv, eps, base, *, post=False, attn_res=True, ffn
     def ffn(z):
         return ref_swiglu(z, wts["gate"], wts["up"], wts["down"])
 
-    first, second = (ffn, attn) if swap else (attn, ffn)
+    first, second = (ffn, attn) if swap or swap_norms else (attn, ffn)
     n1, n2 = (n2, n1) if swap else (n1, n2)                # each sublayer keeps its own norm
     x = as_f64(x)
+    if ffn_reads_normed:
+        z = ref_rms_norm(x, n1, e)
+        return x + attn(z) + ffn(ref_rms_norm(z, n2, e))
     if parallel:
         return x + first(ref_rms_norm(x, n1, e)) + second(ref_rms_norm(x, n2, e))
     if norm_out:
@@ -515,6 +582,11 @@ BLOCK_BUGS = [
     _block_bug("norm_after_sublayer", "RMSNorm 用在了子层的输出上（x + attn_norm(attn(x))）：Pre-norm 先归一化输入，"
                "x + attn(attn_norm(x))。", "the RMSNorm is applied to the sublayer's output (x + attn_norm(attn(x))): "
                "pre-norm normalises the input, x + attn(attn_norm(x)).", norm_out=True),
+    _block_bug("sublayers_swapped", "两个子层的顺序反了：先注意力，再 FFN。",
+               "the two sublayers are in the wrong order: attention first, then the FFN.", swap_norms=True),
+    _block_bug("sublayer_input", "self.ffn 的输入是 ffn_norm(attn_norm(x))，应是 ffn_norm(x + attn(attn_norm(x)))。",
+               "self.ffn receives ffn_norm(attn_norm(x)); it must receive ffn_norm(x + attn(attn_norm(x))).",
+               ffn_reads_normed=True),
     _block_bug("parallel_sublayers", "两个子层并联了（FFN 的输入是原始的 x，像 GPT-J）：LLaMA 是串联的，FFN 作用在 "
                "x + attn(attn_norm(x)) 上。", "the two sublayers run in parallel (the FFN reads the raw x, as in GPT-J): "
                "LLaMA chains them, the FFN acts on x + attn(attn_norm(x)).", parallel=True),
@@ -553,31 +625,32 @@ def _rms_checks(rms_norm) -> int:
         kw = {} if eps is None else {"eps": eps}
         full = f"{what}(x, weight{'' if eps is None else f', eps={eps}'}): {label}"
         x_before = x.clone()
-        hints = RMS_HINTS + (allowed("rms_1d_input", "x 是一维的 (d,)", "x is 1-D, (d,)",
-                                     "x 的形状是 (..., d)：一个单独的向量也可以。",
-                                     "x has shape (..., d): a single vector is allowed too.") if x.dim() == 1 else [])
-        with forbidden(LAYER_NORM_FAMILY, what):
+        hints = RMS_HINTS + ([(lambda exc, line: True, B_RMS_1D)] if x.dim() == 1 else [])
+        with forbidden(LAYER_NORM_FAMILY, what, message=rms_from_scratch_message()):
             out = call(rms_norm, x, w, what=full, hints=hints, **kw)
-        expected = ref_rms_norm(x, w, 1e-6 if eps is None else eps)
+        expected = ref_rms_norm(x_before, w, 1e-6 if eps is None else eps)
         n += 1
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(x.shape):
             got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
             raise failure(t(f"{full}：输出形状", f"{full}: output shape"), str(tuple(x.shape)), str(got),
+                          B_RMS_SHAPE if isinstance(out, torch.Tensor) else None,
                           hint=t("输出的形状和 x 一样：mean 要写 keepdim=True，不要把最后一维求和掉。",
                                  "the output has x's shape: write mean(..., keepdim=True) and do not sum the last "
                                  "axis away."))
+        if not torch.equal(x, x_before):
+            raise failure(t(f"{full}：调用之后的输入 x", f"{full}: the input x afterwards"), t("不变", "unchanged"),
+                          t("被改了", "modified"), B_RMS_IN_PLACE)
         tol = 1e-6 if x.dtype == torch.float64 else 2e-5
         if not near(out, expected, tol):
             # a given eps that is ignored looks like a missing eps on ordinary inputs: that name goes first
             bugs = RMS_BUGS + B_EPS_DEFAULT if eps is None else B_EPS_IGNORED + RMS_BUGS
             bug = diagnose(out, bugs, x, w, 1e-6 if eps is None else eps, expected=expected,
                            match=lambda a, b, tol=tol: near(a, b, tol))
+            if bug is None and eps is not None and _eps_makes_no_difference(rms_norm, x, w, eps, out):
+                bug = B_EPS_IGNORED[0]
             bug = bug or (B_LOW_PRECISION if near(out, expected, 1e-2) else None)
             raise failure(full, show(expected), show(out), bug,
                           hint=t("y = x / √(mean(x², 最后一维) + eps) · weight", "y = x / √(mean(x², last axis) + eps) · weight"))
-        if not torch.equal(x, x_before):
-            raise failure(t(f"{full}：调用之后的输入 x", f"{full}: the input x afterwards"), t("不变", "unchanged"),
-                          t("被改了", "modified"), B_RMS_IN_PLACE)
         if out.dtype != x.dtype:
             raise failure(t(f"{full}：输出的 dtype", f"{full}: dtype of the output"), str(x.dtype), str(out.dtype),
                           B_RMS_DTYPE)
@@ -587,18 +660,29 @@ def _rms_checks(rms_norm) -> int:
     with torch.no_grad():
         hf.weight.copy_(1 + 0.5 * torch.randn(24, generator=gen, dtype=torch.float64))
         theirs = hf(x)
-    with forbidden(LAYER_NORM_FAMILY, what):
+    with forbidden(LAYER_NORM_FAMILY, what, message=rms_from_scratch_message()):
         out = call(rms_norm, x, hf.weight.detach(), 1e-5, what=t(f"{what}：与 LlamaRMSNorm 比较", f"{what}: vs LlamaRMSNorm"))
     n += 1
     if not _hf_close(out, theirs):
         raise failure(t("与 transformers 的 LlamaRMSNorm（相同 weight，eps=1e-5）比较",
                         "compared with transformers' LlamaRMSNorm (same weight, eps=1e-5)"), show(theirs), show(out))
     x = torch.randn(3, 8, generator=gen, requires_grad=True)
-    with forbidden(LAYER_NORM_FAMILY, what):
+    with forbidden(LAYER_NORM_FAMILY, what, message=rms_from_scratch_message()):
         out = call(rms_norm, x, torch.ones(8), what=t(f"{what}（需要梯度的输入）", f"{what} (input with requires_grad)"))
     n += 1
     expect_autograd(out, what)
     return n
+
+
+def _eps_makes_no_difference(rms_norm, x, w, eps, out) -> bool:
+    """Does the student's rms_norm give the same output for a very different eps (the argument is not used)?"""
+    other = 0.5 if eps < 0.1 else 1e-6
+    try:
+        with torch.no_grad(), forbidden(LAYER_NORM_FAMILY, "rms_norm", message=rms_from_scratch_message()):
+            again = call(rms_norm, x.clone(), w, what="rms_norm", eps=other)
+    except GradingFailure:
+        return False
+    return near(again, out, 1e-6)
 
 
 def rms_norm_stand_in(x, weight, eps=1e-6):
@@ -636,6 +720,17 @@ def _build(cls, args, what, hints=()):
     return m
 
 
+def _swiglu_width(m, name, d_in, d_out, d) -> dict:
+    """{the layer's weight shape: B_SWIGLU_WIDTH} when the layer maps d to (or from) a width other than d_ff."""
+    lin = getattr(m, name, None)
+    shape = tuple(lin.weight.shape) if isinstance(lin, nn.Linear) else None
+    if shape is None or shape == (d_out, d_in) or shape == (d_in, d_out):
+        return {}
+    if (name != "down" and shape[1] == d) or (name == "down" and shape[0] == d):
+        return {shape: B_SWIGLU_WIDTH}
+    return {}
+
+
 def _swiglu_missing(m, d, d_ff) -> Bug:
     """Which bug a SwiGLU without self.gate / self.up / self.down has."""
     shapes = [tuple(x.weight.shape) for x in m.modules() if isinstance(x, nn.Linear)]
@@ -655,8 +750,8 @@ def _swiglu_checks(SwiGLU) -> int:
         label = f"{what}(d={d}, d_ff={d_ff})"
         m = _build(SwiGLU, (d, d_ff), label)
         missing = _swiglu_missing(m, d, d_ff)
-        gate, up = _linear(m, "gate", d, d_ff, label, missing), _linear(m, "up", d, d_ff, label, missing)
-        down = _linear(m, "down", d_ff, d, label, missing)
+        gate, up, down = (_linear(m, name, a, b, label, missing, wrong=_swiglu_width(m, name, a, b, d))
+                          for name, a, b in (("gate", d, d_ff), ("up", d, d_ff), ("down", d_ff, d)))
         total = sum(p.numel() for p in m.parameters())
         n += 1
         if total != 3 * d * d_ff:
@@ -670,10 +765,12 @@ def _swiglu_checks(SwiGLU) -> int:
         out = call(m, x, what=label, hints=hints)
         expected = ref_swiglu(x, gate.weight, up.weight, down.weight)
         n += 1
+        if isinstance(out, torch.Tensor) and out.shape != x.shape:
+            raise failure(t(f"{label}：输入 {tuple(x.shape)} 的输出形状", f"{label}: output shape for an input "
+                            f"{tuple(x.shape)}"), str(tuple(x.shape)), str(tuple(out.shape)),
+                          B_NO_DOWN if out.shape[-1] == d_ff != d else B_SWIGLU_SHAPE)
         if not near(out, expected):
             bug = diagnose(out, SWIGLU_BUGS, x, gate.weight, up.weight, down.weight, expected=expected, match=near)
-            if isinstance(out, torch.Tensor) and out.shape[-1] == d_ff != d:
-                bug = B_NO_DOWN
             raise failure(t(f"{label}：输入 {tuple(x.shape)}，float64", f"{label}: input {tuple(x.shape)}, float64"),
                           show(expected), show(out), bug, hint="down(silu(gate(x)) * up(x))")
         theirs = bridge.hf_mlp(d, d_ff, gate.weight, up.weight, down.weight)(x)
@@ -799,6 +896,8 @@ B_NO_KV_CHECK = Bug("attention_no_kv_heads_check", "n_head 不能被 n_kv_head �
 def _attention_structure(m, d, n_head, n_kv, label):
     d_k = d // n_head
     kv_wide = {(d, d): B_KV_WIDTH} if n_kv != n_head else {}
+    if d_k > 1:
+        kv_wide[(n_kv, d)] = B_KV_WIDTH_HEADS
     ws = [_linear(m, name, a, b, label, B_ATT_NAMES, wrong=kv_wide if name in ("k_proj", "v_proj") else None).weight
           for name, a, b in (("q_proj", d, n_head * d_k), ("k_proj", d, n_kv * d_k), ("v_proj", d, n_kv * d_k),
                              ("o_proj", d, d))]
@@ -820,9 +919,9 @@ B_ODD_DK = Bug("attention_odd_head_width_accepted", "每个头的宽度 d_k = d 
 
 
 B_VALUES_IN_MESSAGE = Bug("valueerror_without_values", "ValueError 的信息里没有写出相关的值：练习要求把它们写进去，"
-                          "例如 raise ValueError(f\"d={d} 不能被 n_head={n_head} 整除\")，读的人才知道哪里不对。",
+                          "例如 raise ValueError(f\"n_head={n_head} 不能整除 d={d}\")，读的人才知道哪里不对。",
                           "the ValueError's message does not show the values involved: the exercise asks for them, e.g. "
-                          "raise ValueError(f\"d={d} is not divisible by n_head={n_head}\"), so that a reader sees what "
+                          "raise ValueError(f\"n_head={n_head} does not divide d={d}\"), so that a reader sees what "
                           "is wrong.")
 
 
@@ -845,7 +944,7 @@ def _expect_value_error(cls, args, label, missing: Bug | None = None, values=())
     except AssertionError:
         raise failure(label, "ValueError", "AssertionError", B_ASSERT) from None
     except Exception as exc:  # noqa: BLE001
-        raise failure(label, "ValueError", f"{type(exc).__name__}: {exc}",
+        raise failure(label, "ValueError", f"{type(exc).__name__}: {exc}", B_WRONG_EXCEPTION,
                       hint=t("在 __init__ 里先检查形状，不合法时 raise ValueError(...)，再去建线性层。",
                              "check the shapes at the start of __init__ and raise ValueError(...) before building "
                              "the linear layers.")) from None
@@ -853,30 +952,30 @@ def _expect_value_error(cls, args, label, missing: Bug | None = None, values=())
                   hint=t("在 __init__ 里检查并 raise ValueError(...)。", "check in __init__ and raise ValueError(...)."))
 
 
-ROPE_HINT = [(lambda exc, line: "positions must have shape" in str(exc), Bug(
+ROPE_HINT = [(Raises(contains=("positions must have shape",)), Bug(
     "rope_on_wrong_axis", "apply_rope 要求 token 在倒数第二维：先 view 成 (B, N, h, d_k) 再 transpose(1, 2) 成 "
     "(B, h, N, d_k)，然后旋转。", "apply_rope wants the tokens on axis -2: view to (B, N, h, d_k), transpose(1, 2) "
     "to (B, h, N, d_k), then rotate.")),
-    (lambda exc, line: "view size is not compatible" in str(exc), Bug(
+    (Raises(contains=("view size is not compatible",)), Bug(
         "merge_view_not_contiguous", "transpose 之后张量在内存里不连续，不能直接 view：合并各头时写 "
         "y.transpose(1, 2).reshape(B, N, d)（或先 .contiguous() 再 view）。", "after a transpose the tensor is not "
         "contiguous in memory, so view fails: merge the heads with y.transpose(1, 2).reshape(B, N, d) (or call "
         ".contiguous() before view).")),
-    (lambda exc, line: "must match the size of tensor" in str(exc) and "non-singleton dimension 1" in str(exc), Bug(
+    (Raises(contains=("at non-singleton dimension 1",)), Bug(
         "kv_heads_not_repeated", "q 有 n_head 个头，k、v 只有 n_kv_head 个：算分数之前先用 repeat_kv(k, n_head // n_kv_head) "
         "和 repeat_kv(v, n_head // n_kv_head) 把它们复制到 n_head 个头（n_rep = n_head // n_kv_head，不是反过来）。",
         "q has n_head heads but k and v only n_kv_head: before the scores, repeat them to n_head heads with "
         "repeat_kv(k, n_head // n_kv_head) and repeat_kv(v, n_head // n_kv_head) (n_rep = n_head // n_kv_head, not "
         "the other way round).")),
-    (lambda exc, line: "masked_fill_ only supports boolean masks" in str(exc), Bug(
+    (Raises(contains=("masked_fill_ only supports boolean masks",)), Bug(
         "mask_not_bool", "masked_fill 的掩码要是 bool 张量：torch.ones(N, N, dtype=torch.bool).triu(1)"
         "（或者 torch.triu(...).bool()）。", "masked_fill needs a bool mask: torch.ones(N, N, dtype=torch.bool).triu(1) "
         "(or torch.triu(...).bool()).")),
-    (lambda exc, line: "Expected size for first two dimensions of batch2" in str(exc), Bug(
+    (Raises(contains=("Expected size for first two dimensions of batch2",)), Bug(
         "scores_k_not_transposed", "矩阵乘的两边形状对不上：分数是 q @ k.transpose(-2, -1)，k 要先转置最后两维。",
         "the two sides of the product do not fit: the scores are q @ k.transpose(-2, -1); transpose k's last two "
         "axes first."))] + COMMON_HINTS
-VALID_SHAPES = [(lambda exc, line: isinstance(exc, ValueError), Bug(
+VALID_SHAPES = [(Raises(types=("ValueError",)), Bug(
     "valueerror_for_valid_shapes", "这组形状是合法的（d 能被 n_head 整除，n_head 能被 n_kv_head 整除，d_k 是偶数），"
     "__init__ 却抛出了 ValueError：检查一下判断条件。", "these shapes are valid (n_head divides d, n_kv_head divides "
     "n_head, d_k is even), yet __init__ raised ValueError: check the conditions."))]
@@ -892,7 +991,9 @@ def _attention_checks(cls) -> int:
     what = "LlamaAttention"
     gen = seeded(1004)
     n = 0
-    cases = [(2, 6, 16, 4, 2, 10000.0), (1, 7, 24, 6, 3, 10000.0), (2, 5, 16, 2, 2, 10000.0), (1, 9, 32, 4, 1, 100.0),
+    # d_k differs from √d in every case with more than one token (dividing by d_k and by √d are told apart), and N
+    # from n_head in every case (RoPE run over the head axis is not silently accepted)
+    cases = [(2, 7, 24, 6, 2, 10000.0), (1, 5, 24, 6, 3, 10000.0), (2, 5, 16, 2, 2, 10000.0), (1, 9, 32, 4, 1, 100.0),
              (2, 4, 24, 4, 4, 10000.0), (1, 1, 16, 4, 2, 10000.0)]
     for B, N, d, n_head, n_kv, base in cases:
         label = f"{what}(d={d}, n_head={n_head}, n_kv_head={n_kv}, base={base:g}), x (B={B}, N={N}, d={d})"
@@ -911,7 +1012,8 @@ def _attention_checks(cls) -> int:
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != (B, N, d):
             got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
             raise failure(t(f"{label}：输出形状", f"{label}: output shape"), str((B, N, d)), str(got),
-                          B_NOT_MERGED if got == (B, n_head, N, d // n_head) else None,
+                          B_NOT_MERGED if got == (B, n_head, N, d // n_head) else
+                          B_ATT_TUPLE if isinstance(out, tuple) else None,
                           hint=t("合并各头：y.transpose(1, 2).reshape(B, N, d)，再经过 self.o_proj。",
                                  "merge the heads with y.transpose(1, 2).reshape(B, N, d), then apply self.o_proj."))
         if not near(out, expected):
@@ -1031,9 +1133,10 @@ B_NORM_SHARED = Bug("norm_shared", "两个子层用了同一个 RMSNorm：attn_n
                     "both sublayers use the same RMSNorm: attn_norm and ffn_norm have weights of their own.")
 B_EPS_NOT_PASSED = Bug("eps_not_passed", "eps 没有传给 RMSNorm（它们用的是默认值或一个写死的数）：RMSNorm(d, eps)。",
                        "eps is not passed on to the RMSNorms (they use the default or a fixed number): RMSNorm(d, eps).")
-B_D_FF = Bug("d_ff_not_passed", "FFN 的隐藏宽度不是参数 d_ff：self.ffn = SwiGLU(d, d_ff)。",
-             "the FFN's hidden width is not the argument d_ff: self.ffn = SwiGLU(d, d_ff).")
-BLOCK_ARGS = [(lambda exc, line: isinstance(exc, ValueError), Bug(
+B_D_FF = Bug("d_ff_not_passed", "FFN 的隐藏宽度不是参数 d_ff：块里的 SwiGLU 用调用者给的 d_ff 来建（SwiGLU(d, d_ff)）。",
+             "the FFN's hidden width is not the argument d_ff: build the block's SwiGLU with the d_ff the caller gives "
+             "(SwiGLU(d, d_ff)).")
+BLOCK_ARGS = [(Raises(types=("ValueError",)), Bug(
     "attention_arguments_order", "构造块的时候 LlamaAttention 抛出了 ValueError，而这组形状是合法的：检查传给它的参数顺序，"
     "LlamaAttention(d, n_head, n_kv_head, base)。", "building the block, LlamaAttention raised ValueError although "
     "these shapes are valid: check the order of its arguments, LlamaAttention(d, n_head, n_kv_head, base)."))]
@@ -1060,7 +1163,7 @@ def _block_structure(m, d, n_head, n_kv, d_ff, eps, label):
         if not isinstance(w, torch.Tensor) or tuple(w.shape) != (d,):
             raise failure(t(f"{label}：self.{name}.weight", f"{label}: self.{name}.weight"), t(f"形状 ({d},) 的参数",
                           f"a parameter of shape ({d},)"), str(tuple(w.shape)) if isinstance(w, torch.Tensor) else t("没有", "none"),
-                          hint=t(f"self.{name} = RMSNorm(d, eps)", f"self.{name} = RMSNorm(d, eps)"))
+                          hint="RMSNorm(d, eps)")
         if getattr(getattr(m, name), "bias", None) is not None:
             raise failure(t(f"{label}：self.{name} 有 bias（LayerNorm？）", f"{label}: self.{name} has a bias (LayerNorm?)"),
                           "RMSNorm(d, eps)", "bias", B_BIAS)
@@ -1239,3 +1342,83 @@ E_RMS = Earlier("rms_norm", 1, passes(_rms_checks), rms_norm_stand_in)
 E_SWIGLU = Earlier("SwiGLU", 2, passes(_swiglu_checks), SwiGLUStandIn)
 E_REPEAT = Earlier("repeat_kv", 3, passes(_repeat_checks), repeat_kv_stand_in)
 E_ATTENTION = Earlier("LlamaAttention", 4, passes(_attention_checks), LlamaAttentionStandIn)
+
+
+# ---------------------------------------------------------------- what the visible tests show (helpers/probes)
+
+ERRORS = {
+    "rms_norm": RMS_HINTS,
+    "SwiGLU": SUPER_HINTS,
+    "repeat_kv": REPEAT_HINTS,
+    "LlamaAttention": [h for h in ROPE_HINT if isinstance(h[0], Raises)] + SUPER_HINTS + VALID_SHAPES,
+    "LlamaBlock": BLOCK_ARGS + SUPER_HINTS,
+}
+
+
+def _rms_probe_input(gen):
+    """x (2, 3, 8): a row with a large mean, a row of tiny numbers (where eps shows), ordinary rows; a weight."""
+    x = torch.randn(2, 3, 8, generator=gen)
+    x[0, 0] += 4.0
+    x[0, 1] *= 1e-4
+    x[1, 2] *= 3.0
+    return x, 1 + 0.5 * torch.randn(8, generator=gen)
+
+
+def _weights_of(module_shapes: dict, gen, scale) -> dict:
+    """Random parameters by name: norm weights about 1, matrices about ``scale``."""
+    return {name: (1 + 0.5 * torch.randn(*shape, generator=gen) if len(shape) == 1 else
+                   scale * torch.randn(*shape, generator=gen)) for name, shape in module_shapes.items()}
+
+
+def _attention_probe(name, d, n_head, n_kv, base, B, N, gen):
+    d_k = d // n_head
+    state = _weights_of({"q_proj.weight": (d, d), "k_proj.weight": (n_kv * d_k, d),
+                         "v_proj.weight": (n_kv * d_k, d), "o_proj.weight": (d, d)}, gen, 0.5)
+    ws = [state[f"{p}_proj.weight"] for p in "qkvo"]
+    x = torch.randn(B, N, d, generator=gen)
+    return Probe(name, args=(x,), reference=lambda x: ref_attention(x, *ws, n_head, n_kv, base),
+                 bugs=ATT_BUGS + [B_ROPE_BASE], run_bug=lambda bug: bug.impl(x, *ws, n_head, n_kv, base), state=state)
+
+
+def _block_probe(name, d, n_head, n_kv, d_ff, eps, base, B, N, x_scale, gen, bugs):
+    d_k = d // n_head
+    state = _weights_of({"attn_norm.weight": (d,), "attn.q_proj.weight": (d, d),
+                         "attn.k_proj.weight": (n_kv * d_k, d), "attn.v_proj.weight": (n_kv * d_k, d),
+                         "attn.o_proj.weight": (d, d), "ffn_norm.weight": (d,), "ffn.gate.weight": (d_ff, d),
+                         "ffn.up.weight": (d_ff, d), "ffn.down.weight": (d, d_ff)}, gen, 0.4)
+    wts = {"attn_norm": state["attn_norm.weight"], "ffn_norm": state["ffn_norm.weight"],
+           **{k: state[f"attn.{k}_proj.weight"] for k in "qkvo"},
+           **{k: state[f"ffn.{k}.weight"] for k in ("gate", "up", "down")}}
+    x = x_scale * torch.randn(B, N, d, generator=gen)
+    return Probe(name, args=(x,), reference=lambda x: ref_block(x, wts, n_head, n_kv, eps, base), bugs=bugs,
+                 run_bug=lambda bug: bug.impl(x, wts, n_head, n_kv, eps, base), state=state)
+
+
+def probes() -> list[Probe]:
+    gen = seeded(1010)
+    x, w = _rms_probe_input(gen)
+    defaults = [Bug(*_EPS_DEFAULT, lambda x, w, e=e: ref_rms_norm(x, w, e)) for e in (1e-5, 1e-8)]
+    ignored = [Bug(*_EPS_IGNORED, lambda x, w, eps, e=e: ref_rms_norm(x, w, e)) for e in (1e-6, 1e-5)]
+    d, d_ff = 8, 20
+    ffn = _weights_of({"gate.weight": (d_ff, d), "up.weight": (d_ff, d), "down.weight": (d, d_ff)}, gen, 0.8)
+    xs = torch.randn(2, 3, d, generator=gen)
+    ffn_ws = (ffn["gate.weight"], ffn["up.weight"], ffn["down.weight"])
+    kv = torch.randn(2, 2, 5, 4, generator=gen)
+    block_defaults = [_block_bug(B_BLOCK_DEFAULTS.key, B_BLOCK_DEFAULTS.zh, B_BLOCK_DEFAULTS.en, eps_used=1e-5),
+                      _block_bug(B_BLOCK_DEFAULTS.key, B_BLOCK_DEFAULTS.zh, B_BLOCK_DEFAULTS.en, base_used=500000.0)]
+    return [
+        Probe("rms", args=(x, w), reference=ref_rms_norm, bugs=RMS_BUGS + defaults),
+        Probe("rms_eps", args=(x, w, 0.5), reference=ref_rms_norm, bugs=ignored + RMS_BUGS),
+        Probe("swiglu", args=(xs,), reference=lambda x: ref_swiglu(x, *ffn_ws), bugs=SWIGLU_BUGS,
+              run_bug=lambda bug: bug.impl(xs, *ffn_ws), state=ffn),
+        Probe("repeat", args=(kv, 3), reference=ref_repeat_kv, bugs=[B_TILE, B_TOKENS, B_MIXED]),
+        # d_k = 4 differs from √d: dividing by √d, by d_k and by √d_k all give different numbers; N = 7 differs
+        # from the 6 heads, so RoPE run over the head axis raises
+        _attention_probe("attention", 24, 6, 2, 10000.0, 2, 7, gen),
+        # one KV head (multi-query) and another base
+        _attention_probe("attention_mqa", 16, 2, 1, 100.0, 1, 5, gen),
+        # eps and base far from the defaults: a value not passed on shows
+        _block_probe("block", 16, 4, 2, 24, 0.1, 500.0, 2, 5, 0.5, gen, BLOCK_BUGS + [B_BLOCK_BASE]),
+        # the defaults, on small inputs where eps = 1e-6 and 1e-5 differ
+        _block_probe("block_defaults", 16, 4, 2, 24, 1e-6, 10000.0, 1, 6, 0.003, gen, block_defaults),
+    ]

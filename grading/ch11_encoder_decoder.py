@@ -21,6 +21,7 @@ from .core import (
     ATTENTION_FAMILY,
     Bug,
     GradingFailure,
+    Raises,
     as_f64,
     call,
     close,
@@ -31,15 +32,36 @@ from .core import (
     seeded,
     show,
 )
+from .probes import Probe
 
 # ================================================================ crashes in plain words
 
-def allowed(key, zh_when, en_when, zh_why, en_why) -> list:
+def allowed_bug(key, zh_when, en_when, zh_why, en_why) -> Bug:
+    """The words for an error raised on an input the exercise allows."""
+    return Bug(key, f"你的代码在这种输入上出错了（{zh_when}），而练习允许它：{zh_why}",
+               f"your code fails on this input ({en_when}), which the exercise allows: {en_why}")
+
+
+def allowed(bug: Bug) -> list:
     """Hints for a call on an input the exercise allows: whatever the student's code raises there, the message
     says that this input is allowed (and why), instead of leaving a bare traceback."""
-    return [(lambda exc, line: True,
-             Bug(key, f"你的代码在这种输入上出错了（{zh_when}），而练习允许它：{zh_why}",
-                 f"your code fails on this input ({en_when}), which the exercise allows: {en_why}"))]
+    return [(lambda exc, line: True, bug)]
+
+
+B_PAD_ZERO = allowed_bug("padding_mask_length_0", "某个序列的长度是 0", "a sequence has length 0",
+                         "长度为 0 的序列整行都是 False。", "a sequence of length 0 gives a row of False.")
+B_PAD_N1 = allowed_bug("padding_mask_n_1", "n = 1", "n = 1", "只有一个位置的批次也是合法的。",
+                       "a batch with a single position is valid too.")
+B_CROSS_NONE = allowed_bug("cross_mask_none", "memory_mask=None", "memory_mask=None",
+                           "memory_mask 为 None 时不屏蔽任何位置：先判断它是不是 None，再用它。",
+                           "memory_mask=None means no masking: check whether it is None before using it.")
+B_ENC_NONE = allowed_bug("encoder_mask_none", "src_mask=None", "src_mask=None",
+                         "src_mask 为 None 时不屏蔽任何位置：先判断它是不是 None，再取反。",
+                         "src_mask=None means no masking: check whether it is None before negating it.")
+B_DEC_NONE = allowed_bug("decoder_mask_none", "memory_mask=None", "memory_mask=None",
+                         "memory_mask 为 None 时交叉注意力不屏蔽任何位置：先判断它是不是 None，再取反。",
+                         "memory_mask=None means the cross-attention masks nothing: check whether it is None before "
+                         "negating it.")
 
 
 def passes(verify):
@@ -52,7 +74,7 @@ def passes(verify):
     return probe
 
 
-SUPER_HINTS = [(lambda exc, line: "before Module.__init__() call" in str(exc), Bug(
+SUPER_HINTS = [(Raises(contains=("before Module.__init__() call",)), Bug(
     "super_init_missing", "__init__ 里没有先调用 super().__init__()：nn.Module 要先初始化，才能给它添加子模块和参数。",
     "__init__ does not call super().__init__() first: an nn.Module must be set up before submodules and "
     "parameters can be added to it."))]
@@ -99,7 +121,11 @@ B_PAD_NOT_TENSOR = Bug("padding_mask_not_a_tensor", "返回的不是张量（Pyt
                        "the result is not a tensor (a Python list, a NumPy array, ...): the mask goes straight onto score "
                        "tensors, so return a (B, n) bool torch.Tensor; one comparison does it: "
                        "torch.arange(n)[None, :] < lengths[:, None].")
-PAD_HINTS = [(lambda exc, line: "must match the size of tensor" in str(exc), B_PAD_AXES)]
+PAD_HINTS = [(Raises(contains=("must match the size of tensor",)), B_PAD_AXES)]
+B_PAD_EXTRA_DIMS = Bug("padding_mask_extra_dims",
+                       "掩码多了维度：形状是 (B, 1, 1, n)，题目要的是 (B, n)。插入维度（[:, None, None, :]）是用它的地方的事。",
+                       "the mask has extra axes: its shape is (B, 1, 1, n), the exercise asks for (B, n). Adding axes "
+                       "([:, None, None, :]) is for the code that uses it.")
 B_PAD_SHAPE_MAX = Bug("padding_mask_uses_max_length",
                       "宽度用了 lengths.max() 而不是参数 n：批次被填充到 n，掩码也必须有 n 列（哪怕最长的序列比 n 短）。",
                       "the width is lengths.max() instead of the argument n: the batch is padded to n, so the mask "
@@ -117,10 +143,7 @@ def _padding_checks(padding_mask) -> int:
     for lengths, n in cases:
         lens = torch.tensor(lengths)
         label = f"{what}(lengths={lengths}, n={n})"
-        edge = (allowed("padding_mask_length_0", "某个序列的长度是 0", "a sequence has length 0",
-                        "长度为 0 的序列整行都是 False。", "a sequence of length 0 gives a row of False.")
-                if 0 in lengths else allowed("padding_mask_n_1", "n = 1", "n = 1", "只有一个位置的批次也是合法的。",
-                                             "a batch with a single position is valid too.") if n == 1 else [])
+        edge = allowed(B_PAD_ZERO) if 0 in lengths else allowed(B_PAD_N1) if n == 1 else []
         out = call(padding_mask, lens.clone(), n, what=label, hints=PAD_HINTS + edge)
         expected = torch.arange(n)[None, :] < lens[:, None]
         B = len(lengths)
@@ -129,7 +152,8 @@ def _padding_checks(padding_mask) -> int:
                           type(out).__name__, B_PAD_NOT_TENSOR)
         if tuple(out.shape) != (B, n):
             got = tuple(out.shape)
-            bug = B_PAD_SHAPE_T if got == (n, B) else B_PAD_SHAPE_MAX if got == (B, max(lengths)) else None
+            bug = (B_PAD_SHAPE_T if got == (n, B) else B_PAD_SHAPE_MAX if got == (B, max(lengths)) else
+                   B_PAD_EXTRA_DIMS if got == (B, 1, 1, n) else None)
             raise failure(t(f"{label}：输出形状", f"{label}: output shape"), str((B, n)), str(got), bug)
         if out.dtype != torch.bool:
             raise failure(t(f"{label}：dtype", f"{label}: dtype"), "torch.bool", str(out.dtype), B_PAD_NOT_BOOL)
@@ -158,20 +182,25 @@ def _softmax64(s):
 
 
 def ref_cross(x, memory, w_q, w_k, w_v, memory_mask=None, *, swap=False, scale="d_k", mask_mode="keys",
-              causal=False, softmax_dim=-1, values="memory", scores_out=False):
+              causal=False, softmax_dim=-1, values="memory", scores_out=False, queries="x", keys="memory",
+              fill=float("-inf")):
     """Single-head cross-attention in float64; the keywords switch on known bugs."""
     x, memory, w_q, w_k, w_v = (as_f64(a) for a in (x, memory, w_q, w_k, w_v))
     if swap:
         x, memory = memory, x
-    q, k = x @ w_q, memory @ w_k
-    v = {"memory": memory @ w_v, "x": x @ w_v, "w_k": memory @ w_k}[values]
-    denom = {"d_k": math.sqrt(q.shape[-1]), "d": math.sqrt(x.shape[-1]), "none": 1.0, "no_sqrt": q.shape[-1]}[scale]
+    q = (x if queries == "x" else memory) @ w_q
+    k = (memory if keys == "memory" else x) @ w_k
+    v = {"memory": memory @ w_v, "x": x @ w_v, "w_k": memory @ w_k, "raw": memory}[values]
+    denom = {"d_k": math.sqrt(q.shape[-1]), "d": math.sqrt(x.shape[-1]), "none": 1.0, "no_sqrt": q.shape[-1],
+             "d_v": math.sqrt(w_v.shape[-1])}[scale]
     s = torch.einsum("bic,bjc->bij", q, k) / denom
     allowed = torch.ones_like(s, dtype=torch.bool)
     if memory_mask is not None and mask_mode != "none":
         m = memory_mask.bool()
         if mask_mode == "queries":
             allowed = allowed & m[:, :, None]
+        elif mask_mode == "both":
+            allowed = allowed & m[:, :, None] & m[:, None, :]
         elif mask_mode == "inverted":
             allowed = allowed & ~m[:, None, :]
         else:
@@ -181,7 +210,7 @@ def ref_cross(x, memory, w_q, w_k, w_v, memory_mask=None, *, swap=False, scale="
     if mask_mode == "after_softmax":
         w = torch.softmax(s, dim=softmax_dim) * allowed
     else:
-        s = s.masked_fill(~allowed, float("-inf"))
+        s = s.masked_fill(~allowed, fill)
         w = _softmax64(s) if softmax_dim == -1 else torch.softmax(s, dim=softmax_dim)
     return (w @ v, s) if scores_out else (w @ v, w)
 
@@ -236,6 +265,33 @@ CROSS_BUGS = [
                "也就是算 out = weights @ v 用的那个张量。", "the weights you return are the scores before softmax (-inf "
                "where masked): return the weights after softmax, each row adding up to 1 — the tensor that gives "
                "out = weights @ v.", scores_out=True),
+    _cross_bug("cross_everything_from_memory",
+               "query 也取自 memory：q 要由解码器的 x 投影（q = x @ w_q），只有 key 和 value 来自 memory。",
+               "the queries come from memory too: q is projected from the decoder's x (q = x @ w_q); only the keys "
+               "and values come from memory.", queries="memory"),
+    _cross_bug("cross_is_self_attention",
+               "key 和 value 也取自 x：这是解码器自己的自注意力，不是交叉注意力。k = memory @ w_k，v = memory @ w_v。",
+               "the keys and values come from x too: that is the decoder's own self-attention, not cross-attention. "
+               "k = memory @ w_k, v = memory @ w_v.", keys="x", values="x"),
+    _cross_bug("cross_scaled_by_sqrt_d_v", "分数除的是 √d_v（value 的宽度，w_v 的列数），而不是 √d_k（q、k 的宽度）。",
+               "the scores are divided by √d_v (the width of the values, w_v's columns) instead of √d_k (the width "
+               "of q and k).", scale="d_v"),
+    _cross_bug("cross_mask_both_ways",
+               "掩码把行和列都遮住了：填充只需要从 key（列）里去掉；query 一侧是目标序列，它的每个位置都要算出结果。",
+               "the mask hides both rows and columns: the padding only has to go from the keys (columns); the query "
+               "side is the target, and every one of its positions needs a result.", mask_mode="both"),
+    _cross_bug("cross_mask_fill_zero",
+               "填充位置的分数被设成了 0，而不是 −∞：e⁰ = 1，它们照样分到权重。要在 softmax 之前设成 −∞。",
+               "the padded positions' scores are set to 0, not −∞: e⁰ = 1, so they still get weight. Set them to −∞ "
+               "before the softmax.", fill=0.0),
+    _cross_bug("cross_softmax_wrong_dim",
+               "softmax 沿错误的维度：每个 query 的一行权重（沿源位置，dim=-1）要加起来等于 1。",
+               "softmax runs over the wrong dimension: each query's row of weights (over the source positions, "
+               "dim=-1) must add up to 1.", softmax_dim=0),
+    _cross_bug("cross_out_without_w_v",
+               "out 直接用 memory 加权，没有经过 w_v：value 要先投影，v = memory @ w_v，out = weights @ v，形状 (B, n_t, d_v)。",
+               "out weighs memory itself, which never went through w_v: project the values first, v = memory @ w_v, "
+               "out = weights @ v, of shape (B, n_t, d_v).", values="raw"),
     _cross_bug("cross_values_from_x",
                "value 也取自 x：key 和 value 都来自编码器的输出，v = memory @ w_v；权重是对源位置的，要加权的也是源位置的 value。",
                "the values are taken from x too: keys and values both come from the encoder's output, "
@@ -255,14 +311,13 @@ B_CROSS_K_T = Bug("cross_k_not_transposed", "分数要用 k 的转置：q @ k.tr
                   "= (B, n_t, n_s).")
 B_CROSS_ORDER = Bug("cross_returns_weights_first", "返回值的顺序反了：先 out 再 weights，return out, weights。",
                     "the results come in the wrong order: out first, then weights, return out, weights.")
-CROSS_HINTS = [(lambda exc, line: "masked_fill_ only supports boolean masks" in str(exc), Bug(
+CROSS_HINTS = [(Raises(contains=("masked_fill_ only supports boolean masks",)), Bug(
                    "mask_not_bool", "masked_fill 的掩码要是 bool 张量：memory_mask 本身就是 bool，用 ~memory_mask[:, None, :]，"
                    "不要转成 float。", "masked_fill needs a bool mask: memory_mask is bool already, so use "
                    "~memory_mask[:, None, :] and do not turn it into floats.")),
-               (lambda exc, line: "must match the size" in str(exc) and ("mask" in line), B_CROSS_MASK_SHAPE),
-               (lambda exc, line: "Expected size for first two dimensions of batch2" in str(exc), B_CROSS_K_T),
-               (lambda exc, line: "must match the size" in str(exc) or "cannot be multiplied" in str(exc),
-                B_CROSS_SWAP_SHAPE)]
+               (Raises(contains=("must match the size",), line=("mask",)), B_CROSS_MASK_SHAPE),
+               (Raises(contains=("Expected size for first two dimensions of batch2",)), B_CROSS_K_T),
+               (Raises(contains=("must match the size", "cannot be multiplied")), B_CROSS_SWAP_SHAPE)]
 
 
 def _cross_cases(gen):
@@ -284,9 +339,14 @@ def _shape(a):
     return tuple(a.shape) if isinstance(a, torch.Tensor) else None
 
 
+B_CROSS_ONE = Bug("cross_returns_one", "只返回了一个张量：题目要的是 (out, weights) 两个，热力图要用 weights。",
+                  "only one tensor comes back: the exercise asks for the two (out, weights); the heatmaps need the "
+                  "weights.")
+
+
 def _check_pair(res, expected, label, args, bugs):
     if not (isinstance(res, tuple) and len(res) == 2):
-        raise failure(label, "(out, weights)", type(res).__name__,
+        raise failure(label, "(out, weights)", type(res).__name__, B_CROSS_ONE if isinstance(res, torch.Tensor) else None,
                       hint=t("返回两个张量：return out, weights。", "return two tensors: return out, weights."))
     if (_shape(res[0]), _shape(res[1])) == (tuple(expected[1].shape), tuple(expected[0].shape)) != \
             (tuple(expected[0].shape), tuple(expected[1].shape)):
@@ -300,6 +360,9 @@ def _check_pair(res, expected, label, args, bugs):
             bug = bugs[0] if isinstance(got, torch.Tensor) and shape[-2:] == tuple(want.shape[-2:])[::-1] else None
             if name == "out" and isinstance(got, torch.Tensor) and shape == tuple(want.shape[:-1]) + (d_k,):
                 bug = next(b for b in bugs if b.key == "cross_values_with_w_k")
+            if bug is None and isinstance(got, torch.Tensor):
+                bug = diagnose(got, [Bug(b.key, b.zh, b.en, (lambda f, i: lambda *a: f(*a)[i])(b.impl, 0 if name == "out"
+                                                                                             else 1)) for b in bugs], *args)
             raise failure(t(f"{label}：{name} 的形状", f"{label}: shape of {name}"), str(tuple(want.shape)), str(shape),
                           bug)
         if not close(got, want, atol=1e-9, rtol=1e-7):
@@ -314,10 +377,7 @@ def check_cross_attention(cross_attention) -> None:
     with forbidden(ATTENTION_FAMILY, what):
         for label, args in _cross_cases(gen):
             full = f"{what}: {label}"
-            edge = allowed("cross_mask_none", "memory_mask=None", "memory_mask=None",
-                           "memory_mask 为 None 时不屏蔽任何位置。先判断 if memory_mask is not None:，再用它。",
-                           "memory_mask=None means no masking. Check if memory_mask is not None: before using it.") \
-                if args[-1] is None else []
+            edge = allowed(B_CROSS_NONE) if args[-1] is None else []
             res = call(cross_attention, *(a.clone() if a is not None else None for a in args), what=full,
                        hints=CROSS_HINTS + edge)
             _check_pair(res, ref_cross(*args), full, args, CROSS_BUGS)
@@ -409,23 +469,28 @@ def _linears(m):
 
 
 def ref_encoder(m, x, mask, *, mask_mode="keys", causal=False, post_ln=False, res_attn="x", res_ffn=True,
-                ffn_norm="norm2", act="gelu"):
-    """Pre-LN encoder layer in float64; the keywords switch on known bugs."""
+                ffn_norm="norm2", act="gelu", norm_after=False):
+    """Pre-LN encoder layer in float64; the keywords switch on known bugs (``res_ffn="normed"``: the FFN's
+    residual starts from norm2(x); ``norm_after``: norm1 on the attention's output instead of its input)."""
     x = as_f64(x)
     att = _mha_params(m.self_attn)
     if post_ln:
         x = _ln(x + ref_mha(x, x, att, mask, causal, mask_mode), m.norm1)
         return _ln(x + _ffn(x, _linears(m)), m.norm2)
-    a = _ln(x, m.norm1)
-    skip = {"x": x, "normed": a, "none": 0.0}[res_attn]
-    x = skip + ref_mha(a, a, att, mask, causal, mask_mode)
-    f = _ffn(_ln(x, getattr(m, ffn_norm)), _linears(m), act)
-    return x + f if res_ffn else f
+    if norm_after:
+        x = x + _ln(ref_mha(x, x, att, mask, causal, mask_mode), m.norm1)
+    else:
+        a = _ln(x, m.norm1)
+        skip = {"x": x, "normed": a, "none": 0.0}[res_attn]
+        x = skip + ref_mha(a, a, att, mask, causal, mask_mode)
+    h = _ln(x, getattr(m, ffn_norm))
+    f = _ffn(h, _linears(m), act)
+    return h + f if res_ffn == "normed" else x + f if res_ffn else f
 
 
 def ref_decoder(m, y, memory, mask, *, causal=True, mem_mode="keys", swap=False, post_ln=False, cross_causal=False,
                 norm_memory=False, cross_first=False, res_cross=True, res_ffn=True, cross_norm="norm2",
-                float01=False, act="gelu"):
+                float01=False, act="gelu", res_self=True, cross_kv="memory", ffn_first=False):
     """Pre-LN decoder layer in float64; the keywords switch on known bugs (``float01``: a float 0/1 lower
     triangle passed as attn_mask, which torch adds to the scores instead of blocking anything)."""
     y, memory = as_f64(y), as_f64(memory)
@@ -440,17 +505,26 @@ def ref_decoder(m, y, memory, mask, *, causal=True, mem_mode="keys", swap=False,
 
     def self_block(y):
         a = _ln(y, m.norm1)
-        return y + ref_mha(a, a, sa, None, causal, added=added)
+        out = ref_mha(a, a, sa, None, causal, added=added)
+        return y + out if res_self else out
 
     def cross_block(y):
         a = _ln(y, getattr(m, cross_norm))
         mem = _ln(memory, m.norm2) if norm_memory else memory
-        out = ref_mha(mem, a, ca, mask) if swap else ref_mha(a, mem, ca, mask, cross_causal, mem_mode)
+        if cross_kv == "self":
+            out = ref_mha(a, a, ca, None)
+        else:
+            out = ref_mha(mem, a, ca, mask) if swap else ref_mha(a, mem, ca, mask, cross_causal, mem_mode)
         return y + out if res_cross else out
 
+    def ffn_block(y):
+        f = _ffn(_ln(y, m.norm3), _linears(m), act)
+        return y + f if res_ffn else f
+
+    if ffn_first:
+        return cross_block(ffn_block(self_block(y)))
     y = self_block(cross_block(y)) if cross_first else cross_block(self_block(y))
-    f = _ffn(_ln(y, m.norm3), _linears(m), act)
-    return y + f if res_ffn else f
+    return ffn_block(y)
 
 
 # ================================================================ the layers: known bugs
@@ -513,6 +587,14 @@ ENC_BUGS = [
                ref_encoder, act="relu"),
     *[_layer_bug("ffn_wrong_activation", _ACT[0], _ACT[1], ref_encoder, act=a) for a in ("silu", "gelu_tanh")],
     _layer_bug("encoder_padding_mask_as_attn_mask", _AS_ATTN[0], _AS_ATTN[1], ref_encoder, mask_mode="as_attn"),
+    _layer_bug("encoder_ffn_residual_from_normed",
+               "FFN 的残差加的是 norm2(x) 而不是 x：Pre-LN 里归一化只用于子层的输入，残差通路上是没有归一化的 x。",
+               "the FFN's residual adds norm2(x) instead of x: in Pre-LN the norm only feeds the sublayer; the "
+               "residual path carries the un-normalised x.", ref_encoder, res_ffn="normed"),
+    _layer_bug("encoder_norm_after_attention",
+               "norm1 放在了自注意力之后（作用在它的输出上）：Pre-LN 里 norm1 作用在子层的输入上，self_attn 读的是 norm1(x)。",
+               "norm1 comes after the self-attention (on its output): in Pre-LN, norm1 acts on the sublayer's input, "
+               "and self_attn reads norm1(x).", ref_encoder, norm_after=True),
 ]
 
 DEC_BUGS = [
@@ -575,6 +657,17 @@ DEC_BUGS = [
                "hidden. Use the bool upper triangle torch.ones(n_t, n_t, dtype=torch.bool).triu(1) (True = blocked), "
                "or a float matrix with -inf where blocked.", ref_decoder, float01=True),
     *[_layer_bug("ffn_wrong_activation", _ACT[0], _ACT[1], ref_decoder, act=a) for a in ("relu", "silu", "gelu_tanh")],
+    _layer_bug("decoder_no_self_residual", "自注意力周围没有残差：应为 y = y + self_attn(norm1(y), ...)。",
+               "no residual around the self-attention: it must be y = y + self_attn(norm1(y), ...).", ref_decoder,
+               res_self=False),
+    _layer_bug("decoder_cross_reads_itself",
+               "交叉注意力的 key 和 value 应是 memory：现在它们是 norm2(y)，交叉注意力成了又一层自注意力，源序列根本没被读到。",
+               "the cross-attention's keys and values must be memory: here they are norm2(y), so the cross-attention "
+               "became one more self-attention and the source is never read.", ref_decoder, cross_kv="self"),
+    _layer_bug("decoder_ffn_before_cross",
+               "FFN 放在了交叉注意力之前：解码器层的顺序是 因果自注意力 → 交叉注意力 → FFN。",
+               "the FFN comes before the cross-attention: a decoder layer runs causal self-attention, then "
+               "cross-attention, then the FFN.", ref_decoder, ffn_first=True),
 ]
 
 
@@ -611,9 +704,9 @@ B_MASK_FIXED = Bug("causal_mask_fixed_size", "因果掩码是按一个固定的�
                    "__init__, or on the first call and then kept): a target longer than that (or of another length) no "
                    "longer fits. Build it in forward for this call's n_t: torch.ones(n_t, n_t, dtype=torch.bool).triu(1).")
 MHA_HINTS = [
-    (lambda exc, line: "'tuple'" in str(exc) and ("+" in str(exc) or "unsupported operand" in str(exc)), B_MHA_TUPLE),
-    (lambda exc, line: "2D attn_mask" in str(exc), Bug("encoder_padding_mask_as_attn_mask", _AS_ATTN[0], _AS_ATTN[1])),
-    (lambda exc, line: "is_causal hint" in str(exc), Bug(
+    (Raises(contains=("and 'tuple'", "'tuple' and"), types=("TypeError",)), B_MHA_TUPLE),
+    (Raises(contains=("2D attn_mask",)), Bug("encoder_padding_mask_as_attn_mask", _AS_ATTN[0], _AS_ATTN[1])),
+    (Raises(contains=("is_causal hint",)), Bug(
         "is_causal_without_mask", "nn.MultiheadAttention 的 is_causal=True 只是一个提示，还必须传 attn_mask：写 "
         "attn_mask=torch.ones(n_t, n_t, dtype=torch.bool).triu(1)。", "is_causal=True in nn.MultiheadAttention is only "
         "a hint; attn_mask must still be passed: attn_mask=torch.ones(n_t, n_t, dtype=torch.bool).triu(1)."))]
@@ -858,21 +951,18 @@ def check_encoder_layer(cls) -> None:
     m = _randomise(_build_layer(cls, 8, 2, 16, False, label), gen)
     x = torch.randn(2, 5, 8, generator=gen, dtype=torch.float64)
     with torch.no_grad():
-        out = call(m, x, what=label, hints=MHA_HINTS + allowed(
-            "encoder_mask_none", "src_mask=None", "src_mask=None",
-            "src_mask 为 None 时不屏蔽任何位置：写 blocked = None if src_mask is None else ~src_mask。",
-            "src_mask=None means no masking: write blocked = None if src_mask is None else ~src_mask."))
+        out = call(m, x, what=label, hints=MHA_HINTS + allowed(B_ENC_NONE))
     _compare(out, ref_encoder(m, x, None), None, None, label, ENC_BUGS, (m, x, None))
     passed(what, n + 1)
 
 
-DEC_HINTS = MHA_HINTS + [(lambda exc, line: "must match the size" in str(exc) or "key_padded_mask" in str(exc)
-                          or "key_padding_mask" in str(exc), DEC_BUGS[4])] + SUPER_HINTS + COMMON_HINTS
+DEC_SIGNS = MHA_HINTS + [(Raises(contains=("must match the size", "key_padded_mask", "key_padding_mask")), DEC_BUGS[4])]
+DEC_HINTS = DEC_SIGNS + SUPER_HINTS + COMMON_HINTS
 
 
 LONG_TARGET = 1100          # longer than any fixed size a student is likely to pick for a causal mask (512, 1024)
 # the layer ran at n_t = 6 already: an error that names the long length (or the mask) comes from a mask of a fixed size
-FIXED_MASK_HINTS = [(lambda exc, line: str(LONG_TARGET) in str(exc) or "attn_mask" in str(exc), B_MASK_FIXED)]
+FIXED_MASK_HINTS = [(Raises(contains=(str(LONG_TARGET), "attn_mask")), B_MASK_FIXED)]
 
 
 def _decoder_property(m, y, mem, mask, label, gen):
@@ -924,11 +1014,7 @@ def check_decoder_layer(cls) -> None:
     mask = torch.tensor([[True] * 4, [True, True, False, False]])
     _decoder_property(m, y, mem, mask, label, gen)
     with torch.no_grad():
-        out = call(m, y, mem, what=f"{label}(y, memory, memory_mask=None)", hints=MHA_HINTS + allowed(
-            "decoder_mask_none", "memory_mask=None", "memory_mask=None",
-            "memory_mask 为 None 时交叉注意力不屏蔽任何位置：写 blocked = None if memory_mask is None else ~memory_mask。",
-            "memory_mask=None means the cross-attention masks nothing: write blocked = None if memory_mask is None "
-            "else ~memory_mask."))
+        out = call(m, y, mem, what=f"{label}(y, memory, memory_mask=None)", hints=MHA_HINTS + allowed(B_DEC_NONE))
     _compare(out, ref_decoder(m, y, mem, None), None, None, f"{label}(y, memory)", DEC_BUGS, (m, y, mem, None))
     # the same layer again on a much longer target: the causal mask is made for each call's n_t
     long_label = t(f"{label}：同一层再处理一个长得多的目标（n_t = {LONG_TARGET}）",
@@ -987,8 +1073,12 @@ def _mock_model():
 
 
 def ref_greedy(model, src, lengths, max_len, bos, eos, *, feed=True, stop_eos=True, all_done=True,
-               bos_out=False, mask="real", steps=0, axis=-1, fill_eos=True, start=None):
-    """Greedy decoding; the keywords switch on known bugs (``start``: the token tgt begins with instead of bos)."""
+               bos_out=False, mask="real", steps=0, axis=-1, fill_eos=True, start=None, fill_with=None):
+    """Greedy decoding; the keywords switch on known bugs (``start``: the token tgt begins with instead of bos,
+    "eos" for eos; ``feed="last"``: only the last token fed back; ``axis="mean"``: the argmax of the logits
+    averaged over positions; ``bos_out="drop"``: the first generated token dropped too; ``fill_with="bos"``:
+    finished sequences filled with bos)."""
+    start = eos if start == "eos" else start
     B, n_s = src.shape
     real = torch.arange(n_s)[None] < lengths[:, None]
     src_mask = {"real": real, "inverted": ~real, "all": torch.ones_like(real)}[mask]
@@ -996,16 +1086,18 @@ def ref_greedy(model, src, lengths, max_len, bos, eos, *, feed=True, stop_eos=Tr
     tgt = torch.full((B, 1), bos if start is None else start, dtype=torch.long)
     done = torch.zeros(B, dtype=torch.bool)
     for _ in range(max_len + steps):
-        logits = model.decode(tgt if feed else tgt[:, :1], memory, src_mask)
-        nxt = logits[:, -1].argmax(-1) if axis == -1 else logits.argmax(1)[:, -1]
+        fed = tgt if feed is True else tgt[:, -1:] if feed == "last" else tgt[:, :1]
+        logits = model.decode(fed, memory, src_mask)
+        nxt = (logits[:, -1].argmax(-1) if axis == -1 else logits.mean(1).argmax(-1) if axis == "mean"
+               else logits.argmax(1)[:, -1])
         if stop_eos and fill_eos:
-            nxt = torch.where(done, torch.full_like(nxt, eos), nxt)
+            nxt = torch.where(done, torch.full_like(nxt, bos if fill_with == "bos" else eos), nxt)
         tgt = torch.cat([tgt, nxt[:, None]], 1)
         done = done | (nxt == eos)
         stop = bool(done.all()) if all_done is True else bool(done[0]) if all_done == "first" else bool(done.any())
         if stop_eos and stop:
             break
-    return tgt if bos_out else tgt[:, 1:]
+    return tgt[:, 2:] if bos_out == "drop" else tgt if bos_out else tgt[:, 1:]
 
 
 def _greedy_bug(key, zh, en, **kw):
@@ -1063,6 +1155,24 @@ GREEDY_BUGS = [
                 "tgt 的开头不是 bos（例如用 torch.zeros 建的，是 0）：解码器的第一个输入必须是 <bos>，"
                 "tgt = torch.full((B, 1), bos)。", "tgt does not start with bos (built with torch.zeros, say, it holds "
                 "0): the decoder's first input must be <bos>, tgt = torch.full((B, 1), bos).", start=0),
+    _greedy_bug("greedy_drops_first_token", "返回时把第一个生成的 token 也去掉了：只去掉开头的 <bos>（第 0 列）。",
+                "the first generated token is dropped too: drop only the leading <bos> (column 0).", bos_out="drop"),
+    _greedy_bug("greedy_no_eos_padding",
+                "序列输出 <eos> 之后没有一直填 eos：结束了的序列后面填的是别的 token（例如 bos）。已经结束的序列要固定在 eos 上。",
+                "after a sequence emits <eos> it is not kept at eos: a finished sequence is filled with another token "
+                "(bos, say). Keep finished sequences on eos.", fill_with="bos"),
+    _greedy_bug("greedy_starts_without_bos",
+                "tgt 的开头不是 bos（这里是 eos）：解码器的第一个输入必须是 <bos>，tgt = torch.full((B, 1), bos)。",
+                "tgt does not start with bos (it starts with eos here): the decoder's first input must be <bos>, "
+                "tgt = torch.full((B, 1), bos).", start="eos"),
+    _greedy_bug("greedy_feeds_last_token_only",
+                "每一步只把最后一个 token 喂给了解码器：解码器要看到整个目标序列（从 <bos> 起），才知道自己写到了哪里。",
+                "only the last token is fed to the decoder at each step: the decoder needs the whole target (from "
+                "<bos> on) to know where it is.", feed="last"),
+    _greedy_bug("greedy_argmax_of_mean",
+                "下一个 token 取自各个位置 logits 的平均：它只看最后一个位置，logits[:, -1].argmax(-1)。",
+                "the next token comes from the logits averaged over positions: it is read at the last position "
+                "alone, logits[:, -1].argmax(-1).", axis="mean"),
     _greedy_bug("greedy_stops_on_first_row",
                 "只看了第 0 个序列：它输出 <eos> 时整批就停了。要等所有序列都结束（done.all()）。",
                 "only sequence 0 is watched: the whole batch stops when it emits <eos>. Wait until every sequence "
@@ -1088,32 +1198,34 @@ def _greedy_ok(out, expected, max_len, eos):
     return bool((out[:, L:] == eos).all())
 
 
-B_GREEDY_ENCODES = Bug("greedy_encodes_every_step", "编码器跑了不止一次：源序列在解码时不变，memory = model.encode(src, src_mask) "
+B_GREEDY_ENCODES = Bug("greedy_encodes_every_step", "编码器跑了不止一次：源序列在解码时不变，memory 用 model.encode "
                        "只在循环之前算一次，每一步只调用 model.decode。", "the encoder runs more than once: the source does "
-                       "not change while decoding, so compute memory = model.encode(src, src_mask) once before the loop "
-                       "and call only model.decode at each step.")
+                       "not change while decoding, so compute the memory with model.encode once before the loop and "
+                       "call only model.decode at each step.")
 B_GREEDY_DECODE_MASK = Bug("greedy_decode_without_src_mask", "model.decode 没有拿到源序列的填充掩码（传了 None、全 True 的掩码，"
-                           "或者别的张量）：解码器的交叉注意力要靠它忽略源序列里的 <pad>。每一步都传同一个 "
-                           "src_mask = padding_mask(src_lengths, src.shape[1])。", "model.decode does not get the source's "
-                           "padding mask (None, an all-True mask or another tensor was passed): the decoder's "
-                           "cross-attention needs it to ignore the source's <pad>. Pass the same "
-                           "src_mask = padding_mask(src_lengths, src.shape[1]) at every step.")
+                           "或者别的张量）：解码器的交叉注意力要靠它忽略源序列里的 <pad>。每一步都传同一个掩码，"
+                           "padding_mask(src_lengths, src.shape[1])，和给 encode 的一样。", "model.decode does not get the "
+                           "source's padding mask (None, an all-True mask or another tensor was passed): the decoder's "
+                           "cross-attention needs it to ignore the source's <pad>. Pass the same mask at every step, "
+                           "padding_mask(src_lengths, src.shape[1]), the one encode gets.")
+B_GREEDY_NOT_TENSOR = Bug("greedy_not_a_tensor", "返回的不是张量（例如一个列表）：返回 (B, L) 的 LongTensor。",
+                          "the result is not a tensor (a list, say): return a (B, L) LongTensor.")
 B_GREEDY_DTYPE = Bug("greedy_not_long", "返回的不是整数（LongTensor）：token 是编号。tgt 用 torch.full((B, 1), bos, "
                      "dtype=torch.long) 建，argmax 的结果本来就是 long；不要拼接到 float 的张量上。", "the result is not "
                      "a LongTensor: tokens are ids. Build tgt with torch.full((B, 1), bos, dtype=torch.long); argmax "
                      "already gives long; do not concatenate onto a float tensor.")
 GREEDY_HINTS = [
-    (lambda exc, line: "same number of dimensions" in str(exc), Bug(
+    (Raises(contains=("same number of dimensions",)), Bug(
         "greedy_cat_needs_new_axis", "下一个 token nxt 的形状是 (B,)，tgt 是 (B, t)：拼接之前加一维，"
         "torch.cat([tgt, nxt[:, None]], dim=1)。", "the next tokens nxt have shape (B,) and tgt (B, t): add an axis "
         "before concatenating, torch.cat([tgt, nxt[:, None]], dim=1).")),
-    (lambda exc, line: "src_mask must be a bool tensor of shape" in str(exc), Bug(
+    (Raises(contains=("src_mask must be a bool tensor of shape",)), Bug(
         "greedy_mask_width", "传给 encode/decode 的掩码不对：它要是和 src 一样形状 (B, n_s) 的 bool 张量，"
-        "src_mask = padding_mask(src_lengths, src.shape[1])（宽度是源序列的长度，不是 max_len；也不要转成 float）。",
-        "the mask passed to encode/decode is wrong: it must be a bool tensor of src's shape (B, n_s), "
-        "src_mask = padding_mask(src_lengths, src.shape[1]) (the width is the source's length, not max_len; do not "
-        "turn it into floats).")),
-    (lambda exc, line: "'int' object" in str(exc) or "must be Tensor, not int" in str(exc), Bug(
+        "也就是 padding_mask(src_lengths, src.shape[1])（宽度是源序列的长度，不是 max_len；也不要转成 float）。",
+        "the mask passed to encode/decode is wrong: it must be a bool tensor of src's shape (B, n_s), that is "
+        "padding_mask(src_lengths, src.shape[1]) (the width is the source's length, not max_len; do not turn it "
+        "into floats).")),
+    (Raises(contains=("'int' object", "must be Tensor, not int")), Bug(
         "greedy_mask_arguments", "padding_mask 的参数顺序：padding_mask(src_lengths, src.shape[1])——先是长度张量，再是宽度 n。",
         "the order of padding_mask's arguments: padding_mask(src_lengths, src.shape[1]) — the lengths tensor first, "
         "then the width n."))] + COMMON_HINTS
@@ -1139,6 +1251,9 @@ def _greedy_checks(greedy_decode) -> int:
         encodes, masks = args[0].encodes, list(args[0].decode_masks)     # before the reference adds its own
         expected = ref_greedy(*args)
         n += 1
+        if not isinstance(out, torch.Tensor):
+            raise failure(t(f"{full}：返回值", f"{full}: the result"), t("(B, L) 的 LongTensor", "a (B, L) LongTensor"),
+                          type(out).__name__, B_GREEDY_NOT_TENSOR)
         if not _greedy_ok(out, expected, max_len, eos):
             shown = out.tolist() if isinstance(out, torch.Tensor) else repr(out)[:200]
             bug = diagnose(out, GREEDY_BUGS, *args, expected=expected,
@@ -1164,3 +1279,95 @@ def _greedy_checks(greedy_decode) -> int:
 # ================================================================ each exercise on its own
 
 E_PADDING = Earlier("padding_mask", 1, passes(_padding_checks), padding_mask_stand_in)
+
+
+# ================================================================ what the visible tests show (helpers/probes)
+
+ERRORS = {"padding_mask": PAD_HINTS, "cross_attention": CROSS_HINTS, "EncoderLayer": MHA_HINTS + SUPER_HINTS,
+          "DecoderLayer": DEC_SIGNS + SUPER_HINTS, "greedy_decode": GREEDY_HINTS}
+
+
+def _probe_layer(gen, d, h, d_ff, decoder):
+    """Torch's own modules under the exercise's names, with short random parameters (LayerNorms off 1 and 0)."""
+    parts = dict(norm1=nn.LayerNorm(d), self_attn=nn.MultiheadAttention(d, h, batch_first=True), norm2=nn.LayerNorm(d),
+                 ffn=nn.Sequential(nn.Linear(d, d_ff), nn.GELU(), nn.Linear(d_ff, d)))
+    if decoder:
+        parts.update(cross_attn=nn.MultiheadAttention(d, h, batch_first=True), norm3=nn.LayerNorm(d))
+    m = nn.ModuleDict(parts)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            noise = torch.randn(p.shape, generator=gen)
+            p.copy_((1 + 0.3 * noise if "norm" in name and name.endswith("weight") else noise * 0.3).round(decimals=3))
+    return m.eval()
+
+
+def _state_of(m) -> dict:
+    return {name: p.detach().clone() for name, p in m.named_parameters()}
+
+
+BEAM_TABLE = torch.tensor([  # next-token probabilities after each token: 0 <bos>, 1 <eos>, 2, 3, 4
+    [0.00, 0.00, 0.50, 0.40, 0.10],
+    [0.00, 1.00, 0.00, 0.00, 0.00],
+    [0.00, 0.30, 0.00, 0.34, 0.36],
+    [0.00, 0.90, 0.04, 0.03, 0.03],
+    [0.00, 0.50, 0.20, 0.20, 0.10]], dtype=torch.float64).clamp(min=1e-9).log()
+
+
+def ref_beam(table, max_len, bos, eos, beam):
+    """The going-further challenge: beam search over a bigram table (the log-probabilities of the next token
+    after each token), summed log-probabilities, no length normalisation; the best hypothesis without <bos>."""
+    table = as_f64(table)
+    live, done = [([bos], 0.0)], []
+    for _ in range(max_len):
+        grown = sorted(((seq + [k], score + float(table[seq[-1], k])) for seq, score in live
+                        for k in range(table.shape[1])), key=lambda c: -c[1])[:beam]
+        live = [c for c in grown if c[0][-1] != eos]
+        done += [c for c in grown if c[0][-1] == eos]
+        if not live:
+            break
+    best = max(done + live, key=lambda c: c[1])
+    return torch.tensor(best[0][1:])
+
+
+def probes() -> list[Probe]:
+    from helpers.ch11_encoder_decoder import StandIn
+    gen = seeded(1150)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=gen).round(decimals=3)
+    pad_bugs = PAD_BUGS
+    # cross-attention: n_t = n_s first (a mistake gives numbers, not an error), then n_t != n_s, d != d_k != d_v
+    square = (r(2, 4, 6), r(2, 4, 6), r(6, 3), r(6, 3), r(6, 5), torch.tensor([[True] * 4, [True, True, False, False]]))
+    oblong = (r(2, 5, 8), r(2, 3, 8), r(8, 4), r(8, 4), r(8, 6), torch.tensor([[True, True, True], [True, True, False]]))
+    order = Bug(B_CROSS_ORDER.key, B_CROSS_ORDER.zh, B_CROSS_ORDER.en, lambda *a: tuple(reversed(ref_cross(*a))))
+    cross_bugs = CROSS_BUGS + [order]
+    enc = _probe_layer(gen, 8, 2, 16, False)
+    x, src_mask = r(2, 4, 8), torch.tensor([[True] * 4, [True, True, False, False]])
+    dec = _probe_layer(gen, 8, 2, 16, True)
+    y, memory = r(2, 4, 8), r(2, 4, 8)
+    mem_mask = torch.tensor([[True] * 4, [True, True, True, False]])
+    src = torch.tensor([[3, 4, 6, 7], [6, 5, 7, 7], [7, 7, 7, 7]])          # 7 = <pad> here: it must not count
+    src[2, 0] = 8
+    lengths, max_len, bos, eos = torch.tensor([3, 2, 1]), 8, 1, 2
+    return [
+        Probe("pad", args=(torch.tensor([3, 1, 4]), 5), reference=padding_mask_stand_in, bugs=pad_bugs),
+        Probe("pad_zero", args=(torch.tensor([0, 2]), 3), reference=padding_mask_stand_in, bugs=pad_bugs),
+        Probe("cross_square", args=square, reference=ref_cross, parts=("out", "weights"), bugs=cross_bugs),
+        Probe("cross", args=oblong, reference=ref_cross, parts=("out", "weights"), bugs=cross_bugs),
+        Probe("cross_none", args=oblong[:5], reference=ref_cross, parts=("out", "weights"), bugs=cross_bugs),
+        Probe("encoder", args=(x, src_mask), reference=lambda x, mask: ref_encoder(enc, x, mask), state=_state_of(enc),
+              bugs=ENC_BUGS, run_bug=lambda bug: bug.impl(enc, x, src_mask)),
+        Probe("encoder_none", args=(x,), reference=lambda x: ref_encoder(enc, x, None)),
+        Probe("decoder", args=(y, memory, mem_mask), reference=lambda y, m, k: ref_decoder(dec, y, m, k),
+              state=_state_of(dec), bugs=DEC_BUGS, run_bug=lambda bug: bug.impl(dec, y, memory, mem_mask)),
+        Probe("decoder_none", args=(y, memory), reference=lambda y, m: ref_decoder(dec, y, m, None)),
+        Probe("greedy", args=(src, lengths, max_len, bos, eos),
+              reference=lambda *a: ref_greedy(StandIn(eos, bos), *a), bugs=GREEDY_BUGS,
+              run_bug=lambda bug: bug.impl(StandIn(eos, bos), src, lengths, max_len, bos, eos)),
+        # max_len comes before every <eos>: the output is cut off there
+        Probe("greedy_cut", args=(src, lengths, 3, bos, eos),
+              reference=lambda *a: ref_greedy(StandIn(eos, bos), *a), bugs=GREEDY_BUGS,
+              run_bug=lambda bug: bug.impl(StandIn(eos, bos), src, lengths, 3, bos, eos)),
+        # the going-further challenge: numbers to compare with, no known mistakes
+        Probe("beam", args=(BEAM_TABLE, 6, 0, 1, 2), reference=ref_beam),
+    ]

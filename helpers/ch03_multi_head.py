@@ -254,3 +254,54 @@ def head_explorer(sentence: str, n_heads: int = 4) -> None:
     pick.observe(redraw, names="value")
     redraw()
     show_widget(W.VBox([box, pick, out]), heads_figure(sentence, n_heads), alt=heads_alt(sentence, n_heads))
+
+
+# ---------------------------------------------------------------- going further: grouped-query attention
+
+def _expand_kv(kv: torch.Tensor, h: int, h_kv: int, d_k: int) -> torch.Tensor:
+    """Rows (or entries) of K then V, one group after another, repeated so that each of the h query heads
+    gets its group's rows: the layout of one nn.MultiheadAttention with h heads."""
+    def repeat(part):
+        grouped = part.reshape(h_kv, d_k, *part.shape[1:])
+        return grouped.repeat_interleave(h // h_kv, dim=0).reshape(h * d_k, *part.shape[1:])
+    k, v = kv.chunk(2, dim=0)
+    return torch.cat([repeat(k), repeat(v)])
+
+
+def check_grouped_attention(cls) -> None:
+    """The self-check of the grouped-query challenge: shape, parameter count, causality, and the
+    same numbers as torch's own nn.MultiheadAttention whose K and V weights are each group's,
+    repeated for the query heads of that group. Prints "not attempted" while ``cls`` is a stub."""
+    from .checks import expect_close, expect_shape, expect_true, passed
+    d, h = 8, 4
+    try:
+        cls(d, h, 2)
+    except NotImplementedError:
+        print(t("延伸挑战还没有做：写好 GroupedQueryAttention 之后再运行这个单元格。",
+                "The challenge is not attempted yet: run this cell again once GroupedQueryAttention is written."))
+        return
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 5, d, generator=gen)
+    for h_kv in (4, 2, 1):
+        m = cls(d, h, h_kv)
+        d_k = d // h
+        count = sum(p.numel() for p in m.parameters())
+        want = 2 * (d * d + d) + 2 * h_kv * d_k * (d + 1)
+        expect_true(count == want, t(f"h_kv={h_kv}：参数个数应为 {want}，实际是 {count}。",
+                                     f"h_kv={h_kv}: the number of parameters should be {want}, got {count}."))
+        with torch.no_grad():
+            for p in m.parameters():
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+            y = m(x)
+            expect_shape(y, (2, 5, d), f"GroupedQueryAttention({d}, {h}, {h_kv})(x)")
+            ref = nn.MultiheadAttention(d, h, batch_first=True)
+            ref.in_proj_weight.copy_(torch.cat([m.q.weight, _expand_kv(m.kv.weight, h, h_kv, d_k)]))
+            ref.in_proj_bias.copy_(torch.cat([m.q.bias, _expand_kv(m.kv.bias, h, h_kv, d_k)]))
+            ref.out_proj.weight.copy_(m.proj.weight)
+            ref.out_proj.bias.copy_(m.proj.bias)
+            blocked = ~torch.ones(5, 5, dtype=torch.bool).tril()
+            want_y = ref(x, x, x, attn_mask=blocked, need_weights=False)[0]
+            expect_close(y, want_y, t(f"h_kv={h_kv}：与 nn.MultiheadAttention（每组的 K、V 重复给组里的头）比较",
+                                      f"h_kv={h_kv}: compared with nn.MultiheadAttention (each group's K and V "
+                                      "repeated for its heads)"))
+    passed("GroupedQueryAttention")

@@ -252,3 +252,57 @@ def show_rope_pair(rotate: Rotate, q=(1.0, 0.25), k=(0.4, 0.9), m: int = 2, n: i
             f"Left: q, k and their rotations R_{m} q, R_{n} k in the complex plane. Right: the score against "
             f"n − m; now {score_text(rotate, q, k, m, n)}.")
     show(rope_pair_figure(rotate, q, k, m, n), alt)
+
+
+# ---------------------------------------------------------------- the visible test of exercise 4
+
+def permutation_cases(x: torch.Tensor, xb: torch.Tensor, whole: torch.Tensor) -> list:
+    """The cases exercise 4's visible test hands to ``is_permutation_equivariant``: ``(label, f, x, perm,
+    kwargs)``. The right answers (and what known mistakes answer) are in the probe file; here are only the
+    functions and inputs. ``x``: (5, 4); ``xb``: (2, 5, 8); ``whole``: (5, 4) whole numbers."""
+    def attend(z):                        # attention with neither positions nor weights
+        return torch.softmax(z @ z.transpose(-2, -1) / 2, dim=-1) @ z
+
+    ramp = torch.arange(5.0)[:, None]     # a different number for each position
+    cyc, swap, rev, first_two = (torch.tensor(p) for p in ([1, 2, 3, 4, 0], [4, 1, 2, 3, 0], [4, 3, 2, 1, 0],
+                                                            [1, 0, 2, 3, 4]))
+    return [
+        (t("无位置的注意力，批量维 (2, 5, 8)，循环移位", "position-free attention, batch dims (2, 5, 8), a cyclic shift"),
+         attend, xb, cyc, {}),
+        (t("注意力加上一张位置表", "attention with a position table added"), lambda z: attend(z + ramp), xb, cyc, {}),
+        (t("按位置累加 cumsum", "a running sum (cumsum) along the positions"), lambda z: z.cumsum(-2), x, swap, {}),
+        (t("逐元素的 tanh", "an element-wise tanh"), torch.tanh, xb, swap, {}),
+        (t("倒序 flip，perm 也是倒序", "reversing (flip), perm reverses too"), lambda z: z.flip(-2), x, rev, {}),
+        (t("倒序 flip，perm 是循环移位", "reversing (flip), perm a cyclic shift"), lambda z: z.flip(-2), x, cyc, {}),
+        (t("只差 1e-7 左右（舍入误差）", "differences of about 1e-7 (rounding)"),
+         lambda z: attend(z) + 1e-7 * ramp, x, cyc, {}),
+        (t("差恰好等于 atol（0.5，atol=0.5）", "differences of exactly atol (0.5, atol=0.5)"),
+         lambda z: z + 0.5 * ramp, whole, first_two, {"atol": 0.5}),
+        (t("数值约 100000，差 0.5，atol=0.25", "values near 100000, differences of 0.5, atol=0.25"),
+         lambda z: z + 0.5 * ramp, 1e5 + whole, first_two, {"atol": 0.25}),
+        (t("差最多 4e-4，atol=1e-3", "differences up to 4e-4, atol=1e-3"), lambda z: z + 1e-4 * ramp, x, rev,
+         {"atol": 1e-3}),
+        (t("差最多 8e-4，不传 atol", "differences up to 8e-4, atol not passed"), lambda z: z + 2e-4 * ramp, x, rev, {}),
+        (t("差最多 8e-6，不传 atol", "differences up to 8e-6, atol not passed"), lambda z: z + 2e-6 * ramp, x, rev, {}),
+    ]
+
+
+def not_a_bool_key(value) -> str | None:
+    """The known mistake a result that is not Python's True / False is a sign of (the grader's keys)."""
+    import numpy as np
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, np.bool_) or (isinstance(value, torch.Tensor) and value.numel() == 1):
+        return "perm_returns_tensor_not_bool"
+    if isinstance(value, torch.Tensor):
+        return "perm_elementwise_tensor"
+    return None
+
+
+def kind_of(value) -> str:
+    """What a value is, in words a student recognises: a tensor with its shape, numpy's bool as numpy.bool."""
+    from .evidence import kind
+    if isinstance(value, torch.Tensor):
+        return kind(value)
+    cls = type(value)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"

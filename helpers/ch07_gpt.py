@@ -15,8 +15,16 @@ from .i18n import t
 from .plots import figure_function
 
 
+def _vocabulary(tokenizer) -> set[str]:
+    """The characters a tokenizer knows, from what exercise 1 asks for (vocab_size and decode)."""
+    try:
+        return set(tokenizer.decode(list(range(tokenizer.vocab_size))))
+    except Exception:  # noqa: BLE001 - a tokenizer without them: the sentence is taken as it is
+        return set()
+
+
 def _clean(tokenizer, sentence: str, n_ctx: int) -> str:
-    known = set(getattr(tokenizer, "chars", None) or [])
+    known = _vocabulary(tokenizer)
     if known:
         dropped = sorted({c for c in sentence if c not in known})
         if dropped:
@@ -44,10 +52,10 @@ def attention_weights(model, idx: torch.Tensor) -> np.ndarray:
     for block in model.blocks:
         attn = getattr(block, "attn", None)
         if attn is None or not hasattr(attn, "c_attn"):
-            raise AttributeError(t("每个块需要 attn.c_attn（练习 3 的结构）才能画注意力热力图。",
-                                   "each block needs attn.c_attn (the layout of Exercise 3) to draw attention maps."))
+            raise AttributeError(t("每个块需要 attn.c_attn（练习 4 的结构）才能画注意力热力图。",
+                                   "each block needs attn.c_attn (the layout of exercise 4) to draw attention maps."))
         hooks.append(attn.register_forward_pre_hook(lambda mod, args: inputs.append(args[0].detach())))
-    was_training = model.training
+    mode = model.training
     model.eval()
     try:
         with torch.no_grad():
@@ -55,7 +63,7 @@ def attention_weights(model, idx: torch.Tensor) -> np.ndarray:
     finally:
         for h in hooks:
             h.remove()
-        model.train(was_training)
+        model.train(mode)
     maps = []
     for block, x in zip(model.blocks, inputs):
         attn = block.attn

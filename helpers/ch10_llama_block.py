@@ -175,8 +175,10 @@ def gqa_attention_params(d: int, n_head: int, n_kv_head: int) -> int:
 
 
 def measured_kv_bytes(attn: nn.Module, x: torch.Tensor) -> int:
-    """Bytes of the K and V one attention layer must keep for the tokens of x:
-    run its k_proj and v_proj and count the bytes of what comes out."""
+    """Bytes of the K and V one attention layer must keep for the tokens of x.
+    The cache holds the keys after RoPE and the values, n_kv_head heads each;
+    a rotation keeps the shape, so the bytes are those of what k_proj and
+    v_proj put out."""
     with torch.no_grad():
         k, v = attn.k_proj(x), attn.v_proj(x)
     return k.numel() * k.element_size() + v.numel() * v.element_size()
@@ -232,11 +234,13 @@ def gqa_summary(n_kv_head: int) -> str:
     n_head, d = LLAMA2_70B["n_head"], LLAMA2_70B["d"]
     gib, full = model_kv_gib(n_kv_head), model_kv_gib(n_head)
     attn = gqa_attention_params(d, n_head, n_kv_head)
-    return t(f"n_kv_head = {n_kv_head}：每 {n_head // n_kv_head} 个 query 头共用一组 K、V；KV 缓存 {gib:.2f} GiB"
-             f"（标准多头 {full:.2f} GiB 的 {gib / full:.1%}）；每层注意力参数 {attn:,}",
-             f"n_kv_head = {n_kv_head}: every {n_head // n_kv_head} query heads share one K, V; KV cache "
-             f"{gib:.2f} GiB ({gib / full:.1%} of multi-head's {full:.2f} GiB); attention parameters per layer "
-             f"{attn:,}")
+    rep = n_head // n_kv_head
+    shared = (t("每个 query 头都有自己的一组 K、V（标准多头）", "each query head has a K, V of its own (standard multi-head)")
+              if rep == 1 else t(f"每 {rep} 个 query 头共用一组 K、V", f"every {rep} query heads share one K, V"))
+    return t(f"n_kv_head = {n_kv_head}：{shared}；KV 缓存 {gib:.2f} GiB（标准多头 {full:.2f} GiB 的 {gib / full:.1%}）；"
+             f"每层注意力参数 {attn:,}",
+             f"n_kv_head = {n_kv_head}: {shared}; KV cache {gib:.2f} GiB ({gib / full:.1%} of multi-head's "
+             f"{full:.2f} GiB); attention parameters per layer {attn:,}")
 
 
 def gqa_explorer(initial: int = 8) -> None:
@@ -366,9 +370,11 @@ def race_models(make_llama_block, vocab_size: int, n_ctx: int = 64, n_layer: int
     return gpt, llama, d_ff
 
 
-def race(make_llama_block, seconds: float = 20.0, steps: int | None = None, seed: int = 0):
+def race(make_llama_block, seconds: float = 20.0, steps: int | None = None, seed: int = 0, *, trainer):
     """Train both models on the same text with the same recipe and the same
-    time (or steps); return their histories, the models and d_ff."""
+    time (or steps); return their histories, the models and d_ff. ``trainer``
+    is the trainer this chapter's folder holds (``gpt_training``: its ``train``
+    and ``evaluate``)."""
     from . import training
     train_data, val_data, vocab, corpus = encode_corpus()
     gpt, llama, d_ff = race_models(make_llama_block, vocab, seed=seed)
@@ -376,10 +382,10 @@ def race(make_llama_block, seconds: float = 20.0, steps: int | None = None, seed
     results = {}
     for name, model in (("GPT", gpt), ("LLaMA", llama)):
         print(t(f"{name}：{count(model):,} 个参数", f"{name}: {count(model):,} parameters"))
-        hist = training.train(model, windows, train_data, val_data, recipe, seconds=None if steps else seconds,
+        hist = trainer.train(model, windows, train_data, val_data, recipe, seconds=None if steps else seconds,
                               steps=steps, eval_every=max(seconds / 4, 1.0), seed=seed,
                               eval_tokens=1_024 if steps else 8_192)
-        final = training.evaluate(model, val_data, recipe.n_ctx, max_tokens=2_048 if steps else 65_536)
+        final = trainer.evaluate(model, val_data, recipe.n_ctx, max_tokens=2_048 if steps else 65_536)
         results[name] = dict(history=hist, val=final, params=count(model), steps=hist.steps[-1],
                              seconds=hist.seconds)
     return results, d_ff, corpus
@@ -444,3 +450,102 @@ def layouts_figure(d_k: int = 8):
                  fontsize=10)
     fig.tight_layout()
     return fig
+
+
+# ---------------------------------------------------------------- going further: self-checks
+
+class _NeedsExercise4(Exception):
+    """The student's LlamaAttention (exercise 4), which a challenge builds on, is not written yet."""
+
+
+def _self_check(title: str, run) -> None:
+    """Run an optional challenge's self-check: print ✓, the evidence of what differs, or that the
+    challenge is not attempted yet. It never raises: an optional challenge stops neither Run All
+    nor Validate."""
+    from .checks import CheckFailed
+    try:
+        run()
+    except _NeedsExercise4:
+        print(t(f"… {title}：要先完成练习 4（LlamaAttention）。", f"… {title}: finish exercise 4 (LlamaAttention) first."))
+    except NotImplementedError:
+        print(t(f"… {title}：还没有做（选做，不计分）。", f"… {title}: not attempted yet (optional, ungraded)."))
+    except CheckFailed as exc:
+        print(f"✗ {title}\n{exc}")
+    except Exception as exc:  # noqa: BLE001 - the student's code raised: say so, never stop the notebook
+        print(t(f"✗ {title}：你的代码抛出了 {type(exc).__name__}: {exc}",
+                f"✗ {title}: your code raised {type(exc).__name__}: {exc}"))
+    else:
+        print(t(f"✓ {title}：通过", f"✓ {title}: passed"))
+
+
+def _attention_and_output(attention_cls, args, x, seed, scale):
+    """A layer of the student's LlamaAttention with random weights, and its output for x; a stub there
+    means exercise 4 is not done yet."""
+    try:
+        attn = randomise(attention_cls(*args), seed=seed, scale=scale).eval()
+        with torch.no_grad():
+            return attn, attn(x)
+    except NotImplementedError:
+        raise _NeedsExercise4() from None
+
+
+def check_cache_step(attention_step, attention_cls) -> None:
+    """Challenge 1: token by token with the cache equals the whole sequence at once; the cache keeps
+    n_kv_head heads of rotated keys and plain values."""
+    from .checks import expect_close, expect_shape, expect_true
+
+    def run():
+        d, n_head, n_kv, n = 32, 8, 2, 9
+        x = torch.randn(2, n, d, generator=torch.Generator().manual_seed(22))
+        attn, whole = _attention_and_output(attention_cls, (d, n_head, n_kv), x, 21, 0.3)
+        with torch.no_grad():
+            cache, outs = None, []
+            for i in range(7):                                          # one token at a time
+                out, cache = attention_step(attn, x[:, i:i + 1], cache, n_head, n_kv)
+                expect_shape(out, (2, 1, d), t(f"第 {i} 步的输出", f"the output of step {i}"))
+                expect_shape(cache[0], (2, n_kv, i + 1, d // n_head),
+                             t(f"第 {i} 步之后缓存里的键", f"the cached keys after step {i}"))
+                outs.append(out)
+            expect_close(torch.cat(outs, dim=1), whole[:, :7],
+                         t("token 0–6 逐个喂进去（带缓存）vs 整句一次算完（这里不同，就看看新 token 的位置是不是从缓存的长度数起）",
+                           "tokens 0–6 fed one at a time (with the cache) vs the whole sentence at once (if these differ, see "
+                           "whether the new token's position counts on from the cache's length)"))
+            out, cache = attention_step(attn, x[:, 7:], cache, n_head, n_kv)   # the last two tokens at once
+            expect_close(out, whole[:, 7:],
+                         t("token 7、8 一起喂进去 vs 整句一次算完（一次来不止一个新 token 时，它们之间也要有因果掩码）",
+                           "tokens 7 and 8 fed together vs the whole sentence at once (more than one new token at once "
+                           "needs the causal mask among them too)"))
+            keys = attn.k_proj(x).unflatten(-1, (n_kv, d // n_head)).transpose(1, 2)
+            expect_close(cache[0], apply_rope(keys, torch.arange(n)), t("缓存里的键（应是 RoPE 旋转之后的）",
+                                                                        "the cached keys (rotated by RoPE)"))
+            values = attn.v_proj(x).unflatten(-1, (n_kv, d // n_head)).transpose(1, 2)
+            expect_true(torch.allclose(cache[1], values, atol=1e-5),
+                        t("缓存里的值不是 v_proj 的输出（值不旋转）。", "the cached values are not what v_proj puts out (values are not rotated)."))
+    _self_check(t("挑战 1（GQA 的 KV 缓存）", "challenge 1 (a KV cache for GQA)"), run)
+
+
+def check_sliding_window(window_cls, attention_cls) -> None:
+    """Challenge 2: a window as long as the input changes nothing; otherwise position i reads
+    positions i - window + 1 ... i only."""
+    from .checks import expect_close, expect_true
+
+    def run():
+        d, n_head, n_kv, n = 16, 4, 2, 10
+        x = torch.randn(1, n, d, generator=torch.Generator().manual_seed(32))
+        plain, expected = _attention_and_output(attention_cls, (d, n_head, n_kv), x, 31, 0.4)
+        with torch.no_grad():
+            wide = window_cls(d, n_head, n_kv, n)
+            wide.load_state_dict(plain.state_dict())
+            expect_close(wide(x), expected, t(f"window = {n}（和输入一样长）vs LlamaAttention",
+                                              f"window = {n} (as long as the input) vs LlamaAttention"))
+            narrow = window_cls(d, n_head, n_kv, 3)
+            narrow.load_state_dict(plain.state_dict())
+            out = narrow(x)
+            x2 = x.clone()
+            x2[:, 2] += 1.0                                              # change token 2
+            diff = (narrow(x2) - out).abs().amax(dim=(0, 2))             # per position
+            seen = [i for i in range(n) if diff[i] > 1e-6]
+            expect_true(seen == [2, 3, 4], t(f"window = 3：改动第 2 个 token，输出变了的位置是 {seen}，应是 [2, 3, 4]。",
+                                             f"window = 3: changing token 2 changes the outputs at {seen}; expected [2, 3, 4]."))
+    _self_check(t("挑战 2（滑动窗口注意力）", "challenge 2 (sliding-window attention)"), run)
+

@@ -1,16 +1,17 @@
 """Chapter 11's task and tools: Arabic numerals -> Chinese numerals, an
-encoder-decoder wrapper around the student's layers, its training loop, and
-the cross-attention heatmap with its widget.
+encoder-decoder wrapper around the student's layers, the cross-attention
+heatmap with its widget, and a stand-in model for testing greedy decoding.
 
 Nothing here answers an exercise: the layers, the padding mask and greedy
 decoding are passed in (they are the student's); the wrapper adds only
-embeddings, learned positions, a final norm and the output head.
+embeddings, learned positions, a final norm and the output head. The training
+loop (an earlier chapter's exercise) comes with the chapter's own folder
+(``numbers_training.py``).
 """
 from __future__ import annotations
 
 import inspect
 import random
-import time
 
 import torch
 from torch import nn
@@ -141,70 +142,18 @@ class Seq2Seq(nn.Module):
         return self.head(self.dec_norm(y))
 
 
-def train(model, padding_mask, seconds: float = 60.0, steps: int | None = None, batch_size: int = 128,
-          lr: float = 3e-3, seed: int = 0, progress: bool = True) -> dict:
-    """Teacher-forced training on the training numbers, for ``seconds`` of wall
-    clock (or exactly ``steps`` steps). Returns the loss curve and timing."""
-    from tqdm.auto import tqdm
-
-    train_numbers, _ = split_numbers()
-    by_length = [[n for n in train_numbers if len(str(n)) == k] for k in range(1, SRC_LEN + 1)]
-    gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    loss_fn = nn.CrossEntropyLoss(ignore_index=PAD)
-    losses, start, step = [], time.perf_counter(), 0
-    bar = tqdm(total=steps if steps else int(seconds), disable=not progress,
-               unit=t("步", "step") if steps else "s", leave=True)
-    model.train()
-    while True:
-        elapsed = time.perf_counter() - start
-        if (steps is not None and step >= steps) or (steps is None and elapsed >= seconds):
-            break
-        frac = step / steps if steps else elapsed / seconds
-        for g in opt.param_groups:
-            g["lr"] = lr * min(1.0, (step + 1) / 50) * (0.1 + 0.9 * (1 - frac))
-        batch = make_batch(_sample(by_length, batch_size, gen))
-        src_mask = padding_mask(batch["src_lengths"], SRC_LEN)
-        logits = model.decode(batch["tgt_in"], model.encode(batch["src"], src_mask), src_mask)
-        loss = loss_fn(logits.reshape(-1, logits.shape[-1]), batch["tgt_out"].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        losses.append(loss.item())
-        step += 1
-        if steps:
-            bar.update(1)
-        else:
-            bar.n = min(int(time.perf_counter() - start), int(seconds))
-            bar.refresh()
-        if step % 20 == 0:
-            bar.set_postfix(loss=f"{loss.item():.3f}")
-    bar.close()
-    model.eval()
-    return dict(losses=losses, steps=step, seconds=time.perf_counter() - start)
-
-
-def _sample(by_length, batch_size, gen):
-    """Numbers with every length (1 to 4 digits) equally likely: there are only
-    ten 1-digit numbers, so uniform sampling would hardly ever show them."""
-    lengths = torch.randint(len(by_length), (batch_size,), generator=gen).tolist()
-    picks = torch.rand(batch_size, generator=gen).tolist()
-    return [by_length[k][int(u * len(by_length[k]))] for k, u in zip(lengths, picks)]
-
-
+@torch.no_grad()
 def accuracy(model, greedy_decode, padding_mask, numbers, batch_size: int = 500) -> tuple[float, list]:
     """Exact-match accuracy of greedy decoding; also the (number, got) misses."""
     misses = []
-    with torch.no_grad():
-        for i in range(0, len(numbers), batch_size):
-            chunk = numbers[i:i + batch_size]
-            batch = make_batch(chunk)
-            out = greedy_decode(model, batch["src"], batch["src_lengths"], TGT_LEN, BOS, EOS)
-            for n, ids in zip(chunk, out):
-                got = decode_target(ids)
-                if got != to_chinese(n):
-                    misses.append((n, got))
+    for i in range(0, len(numbers), batch_size):
+        chunk = numbers[i:i + batch_size]
+        batch = make_batch(chunk)
+        out = greedy_decode(model, batch["src"], batch["src_lengths"], TGT_LEN, BOS, EOS)
+        for n, ids in zip(chunk, out):
+            got = decode_target(ids)
+            if got != to_chinese(n):
+                misses.append((n, got))
     return 1 - len(misses) / max(1, len(numbers)), misses
 
 
@@ -498,8 +447,8 @@ def print_error_table(table: dict, examples: int = 4) -> None:
     in_train = sum(r["wrong_train"] for r in table.values())
     print(t(f"{total} 个数里错了 {wrong} 个，其中 {in_train} 个在训练集里",
             f"{wrong} wrong out of {total} numbers, {in_train} of them in the training set"))
-    print(t("模式    个数  错的  训练集里错的  例子（模型的输出 = 它读作的数）",
-            "pattern  numbers wrong  of them trained  examples (the model's output = the number it reads as)"))
+    print(t("模式    个数  错的  其中在训练集里的  例子（模型的输出 = 它读作的数）",
+            "pattern  numbers wrong  in the training set  examples (the model's output = the number it reads as)"))
     for pattern, row in sorted(table.items(), key=lambda kv: (-kv[1]["wrong"], kv[0])):
         if not row["wrong"]:
             continue
@@ -520,3 +469,126 @@ def print_error_table(table: dict, examples: int = 4) -> None:
         tens = sum(1 for n, got in x00x if (from_chinese(got) or 0) // 10 % 10 == n % 10)
         print(t(f"X00X 的 {len(x00x)} 个错误里，有 {tens} 个把最后一位数字放在了十位上",
                 f"of the {len(x00x)} misses shaped X00X, {tens} put the last digit in the tens place"))
+
+
+# ---------------------------------------------------------------- stand-in models for the tests (no answers)
+
+class StandIn:
+    """A fixed 'model' with the chapter's interface, for testing greedy decoding
+    without training anything. Its next token depends on the last token fed in,
+    on the position and on the real source tokens (so a decoder that ignores its
+    own outputs, reads the wrong position or skips the padding mask gives other
+    tokens); sequence b stops after a number of steps set by its source. It
+    counts the calls of ``encode`` and keeps the mask given to every ``decode``."""
+
+    V = 13
+
+    def __init__(self, eos: int, bos: int):
+        self.eos, self.bos = eos, bos
+        self.tokens = [i for i in range(self.V) if i not in (eos, bos)]
+        self.encodes = 0
+        self.decode_masks: list = []
+
+    def encode(self, src, src_mask):
+        self.encodes += 1
+        if not isinstance(src_mask, torch.Tensor) or src_mask.dtype != torch.bool or src_mask.shape != src.shape:
+            raise ValueError(f"encode(src, src_mask): src_mask must be a bool tensor of shape {tuple(src.shape)}, "
+                             f"got {getattr(src_mask, 'dtype', type(src_mask).__name__)} "
+                             f"{tuple(getattr(src_mask, 'shape', ()))}")
+        return torch.where(src_mask, src, torch.zeros_like(src)).double()[..., None]       # (B, n_s, 1)
+
+    def decode(self, tgt, memory, src_mask):
+        self.decode_masks.append(src_mask.clone() if isinstance(src_mask, torch.Tensor) else src_mask)
+        key = memory[..., 0].sum(1).long()                                             # (B,)
+        stop = 2 + key % 5                                                             # steps until <eos>
+        pos = torch.arange(tgt.shape[1])[None, :]
+        nxt = torch.tensor(self.tokens)[(tgt * 3 + key[:, None] + 2 * pos) % len(self.tokens)]
+        nxt = torch.where(pos == stop[:, None] - 1, torch.full_like(nxt, self.eos), nxt)
+        return torch.nn.functional.one_hot(nxt, self.V).double() * 4 - 2              # (B, n_t, V)
+
+
+class BigramModel:
+    """A 'model' whose next-token log-probabilities depend only on the last
+    token: row t of ``table`` (V × V, each row a log-probability distribution).
+    The source is ignored. Made for the beam-search challenge: with a table where
+    the most likely first token leads nowhere good, greedy and beam search differ."""
+
+    def __init__(self, table: torch.Tensor):
+        self.table = torch.as_tensor(table, dtype=torch.float64)
+
+    def encode(self, src, src_mask):
+        return torch.zeros(src.shape[0], src.shape[1], 1, dtype=torch.float64)
+
+    def decode(self, tgt, memory, src_mask):
+        return self.table[tgt]                                                         # (B, n_t, V)
+
+
+def load_layer(layer, state: dict) -> None:
+    """Copy ``state`` (a probe's parameters: norm*, self_attn.*, cross_attn.*, and
+    the FFN's two linear layers as ffn.0.* and ffn.2.*) into a student's encoder
+    or decoder layer: the attention and norm parameters by name, the FFN's
+    linear layers in order, whatever the Sequential calls them."""
+    linears = [m for m in layer.ffn.modules() if isinstance(m, nn.Linear)]
+    own = dict(layer.named_parameters())
+    with torch.no_grad():
+        for name, value in state.items():
+            if name.startswith("ffn."):
+                _, index, what = name.split(".")
+                target = getattr(linears[0 if index == "0" else -1], what)
+            else:
+                target = own[name]
+            target.copy_(value.to(target.dtype))
+
+
+def check_layout(layer, decoder: bool, d: int, h: int, d_ff: int) -> None:
+    """Exercises 3 and 4's visible test: the submodules the exercise names, with
+    their settings; a failure names the mistake it sees, with the grader's key."""
+    from .checks import expect_true
+    attns, norms = (("self_attn", "cross_attn"), ("norm1", "norm2", "norm3")) if decoder else (("self_attn",), ("norm1", "norm2"))
+    what = type(layer).__name__
+    missing = [n for n in attns + norms + ("ffn",) if not isinstance(getattr(layer, n, None), nn.Module)]
+    expect_true(not missing, t(f"{what} 没有子模块 {missing}。", f"{what} has no submodule {missing}."), key="layer_attribute_names")
+    for name in attns:
+        a = getattr(layer, name)
+        expect_true(isinstance(a, nn.MultiheadAttention), t(f"{what}.{name} 应是 nn.MultiheadAttention，实际是 "
+                                                            f"{type(a).__name__}。", f"{what}.{name} should be an "
+                                                            f"nn.MultiheadAttention, not a {type(a).__name__}."))
+        expect_true(a.batch_first, t(f"{what}.{name}.batch_first 是 False。", f"{what}.{name}.batch_first is False."),
+                    key="mha_not_batch_first")
+        expect_true(not a.dropout, t(f"{what}.{name} 的 dropout 是 {a.dropout}。", f"{what}.{name} has dropout {a.dropout}."),
+                    key="dropout_left_in")
+    drops = [m.p for m in layer.modules() if isinstance(m, nn.Dropout) and m.p]
+    expect_true(not drops, t(f"{what} 里有 p = {drops[:1]} 的 nn.Dropout。", f"{what} holds an nn.Dropout with p = {drops[:1]}."),
+                key="dropout_left_in")
+    shapes = [tuple(m.weight.shape) for m in layer.ffn.modules() if isinstance(m, nn.Linear)]
+    expect_true(shapes == [(d_ff, d), (d, d_ff)], t(f"{what}.ffn 里线性层的权重形状应为 {[(d_ff, d), (d, d_ff)]}，实际是 {shapes}。",
+                                                  f"the weights of {what}.ffn's linear layers should have shapes "
+                                                  f"{[(d_ff, d), (d, d_ff)]}, got {shapes}."), key="ffn_width_not_d_ff")
+    count = sum(q.numel() for q in layer.parameters())
+    want = len(attns) * (4 * d * d + 4 * d) + len(norms) * 2 * d + 2 * d * d_ff + d_ff + d
+    expect_true(count == want, t(f"{what}({d}, {h}, {d_ff}) 应有 {want} 个参数，实际是 {count}。",
+                                 f"{what}({d}, {h}, {d_ff}) should have {want} parameters, got {count}."), key="layer_parameters")
+
+
+def print_draws(drawn, table: dict) -> None:
+    """What training showed the model of the four-digit numbers: how many of the
+    examples it drew had four digits, how many four-digit numbers the training
+    set holds and how many of them were never drawn; and, of the misses
+    (``error_table``) in the training set, how many have four digits and how
+    many of those were never drawn."""
+    train = set(split_numbers()[0])
+    four_train = {n for n in train if n >= 1000}
+    four_drawn = [n for n in drawn if n >= 1000]
+    seen = set(four_drawn)
+    never = len(four_train - seen)
+    misses = [n for row in table.values() for n, _ in row["misses"] if n in train]
+    four_misses = [n for n in misses if n >= 1000]
+    print(t(f"训练时抽了 {len(drawn)} 个例子，其中 {len(four_drawn)} 个是四位数；训练集里有 {len(four_train)} 个四位数，"
+            f"平均每个被抽到 {len(four_drawn) / max(1, len(four_train)):.2f} 次，{never} 个一次也没抽到",
+            f"training drew {len(drawn)} examples, {len(four_drawn)} of them four-digit; the training set holds "
+            f"{len(four_train)} four-digit numbers, drawn {len(four_drawn) / max(1, len(four_train)):.2f} times each on "
+            f"average, {never} of them never"))
+    print(t(f"训练集里错了的 {len(misses)} 个数中，{len(four_misses)} 个是四位数，其中 "
+            f"{sum(n not in seen for n in four_misses)} 个训练时一次也没抽到",
+            f"of the {len(misses)} misses in the training set, {len(four_misses)} have four digits, and "
+            f"{sum(n not in seen for n in four_misses)} of those were never drawn in training"))

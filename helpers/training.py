@@ -1,18 +1,18 @@
 """What chapter 7's training needs that is not the lesson.
 
-The loss, the learning-rate schedule, the training step, the evaluation and
-the checkpoint are the student's (the chapter's exercises). This module keeps
-the rest: the recipes, the optimizer's parameter groups, the time budget with
-its progress bar and live loss curve (``Run``), a schedule fixed in steps once
-the run has timed its steps (kept in the checkpoint, so a resumed run follows
-it), the checkpoint saved at every evaluation and when the run is stopped, a
-thread count chosen from the CPUs that are actually free and checked again
-during the run, and the closing line that says when the machine, not the
-recipe, was the limit.
+The loss, the learning-rate schedule, the training step, the evaluation, the
+checkpoint and the training loop are the student's (the chapter's exercises):
+the loop calls ``Run``, never the other way round. This module keeps the rest:
+the recipes, the optimizer's parameter groups, the time budget with its
+progress bar and live loss curve (``Run``), a schedule fixed in steps once the
+run has timed its steps (kept in the checkpoint, so a resumed run follows it),
+the checkpoint saved at every evaluation and when the run is stopped, a thread
+count chosen from the CPUs that are actually free and checked again during the
+run, and the closing line that says when the machine, not the recipe, was the
+limit.
 
-``train`` is a complete reference trainer of its own, for the chapters that
-need a trained model without teaching how (ch09, ch10) and for nanoGPT's
-recipe in ``bench/train_gpt.py``.
+Nothing here trains a model by itself. The chapters that need a trained model
+without teaching how (ch09, ch10) get a complete trainer in their own folder.
 """
 from __future__ import annotations
 
@@ -52,60 +52,13 @@ class Recipe:
         return asdict(self)
 
 
-# Ours: chosen by measurement on a 2-core CPU (see bench/results/ and the chapter text).
+# Ours: chosen by measurement on a 2-core CPU (the chapter says how).
 COURSE_RECIPE = Recipe(name="course", n_layer=3, n_head=4, d_model=96, n_ctx=64, batch_size=16,
                        lr=4e-3, min_lr=4e-4, warmup=0.03)
 
 # nanoGPT's README CPU command for shakespeare_char (eval and log settings aside).
 NANOGPT_RECIPE = Recipe(name="nanogpt_cpu", n_layer=4, n_head=4, d_model=128, n_ctx=64, batch_size=12,
                         lr=1e-3, min_lr=1e-4, warmup=100, max_steps=2000)
-
-
-def learning_rate(recipe: Recipe, step: int, elapsed: float, seconds: float | None,
-                  total_steps: int | None = None) -> float:
-    """Linear warm-up, then cosine decay to ``min_lr``.
-
-    Step-based when ``recipe.max_steps`` is set (nanoGPT); otherwise the
-    progress is the fraction of the wall-clock budget already spent, so the
-    decay ends exactly when the time runs out (or, without a time budget, the
-    fraction of ``total_steps`` done)."""
-    if recipe.max_steps is not None:
-        if step < recipe.warmup:
-            return recipe.lr * (step + 1) / (recipe.warmup + 1)
-        progress = (step - recipe.warmup) / max(1, recipe.max_steps - recipe.warmup)
-    else:
-        progress = elapsed / seconds if seconds else step / total_steps if total_steps else 0.0
-        if progress < recipe.warmup:
-            return recipe.lr * max(progress / recipe.warmup, 0.02)
-        progress = (progress - recipe.warmup) / (1 - recipe.warmup)
-    progress = min(max(progress, 0.0), 1.0)
-    return recipe.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (recipe.lr - recipe.min_lr)
-
-
-@torch.no_grad()
-def evaluate(model, data: torch.Tensor, block_size: int, batch_size: int = 64,
-             max_tokens: int | None = None) -> float:
-    """Mean cross-entropy over ``data`` cut into non-overlapping windows of
-    ``block_size`` (every token of the split predicted once)."""
-    was_training = model.training
-    model.eval()
-    n = (len(data) - 1) // block_size
-    if max_tokens is not None:
-        n = min(n, max(1, max_tokens // block_size))
-    starts = torch.arange(n) * block_size
-    total, count = 0.0, 0
-    for i in range(0, n, batch_size):
-        s = starts[i:i + batch_size]
-        offs = torch.arange(block_size)
-        x = data[s[:, None] + offs]
-        y = data[s[:, None] + offs + 1]
-        logits, _ = model(x)
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), y.reshape(-1),
-                                                 reduction="sum")
-        total += loss.item()
-        count += y.numel()
-    model.train(was_training)
-    return total / max(count, 1)
 
 
 @dataclass
@@ -130,84 +83,6 @@ def make_optimizer(model, recipe: Recipe) -> torch.optim.Optimizer:
     groups = [{"params": decay, "weight_decay": recipe.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=recipe.lr, betas=(0.9, recipe.beta2))
-
-
-def train(model, get_batch, train_data: torch.Tensor, val_data: torch.Tensor, recipe: Recipe,
-          seconds: float | None = None, steps: int | None = None, eval_every: float = 10.0,
-          eval_tokens: int = 8_192, seed: int = 0, progress: bool = True, on_eval=None) -> History:
-    """Train ``model`` in place until ``seconds`` of wall clock (or ``steps``
-    steps, or the recipe's ``max_steps``) are used up.
-
-    Every ``eval_every`` seconds the validation loss is estimated on the first
-    ``eval_tokens`` tokens of ``val_data`` (that time counts against the
-    budget, as in nanoGPT) and ``on_eval(history)`` is called (the live plot)."""
-    # while grading, the grader gives each kernel its share of the cores: taking more would make
-    # the kernels graded side by side fight over them (several times slower)
-    torch.set_num_threads(recipe.threads and min(recipe.threads, cpu_limit()) or choose_threads())
-    gen = torch.Generator().manual_seed(seed)
-    opt = make_optimizer(model, recipe)
-    hist = History()
-    limit_steps = steps if steps is not None else recipe.max_steps
-    bar = None
-    by_time = limit_steps is None and seconds is not None
-    if progress:
-        from tqdm.auto import tqdm
-        if by_time:      # progress toward the time budget: "37/180 s", the step count in the postfix
-            bar = tqdm(total=round(seconds), leave=True, desc=t("训练", "training"),
-                       bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s {postfix}")
-        else:
-            bar = tqdm(total=limit_steps, unit="step", leave=True, desc=t("训练", "training"))
-    model.train()
-    start = time.perf_counter()
-    last_eval = start
-    ema = None
-    step = 0
-    while True:
-        elapsed = time.perf_counter() - start
-        if limit_steps is not None and step >= limit_steps:
-            break
-        if seconds is not None and elapsed >= seconds:
-            break
-        lr = learning_rate(recipe, step, elapsed, seconds, limit_steps)
-        for group in opt.param_groups:
-            group["lr"] = lr
-        x, y = get_batch(train_data, recipe.n_ctx, recipe.batch_size, generator=gen)
-        _, loss = model(x, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if recipe.grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
-        opt.step()
-        step += 1
-        hist.tokens += x.numel()
-        value = loss.item()
-        ema = value if ema is None else 0.9 * ema + 0.1 * value
-        if bar is not None:
-            if by_time:
-                bar.n = min(time.perf_counter() - start, seconds)
-            else:
-                bar.update(1)
-            if step % 10 == 0 or by_time and step == 1:
-                bar.set_postfix(step=step, loss=f"{ema:.3f}", lr=f"{lr:.1e}")
-        now = time.perf_counter()
-        done = (limit_steps is not None and step >= limit_steps) or (seconds is not None and now - start >= seconds)
-        if now - last_eval >= eval_every or done or step == 1:
-            hist.steps.append(step)
-            hist.train.append(ema)
-            hist.val_steps.append(step)
-            hist.val.append(evaluate(model, val_data, recipe.n_ctx, max_tokens=eval_tokens))
-            last_eval = time.perf_counter()
-            if on_eval is not None:
-                on_eval(hist)
-    hist.seconds = time.perf_counter() - start
-    if bar is not None:
-        if by_time:
-            bar.n = min(hist.seconds, seconds)
-            bar.set_postfix(step=step, loss=f"{ema:.3f}" if ema is not None else "-")
-        bar.close()
-    model.eval()
-    return hist
-
 
 
 def scaled(recipe: Recipe, **changes) -> Recipe:
@@ -369,7 +244,7 @@ def choose_threads(elsewhere: float | None = None, limit: int | None = None) -> 
     is worse than asking for fewer: PyTorch's threads wait for each other at
     every operation, so one thread that loses its CPU holds all the others up
     (two busy programs on a shared two-core machine: 121 tokens/s with 2
-    threads, 3,070 with 1; bench/results/threads_sitting.jsonl)."""
+    threads, 3,070 with 1, in one sitting)."""
     limit = cpu_limit() if limit is None else limit
     if under_nbgrader():
         return limit
@@ -409,8 +284,10 @@ def seed_step(step: int, seed: int = 0) -> None:
     """Seed PyTorch's own random numbers (dropout's) from the step alone, as
     ``step_generator`` does for the batch: a run resumed at step k drops the
     same units as the run that never stopped, with nothing to keep in the
-    checkpoint. (The seeds differ from the batches' by a constant.)"""
-    torch.manual_seed((1 << 32) + seed * 1_000_003 + step)
+    checkpoint. The seeds differ from the batches' by 2^31: the CPU generator
+    keeps only the low 32 bits of a seed, so an offset of 2^32 would give
+    dropout the very numbers the batch was drawn from."""
+    torch.manual_seed((1 << 31) + (seed * 1_000_003 + step) % (1 << 31))
 
 
 def fixed_batches(get_batch, data: torch.Tensor, block_size: int, n: int = 8, batch_size: int = 64,
@@ -432,20 +309,13 @@ def fix_schedule(recipe: Recipe, max_steps: int) -> Recipe:
 
 class Run:
     """The time budget of a training loop written in the notebook, and
-    everything around it that is not the lesson.
-
-        run = training.Run(recipe, seconds=180, checkpoint="run.pt", save=save)
-        step = 0
-        with run:                        # the stop button stops the run between two steps, and saves
-            while run.going(step):
-                training.seed_step(step)
-                x, y = get_batch(train_data, recipe.n_ctx, recipe.batch_size, generator=training.step_generator(step))
-                loss = train_step(model, optimizer, x, y, step, run.plan(step))
-                step += 1
-                run.log(step, loss, x.numel())
-                if run.time_to_evaluate(step):
-                    run.evaluated(step, evaluate(model, val_batches))     # and saves the checkpoint
-        history = run.finish(step, evaluate(model, val_batches))
+    everything around it that is not the lesson. The loop (chapter 7's
+    exercise 10) asks and tells it, in this order: ``going(step)`` before a
+    step; ``plan(step)`` for the step's schedule; ``log(done, loss, tokens)``
+    after it, with the number of steps done; ``time_to_evaluate(done)``, and
+    ``evaluated(done, val_loss)`` after an evaluation it asked for; finally
+    ``finish(done, val_loss)``, which returns the run's ``History``. The cell
+    that runs the loop wraps it in ``with run:`` (the stop button).
 
     The schedule. With ``steps``, or with a recipe whose schedule is already
     fixed in steps (``recipe.max_steps``, as a checkpoint keeps it), it is
@@ -774,11 +644,11 @@ class Run:
         share = self.cpu_share()
         if busy < 0.5 and share > 0.7:
             return None
-        return t(f"这台机器很忙：别的程序平均占着约 {busy:.1f} 个 CPU（这次最多能用 {self.limit} 个），训练得到的 CPU 时间"
+        return t(f"这台机器很忙：别的程序平均约有 {busy:.1f} 个线程同时要用 CPU（这次训练最多能用 {self.limit} 个 CPU），训练得到的 CPU 时间"
                  f"只有它要的 {share:.0%}，所以走的步数少、损失偏高——这不是配方的问题。关掉别的程序（或等它们结束）再运行一次，"
                  "或者把 TRAIN_SECONDS 调大来补上。",
-                 f"The machine was busy: other programs kept about {busy:.1f} CPUs busy (this run could use at most "
-                 f"{self.limit}), and training got {share:.0%} of the CPU time it asked for, so it took fewer steps and "
+                 f"The machine was busy: other programs had about {busy:.1f} threads wanting a CPU at once (this run "
+                 f"could use at most {self.limit} CPUs), and training got {share:.0%} of the CPU time it asked for, so it took fewer steps and "
                  "the loss is higher than the recipe gives on a quiet machine. Close other programs (or wait for them "
                  "to finish) and run this cell again, or raise TRAIN_SECONDS to make up for it.")
 
@@ -794,11 +664,22 @@ class Run:
         return "\n".join([line, *notes])
 
     def schedule_note(self, step: int) -> str | None:
-        """A sentence when the time ran out well before the fixed schedule's
-        end (the steps got slower than when they were timed): the learning
-        rate has not reached its floor."""
+        """A sentence when the run and its fixed schedule did not end together:
+        the schedule ended well before the time (the steps got faster than when
+        they were timed), or the time ran out well before the schedule's end (they
+        got slower): the learning rate has not reached its floor."""
         end = self.recipe.max_steps
-        if self.seconds is None or not self.schedule_fixed or end is None or end - step <= max(2, 0.02 * end):
+        if self.seconds is None or not self.schedule_fixed or end is None:
+            return None
+        left = self.seconds - self.history.seconds
+        if step >= end and left > max(2.0, 0.05 * self.seconds):
+            return t(f"学习率计划在第 {end:,} 步走完了，这时 {self.seconds:.0f} 秒的预算还剩约 {left:.0f} 秒：后来的步比开头量到的快，"
+                     "计划先到了终点，学习率已经降到最低，训练就停了。想练得更久，把 TRAIN_SECONDS 调大再从头运行。",
+                     f"The schedule ended at step {end:,} with about {left:.0f} s of the {self.seconds:.0f} s budget "
+                     "left: the later steps were faster than the first ones it timed, so the schedule reached its end "
+                     "first, the learning rate is at its floor, and the run stopped. To train longer, raise "
+                     "TRAIN_SECONDS and start again.")
+        if end - step <= max(2, 0.02 * end):
             return None
         return t(f"时间在第 {step:,} 步用完，比学习率计划的终点（第 {end:,} 步）早了 {end - step:,} 步——后来的步比开头量到的慢，"
                  "所以学习率还没降到最低。把训练单元格里的 RESUME 改成 True 再运行，就能把计划走完。",

@@ -77,3 +77,63 @@ def test_dk_explorer_builds_a_slider(monkeypatch):
     assert slider.value == 64 and 1024 in slider.options and 4 in slider.options
     slider.value = 512
     assert "512" in box.children[1].value
+
+
+# ------------------------------------------------------------------ sentences checked against what torch does
+
+def _prose(lang: str) -> str:
+    from coursekit.author import build
+    return "\n".join(c.source for c in build.build_chapter("ch01_attention", lang).cells if c.cell_type == "markdown")
+
+
+def test_a_fully_masked_row_is_nan_from_the_subtraction_of_its_maximum_in_both_languages():
+    """Exercise 3: with the row maximum subtracted first, −∞ − (−∞) is already nan (numerator and
+    denominator never get to be 0/0); torch's own softmax gives nan too."""
+    import torch
+    row = torch.full((1, 4), float("-inf"))
+    m = row.amax(dim=-1, keepdim=True)
+    assert torch.isinf(m).all() and torch.isnan(row - m).all()
+    assert torch.isnan(torch.softmax(row, dim=-1)).all()
+    zh, en = _prose("zh"), _prose("en")
+    assert "分子分母都是 0" not in zh and "numerator and denominator are both 0" not in en
+    for text in (zh, en):
+        assert r"$-\infty-(-\infty)$" in text
+    assert "这一行的最大值本身就是 $-\\infty$" in zh and "结果已经是 nan" in zh
+    assert "Its maximum is then $-\\infty$ itself" in en and "which is already nan" in en
+
+
+def test_the_challenge_stub_prints_not_attempted_and_a_finite_answer_passes(capsys):
+    """The going-further self-check says "not attempted" for the stub, and passes a masked softmax
+    that keeps fully masked rows (and their gradients) finite; a plain one that gives nan fails it."""
+    import torch
+
+    from coursekit.author import build
+    from helpers import set_language
+    from helpers.checks import CheckFailed
+    nb = build.build_chapter("ch01_attention", "en")
+    set_language("en")
+    stub = next(c.source for c in nb.cells if c.cell_type == "code" and "def masked_softmax" in c.source)
+    check = next(c.source for c in nb.cells if c.cell_type == "code" and "def check_masked_softmax" in c.source)
+    ns = {"torch": torch}
+    exec("from helpers import t\nfrom helpers.checks import expect_close, expect_true, passed\n", ns)
+    exec(stub, ns)
+    exec(check, ns)
+    assert "not attempted yet" in capsys.readouterr().out
+
+    def finite(x, mask, dim=-1):
+        any_true = mask.expand_as(x).any(dim=dim, keepdim=True)
+        safe = x.masked_fill(~mask, float("-inf")).masked_fill(~any_true, 0.0)
+        return torch.softmax(safe, dim=dim).masked_fill(~mask, 0.0)
+    ns["masked_softmax"] = finite
+    exec("check_masked_softmax()", ns)
+    assert "masked_softmax: passed" in capsys.readouterr().out
+
+    def plain(x, mask, dim=-1):
+        return torch.softmax(x.masked_fill(~mask, float("-inf")), dim=dim)
+    ns["masked_softmax"] = plain
+    try:
+        exec("check_masked_softmax()", ns)
+    except CheckFailed as exc:
+        assert "row 1" in str(exc)
+    else:
+        raise AssertionError("a masked softmax that gives nan passed the self-check")

@@ -86,3 +86,63 @@ def test_widgets_build_outside_grading(monkeypatch):
     heads.previous_token_explorer("the cat sat")
     heads.head_explorer("the cat sat", n_heads=2)
     plt.close("all")
+
+
+# ------------------------------------------------------------------ sentences checked against their sources
+
+def _prose(lang: str) -> str:
+    from coursekit.author import build
+    return "\n".join(c.source for c in build.build_chapter("ch03_multi_head", lang).cells if c.cell_type == "markdown")
+
+
+def test_clark_heads_go_from_the_dependent_to_its_head_in_both_languages():
+    """Clark et al. (2019), "What Does BERT Look At?": direct objects attend to their verbs,
+    determiners to their nouns, coreferent mentions to their antecedents (not the other way round)."""
+    zh, en = _prose("zh"), _prose("en")
+    assert "从动词看向它的宾语" not in zh and "从名词看向它的限定词" not in zh
+    assert "look from a verb to its object" not in en and "from a noun to its determiner" not in en
+    assert "让宾语看向支配它的动词" in zh and "让限定词（冠词等）看向它修饰的名词" in zh and "让代词看向它所指的先行词" in zh
+    assert "a direct object looks at its verb" in en and "a determiner (an article, say) at its noun" in en
+    assert "a pronoun at the earlier mention it refers to" in en
+    for text in (zh, en):
+        assert "Clark" in text and "1906.04341" in text
+
+
+class _GQA(torch.nn.Module):
+    """Grouped-query attention as the challenge states it (for the self-check's own test)."""
+
+    def __init__(self, d, h, h_kv, group_of=None):
+        super().__init__()
+        self.h, self.h_kv, self.d_k = h, h_kv, d // h
+        self.q = torch.nn.Linear(d, d)
+        self.kv = torch.nn.Linear(d, 2 * h_kv * self.d_k)
+        self.proj = torch.nn.Linear(d, d)
+        self.group_of = group_of or (lambda i: i * h_kv // h)
+
+    def forward(self, x):
+        B, N, d = x.shape
+        q = self.q(x).view(B, N, self.h, self.d_k).transpose(1, 2)
+        k, v = (a.view(B, N, self.h_kv, self.d_k).transpose(1, 2) for a in self.kv(x).chunk(2, dim=-1))
+        pick = torch.tensor([self.group_of(i) for i in range(self.h)])
+        w = (q @ k[:, pick].transpose(-2, -1) / self.d_k ** 0.5).masked_fill(
+            ~torch.ones(N, N, dtype=torch.bool).tril(), float("-inf")).softmax(-1)
+        return self.proj((w @ v[:, pick]).transpose(1, 2).reshape(B, N, d))
+
+
+def test_the_grouped_attention_self_check_passes_a_right_answer_and_fails_a_wrong_grouping(capsys):
+    from helpers.checks import CheckFailed
+
+    class Stub(torch.nn.Module):
+        def __init__(self, d, h, h_kv):
+            super().__init__()
+            raise NotImplementedError()
+    heads.check_grouped_attention(Stub)
+    assert "还没有做" in capsys.readouterr().out                # zh, the default language
+    heads.check_grouped_attention(_GQA)
+    assert "GroupedQueryAttention" in capsys.readouterr().out
+
+    class Interleaved(_GQA):                                   # head i takes group i % h_kv: not neighbours
+        def __init__(self, d, h, h_kv):
+            super().__init__(d, h, h_kv, group_of=lambda i: i % h_kv)
+    with pytest.raises(CheckFailed):
+        heads.check_grouped_attention(Interleaved)

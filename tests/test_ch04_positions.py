@@ -194,3 +194,97 @@ def test_extrapolation_figure_draws_the_learned_table_up_to_its_length():
     lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
     assert list(lines["可学习位置表"].get_xdata()) == [32] and list(lines["ALiBi"].get_xdata()) == [32, 64]
     matplotlib.pyplot.close(fig)
+
+
+# ---------------------------------------------------------------- the text, as the student reads it
+
+def _prose(lang: str) -> str:
+    from coursekit.author import build
+    return "\n".join(c.source for c in build.build_chapter("ch04_positions", lang).cells if c.cell_type == "markdown")
+
+
+def _section(text: str, start: str, end: str) -> str:
+    i = text.index(start)
+    return text[i:text.index(end, i)]
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_the_statements_say_which_dtype_rope_frequencies_returns(lang):
+    """Exercise 3 asks for angles in float64 and suggests rope_frequencies: the text must say that θ comes
+    out in float64 (a float32 θ cast up later is not precise at large positions)."""
+    text = _prose(lang)
+    ex2 = _section(text, "练习 2：" if lang == "zh" else "Exercise 2:", "练习 3：" if lang == "zh" else "Exercise 3:")
+    ex3 = _section(text, "练习 3：" if lang == "zh" else "Exercise 3:", "两种布局" if lang == "zh" else "Two layouts")
+    assert "**float64**" in ex2
+    sentence = next(line for line in ex3.splitlines() if "rope_frequencies" in line and "练习 2" in line
+                    or "Exercise 2" in line and "rope_frequencies" in line)
+    assert "float64" in sentence
+    assert "500003" in ex3                        # the test's positions, as the statement promises
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_the_learned_table_has_no_row_for_the_1025th_position(lang):
+    """Positions count from 0: the table of 1024 rows ends at position 1024 = the 1025th. The text once said
+    'position 1025' where it meant the 1025th."""
+    text = _prose(lang)
+    assert "position 1025" not in text and "dead at 1025" not in text and "在 1025 处" not in text
+    found = "第 1025 个位置" if lang == "zh" else "the 1025th"
+    intro = text[:text.index("## 1.")]
+    summary = text[text.index("## 小结" if lang == "zh" else "## Summary"):]
+    assert found in intro and found in summary
+
+
+# ---------------------------------------------------------------- the visible test of apply_rope
+
+def _visible(test_id: str, replace: dict | None = None, lang: str = "en"):
+    """Run a test cell's visible part, as Validate would, on the model answers (``replace``: grade id -> code).
+    Returns the CheckFailed it raised, or None."""
+    from pathlib import Path
+
+    import nbformat
+
+    from helpers import checks
+    from helpers.checks import CheckFailed
+    root = Path(__file__).resolve().parent.parent
+    nb = nbformat.read(root / "source" / "ch04_positions" / "ch04_positions.ipynb", as_version=4)
+    set_language(lang)
+    checks._OUTCOME.clear()
+    ns: dict = {"__name__": "__course__"}
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type != "code":
+            continue
+        if meta.get("solution"):
+            exec((replace or {}).get(meta["grade_id"], cell.source), ns)
+        elif not meta and ("Probes(" in cell.source or "def attend(x" in cell.source):
+            exec(cell.source, ns)
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == test_id)
+    try:
+        exec(cell.source.split("### END HIDDEN TESTS", 1)[-1], ns)
+    except CheckFailed as exc:
+        return exc
+    return None
+
+
+FLOAT32_ANGLES = '''def apply_rope(x, positions, base=10000.0):
+    theta = rope_frequencies(x.shape[-1], base).to(x.dtype)
+    ang = positions.to(x.dtype)[:, None] * theta                     # in x's dtype: float32 for float32 x
+    c, s = ang.cos(), ang.sin()
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack([a * c - b * s, a * s + b * c], dim=-1).flatten(-2)
+'''
+
+
+def test_the_visible_test_catches_angles_computed_in_float32_and_names_it():
+    """The text stresses float64 angles at large positions; the visible test checks positions up to 500003 at
+    float32's own precision, and names the mistake with the grader's key."""
+    assert _visible("test_apply_rope") is None
+    failed = _visible("test_apply_rope", {"apply_rope": FLOAT32_ANGLES})
+    assert failed is not None and failed.key == "bug:rope_angles_in_float32", failed
+    assert "500003" in str(failed) and "float64" in str(failed)
+
+
+def test_a_float32_theta_fails_exercise_2_and_is_named():
+    failed = _visible("test_rope_frequencies", {"rope_frequencies": "def rope_frequencies(d, base=10000.0):\n"
+                                                                    "    return base ** (-torch.arange(0, d, 2) / d)\n"})
+    assert failed is not None and failed.key == "bug:frequencies_not_float64", failed

@@ -1,5 +1,6 @@
-"""Unit tests for ch05's public helpers: the given attention module, the FFN
-figures and the Pre-LN / Post-LN experiment."""
+"""Unit tests for ch05's public helpers: the given attention module (handed out
+in the chapter's own folder, notebooks/given/), the FFN figures and the Pre-LN /
+Post-LN experiment."""
 from __future__ import annotations
 
 import math
@@ -11,9 +12,10 @@ from torch import nn
 
 matplotlib.use("Agg")
 
+from block_attention import CausalAttention  # noqa: E402 - notebooks/given/, the chapter's folder
+
 from helpers import set_language  # noqa: E402
 from helpers.ch05_block import ffn_plots, norm_placement  # noqa: E402
-from helpers.ch05_block.block_attention import CausalAttention  # noqa: E402
 
 
 def test_causal_attention_shape_params_and_causality():
@@ -177,8 +179,6 @@ def test_a_block_with_its_own_wrong_ffn_fails_as_its_own():
     """A Block that builds its own (ReLU) FFN instead of FeedForward: the failure is
     the Block's (a wrong FeedForward would be replaced by a correct one instead)."""
     set_language("en")
-    from helpers.ch05_block.block_attention import CausalAttention
-
     class Block(nn.Module):
         def __init__(self, d, h):
             super().__init__()
@@ -191,3 +191,51 @@ def test_a_block_with_its_own_wrong_ffn_fails_as_its_own():
     with pytest.raises(GradingFailure, match=r"self\.ffn does not compute proj\(GELU\(fc\(x\)\)\)") as err:
         grading_ch05.check_block(Block)
     assert "Exercise 1" not in str(err.value) and "exercise 1" not in str(err.value)
+
+
+# ------------------------------------------------------------------ the re-read: what was fixed, in both languages
+
+def _prose(lang: str) -> str:
+    from coursekit.author import build
+    return "\n".join(c.source for c in build.build_chapter("ch05_block", lang).cells if c.cell_type == "markdown")
+
+
+def test_the_model_answer_quotes_the_adam_steps_from_the_record():
+    """Exercise 5's model answer quoted 0.86 and 0.49 as typed numbers ("almost twice"): now the claims."""
+    from coursekit.author.claims import CLAIMS
+    post, pre = (CLAIMS["ch05_block"][c].value() for c in ("ch05.o-post", "ch05.o-pre"))
+    zh, en = _prose("zh"), _prose("en")
+    assert "变了将近一倍" not in zh and "almost twice as far" not in en
+    assert f"同样大的一步让它的输出变得更多（{post} 对 {pre}）" in zh
+    assert f"a step of the same size moves its output further ({post} against {pre})" in en
+
+
+def test_the_given_attention_is_said_to_ship_with_this_chapter_only():
+    from harness import ROOT
+    zh, en = _prose("zh"), _prose("en")
+    assert "helpers/ch05_block/block_attention.py" not in zh + en
+    assert not (ROOT / "helpers" / "ch05_block" / "block_attention.py").exists()
+    assert "这一章的文件夹里附带了它的代码 `block_attention.py`" in zh and "只随这一章发给你" in zh
+    assert "This chapter's folder holds its code, `block_attention.py`" in en and "it comes with this chapter only" in en
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_a_count_short_of_the_ffn_biases_is_named_as_such(lang):
+    """12d² + 8d is 5d short: the FFN's biases (it was once named the attention's, which are 4d)."""
+    set_language(lang)
+    with pytest.raises(GradingFailure) as err:
+        grading_ch05.check_block_params(lambda d: 12 * d * d + 8 * d)
+    assert "[bug:params_no_ffn_bias]" in str(err.value)
+    with pytest.raises(GradingFailure) as err:
+        grading_ch05.check_block_params(lambda d: 12 * d * d + 4 * d)
+    assert "[bug:params_no_linear_biases]" in str(err.value)
+
+
+def test_the_grader_recognises_the_given_attention_without_importing_it():
+    import inspect
+    source = inspect.getsource(grading_ch05)
+    assert "block_attention import" not in source and "import block_attention" not in source
+    block = type("Block", (nn.Module,), {})()
+    assert grading_ch05._is_given_attention(CausalAttention(8, 2), 8, 2)
+    assert not grading_ch05._is_given_attention(nn.MultiheadAttention(8, 2, batch_first=True), 8, 2)
+    assert not grading_ch05._is_given_attention(block, 8, 2)

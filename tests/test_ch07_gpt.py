@@ -1,4 +1,5 @@
-"""Unit tests for chapter 7's public helpers: corpora, training, attention_maps."""
+"""Unit tests for chapter 7's public helpers (corpora, training, attention_maps), the trainer later chapters
+are given (notebooks/given/gpt_training.py), and sentences of the chapter read in both built notebooks."""
 from __future__ import annotations
 
 import json
@@ -13,8 +14,12 @@ import torch.nn.functional as F
 
 matplotlib.use("Agg")
 
+import gpt_training  # noqa: E402 - notebooks/given: the trainer ch09 and ch10 hand out
+
 from helpers import ch07_gpt as attention_maps  # noqa: E402
-from helpers import corpora, training
+from helpers import corpora, training  # noqa: E402
+
+ROOT_DIR = __import__("pathlib").Path(__file__).resolve().parent.parent
 
 # ------------------------------------------------------------------ corpora
 
@@ -105,10 +110,14 @@ class _Tiny(nn.Module):
 
 
 class _Tok:
-    chars = sorted(set("abc \n"))
+    """What exercise 1 asks a tokenizer for, and nothing more (no ``chars`` attribute)."""
+    vocab_size = 5
 
     def encode(self, s):
-        return [self.chars.index(c) for c in s]
+        return [" \nabc".index(c) for c in s]
+
+    def decode(self, ids):
+        return "".join(" \nabc"[int(i)] for i in ids)
 
 
 def _batch(data, block_size, batch_size, generator=None):
@@ -121,18 +130,18 @@ def _batch(data, block_size, batch_size, generator=None):
 
 def test_learning_rate_schedules():
     r = training.COURSE_RECIPE
-    assert training.learning_rate(r, 0, 0.0, 100.0) < r.lr * 0.1
-    assert training.learning_rate(r, 0, 3.0, 100.0) == pytest.approx(r.lr)
-    assert training.learning_rate(r, 0, 100.0, 100.0) == pytest.approx(r.min_lr)
+    assert gpt_training.learning_rate(r, 0, 0.0, 100.0) < r.lr * 0.1
+    assert gpt_training.learning_rate(r, 0, 3.0, 100.0) == pytest.approx(r.lr)
+    assert gpt_training.learning_rate(r, 0, 100.0, 100.0) == pytest.approx(r.min_lr)
     n = training.NANOGPT_RECIPE
-    assert training.learning_rate(n, 100, 0.0, None) == pytest.approx(n.lr)
-    assert training.learning_rate(n, 2000, 0.0, None) == pytest.approx(n.min_lr)
+    assert gpt_training.learning_rate(n, 100, 0.0, None) == pytest.approx(n.lr)
+    assert gpt_training.learning_rate(n, 2000, 0.0, None) == pytest.approx(n.min_lr)
 
 
 def test_evaluate_covers_the_split_once():
     model = _Tiny(V=5)
     data = torch.randint(5, (201,))
-    full = training.evaluate(model, data, block_size=10, batch_size=7)
+    full = gpt_training.evaluate(model, data, block_size=10, batch_size=7)
     x = data[:200].view(20, 10)
     y = data[1:201].view(20, 10)
     with torch.no_grad():
@@ -146,7 +155,7 @@ def test_train_reduces_loss_and_counts_steps():
     data = torch.tensor([0, 1, 2, 3, 4] * 200)
     r = training.scaled(training.COURSE_RECIPE, n_ctx=8, batch_size=8, lr=1e-2, max_steps=None, threads=1)
     seen = []
-    hist = training.train(model, _batch, data[:800], data[800:], r, steps=60, progress=False, on_eval=seen.append)
+    hist = gpt_training.train(model, _batch, data[:800], data[800:], r, steps=60, progress=False, on_eval=seen.append)
     assert hist.steps[-1] == 60 and hist.tokens == 60 * 8 * 8 and seen
     assert hist.val[-1] < 0.5 * hist.val[0]
     fig = training.loss_figure(hist)
@@ -372,6 +381,27 @@ def test_closing_line_says_when_the_machine_was_the_limit(lang):
     assert word not in quiet and "\n" not in quiet
 
 
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_closing_line_says_why_a_run_ended_before_its_time(lang):
+    """A schedule fixed from slow first steps ends before the budget: the last line says so, and why."""
+    from helpers import set_language
+    set_language(lang)
+    try:
+        run = training.Run(training.fix_schedule(training.scaled(training.COURSE_RECIPE, threads=1), 400),
+                           seconds=180, progress=False, plot=False)
+        run.history.seconds, run.history.tokens = 140.0, 300_000
+        early = run.schedule_note(400)
+        run.history.seconds = 179.0
+        on_time = run.schedule_note(400)
+        run.history.seconds = 180.0
+        late = run.schedule_note(300)
+    finally:
+        set_language("zh")
+    assert early is not None and "400" in early and "40" in early and "TRAIN_SECONDS" in early
+    assert on_time is None
+    assert late is not None and "RESUME" in late and late != early
+
 # ------------------------------------------------------------------ a checkpoint resumes exactly, in a new process
 
 RESUME = r"""
@@ -436,9 +466,8 @@ def test_the_trained_model_is_saved_where_chapter_9_reads_it(tmp_path, monkeypat
     from pathlib import Path
     root = Path(__file__).resolve().parent.parent
     sys.path.insert(0, str(root / "bench"))
+    import tiny_gpt as inside  # notebooks/given: chapter 9 reads the model with it
     from train_gpt import chapter_code
-
-    from helpers import ch09_inside_gpt as inside
     ns = chapter_code(("tokenizer", "gpt", "cross_entropy"))
     tok = ns["CharTokenizer"]("hello, world\n")
     torch.manual_seed(0)
@@ -472,3 +501,102 @@ def test_without_proc_the_load_average_counts_only_other_programs(monkeypatch):
     assert training.busy_elsewhere(own_load=8.0) == pytest.approx(0.2)      # only this run: all 8 CPUs stay ours
     assert training.choose_threads(training.busy_elsewhere(own_load=8.0), limit=8) == 8
     assert training.busy_elsewhere(own_load=1.0) == pytest.approx(7.2)
+
+
+# ------------------------------------------------------------------ what the chapter says, read in both built notebooks
+
+def _prose(lang: str) -> str:
+    from coursekit.author import build
+    return "\n".join(c.source for c in build.build_chapter("ch07_gpt", lang).cells if c.cell_type == "markdown")
+
+
+def test_the_schedule_formula_gives_the_floor_from_max_steps_on_and_never_divides_by_zero():
+    """The formula, the hint and the answer agree: min_lr for s ≥ max_steps (not s > max_steps), the cosine for
+    warmup ≤ s < max_steps, so warm-up equal to max_steps never reaches the line whose denominator is 0."""
+    for lang in ("zh", "en"):
+        text = _prose(lang)
+        assert r"\text{warmup} \le s < \text{max\_steps}" in text and r"s \ge \text{max\_steps}" in text, lang
+        assert r"\text{warmup} \le s \le \text{max\_steps}" not in text and r"s > \text{max\_steps}" not in text, lang
+    assert "`warmup_steps` 可以等于 `max_steps`" in _prose("zh")
+    assert "`warmup_steps` may equal `max_steps`, and then there is no decay" in _prose("en")
+
+
+def test_the_position_table_sentence_counts_positions_from_0():
+    """n_ctx rows are positions 0 … n_ctx - 1: the first position without a vector is n_ctx (counted from 0)."""
+    zh, en = _prose("zh"), _prose("en")
+    assert "表里只有位置 $0$ 到 $n_\\text{ctx}-1$ 这 `n_ctx` 行" in zh and "第 `n_ctx + 1` 个就没有向量了" not in zh
+    assert "the table holds the `n_ctx` rows of positions $0$ to $n_\\text{ctx}-1$" in en
+    assert "position `n_ctx + 1` has no vector" not in en
+
+
+def test_the_student_text_names_no_file_or_command_the_pack_lacks():
+    """The student pack has no bench/: where a number comes from is said in words (the claims ledger keeps the
+    records for instructors), and no Makefile target of the course's own tooling is named."""
+    from coursekit.author import site
+    for lang in ("zh", "en"):
+        nb = site.student_notebook("ch07_gpt", lang)
+        shown = "\n".join(c.source for c in nb.cells)
+        for gone in ("bench/", "make bench", "extrapolation_seeds", "recipe_sweep_round", "threads_sitting"):
+            assert gone not in shown, (lang, gone)
+    assert "bench/" not in (ROOT_DIR / "helpers" / "training.py").read_text(encoding="utf-8")
+
+
+def test_the_dropout_sentence_is_a_test_that_runs_before_submitting():
+    """The text says the test below checks eval-mode determinism with dropout=0.2: the visible test of test_gpt
+    does build that model and compares two outputs."""
+    from coursekit.author import site
+    nb = site.student_notebook("ch07_gpt", "en")
+    visible = next(c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "test_gpt")
+    assert "dropout=0.2" in visible and "gpt_dropout_in_eval_mode" in visible
+    assert "the test below checks that a model built with `dropout=0.2` gives the same output twice" in _prose("en")
+
+
+def test_the_attention_maps_speak_of_exercise_4_and_need_no_chars_attribute():
+    source = (ROOT_DIR / "helpers" / "ch07_gpt.py").read_text(encoding="utf-8")
+    assert "Exercise 3" not in source and "练习 3 的结构" not in source and "exercise 4" in source
+    assert ".chars" not in source and '"chars"' not in source
+
+
+def test_the_busy_note_does_not_claim_more_busy_cpus_than_the_machine_has(monkeypatch):
+    """On a 2-core machine the runnable threads of other programs can number 3.8: the note counts threads wanting
+    a CPU, not CPUs kept busy."""
+    run = training.Run(training.scaled(training.COURSE_RECIPE, threads=1), seconds=60, progress=False, plot=False)
+    run.history.seconds, run.history.tokens = 60.0, 300_000
+    run.limit, run.thread_log = 2, [(10.0, 1, 3.8)]
+    for lang, said, gone in (("zh", "约有 3.8 个线程同时要用 CPU", "占着约 3.8 个 CPU"),
+                             ("en", "about 3.8 threads wanting a CPU at once", "kept about 3.8 CPUs busy")):
+        set_language(lang)
+        note = run.busy_note()
+        assert said in note and gone not in note, note
+    set_language("zh")
+
+
+def test_dropout_numbers_are_not_the_batch_numbers():
+    """PyTorch's CPU generator keeps only the low 32 bits of a seed: seed_step's offset stays inside them, so the
+    dropout of step s does not reuse the random numbers its batch was drawn from."""
+    for step in (0, 3, 1_000):
+        training.seed_step(step)
+        dropout = torch.rand(4)
+        batch = torch.rand(4, generator=training.step_generator(step))
+        assert not torch.equal(dropout, batch), step
+        training.seed_step(step)
+        assert torch.equal(torch.rand(4), dropout)                        # still the step's own numbers
+
+
+def test_the_helpers_hold_no_trainer_and_the_later_chapters_get_one():
+    """helpers/ (every pack) trains nothing by itself; ch09 and ch10 hand out the trainer in their own folder."""
+    assert not any(hasattr(training, name) for name in ("train", "evaluate", "learning_rate"))
+    given = json.loads((ROOT_DIR / "notebooks" / "given" / "chapters.json").read_text(encoding="utf-8"))
+    assert "gpt_training.py" in given["ch09_inside_gpt"] and "gpt_training.py" in given["ch10_llama_block"]
+    assert not any("gpt_training.py" in files for ch, files in given.items() if ch <= "ch07_gpt")
+
+
+def test_the_steps_that_fit_in_92_seconds_are_the_recorded_runs():
+    """The recipe's runs took 2,982 to 3,795 steps in 92 s: "three to four thousand", not "about three thousand"."""
+    from coursekit.author.claim_table import CLAIMS
+    lo, hi = (int(CLAIMS["ch07_gpt"][k].value().replace(",", "")) for k in ("ch07.course-steps-min",
+                                                                             "ch07.course-steps-max"))
+    assert 3_000 - 100 < lo and hi < 4_000, (lo, hi)
+    zh, en = _prose("zh"), _prose("en")
+    assert "92 秒里只走得了三四千步" in zh and "三千步上下" not in zh
+    assert "92 seconds hold only three to four thousand steps" in en and "about three thousand steps" not in en

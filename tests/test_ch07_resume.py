@@ -2,14 +2,16 @@
 resumed in a fresh process goes on as if it had never stopped.
 
 Each run is the chapter's own training cell (read from notebooks/ch07_gpt.md,
-with the model solution's functions), executed in a fresh Python process on a
+with the model solution's functions, its training loop ``train`` included),
+executed in a fresh Python process on a
 tiny GPT with dropout, one thread, and a clock the run reads that advances
 10 ms per step and 30 ms per evaluation in every process: the same machine,
 with the same speed every time, so that the uninterrupted run and the
 interrupted one fix the same schedule. The stop button is a real SIGINT sent
 to the process (during an evaluation, or right after an optimizer step, before
-the cell's step counter moves on); the resumed process sets ``RESUME = True``
-and runs the same cell.
+the loop's step counter moves on); the resumed process sets ``RESUME = True``
+and runs the same cell. The step a run reached is the one it last reported
+(``run.step``).
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ from helpers.runtime import under_nbgrader
 mode, lang, at, budget = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
 set_language(lang)
 ns = chapter_code(("tokenizer", "get_batch", "cross_entropy", "gpt", "learning_rate", "train_step", "evaluate",
-                   "checkpoint"))
+                   "checkpoint", "train"))
 text = "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n" * 40
 tok = ns["CharTokenizer"](text)
 data = torch.tensor(tok.encode(text))
@@ -112,7 +114,7 @@ if os.path.exists("ch07_checkpoint.pt"):
     saved = {{"step": c["step"], "max_steps": c["recipe"]["max_steps"], "warmup": c["recipe"]["warmup"]}}
 schedule = ns["run"].recipe
 print(json.dumps({{"lrs": lrs, "losses": losses, "evals": evals, "stopped": stopped, "saved": saved,
-                  "max_steps": schedule.max_steps, "warmup": schedule.warmup, "step": ns.get("step")}}))
+                  "max_steps": schedule.max_steps, "warmup": schedule.warmup, "step": ns["run"].step}}))
 """
 
 

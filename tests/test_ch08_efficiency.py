@@ -269,3 +269,108 @@ def test_online_softmax_float32_inside_float64_keeps_full_marks(capsys):
 
     grading_ch08.check_online_softmax(online32)
     assert "✓" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ the re-read: sentences fixed in both languages
+
+def _prose(lang: str) -> str:
+    from coursekit.author import build
+    return "\n".join(c.source for c in build.build_chapter("ch08_efficiency", lang).cells if c.cell_type == "markdown")
+
+
+def _cells(lang: str) -> list:
+    from coursekit.author import site
+    return site.student_notebook("ch08_efficiency", lang).cells
+
+
+def test_the_cache_is_said_to_equal_full_recomputation_up_to_rounding_not_bit_for_bit():
+    """The kept decode run differs from full recomputation in the last bits (max_diff > 0)."""
+    import json
+
+    from harness import ROOT
+    decode = json.loads((ROOT / "bench" / "results" / "efficiency.json").read_text())["decode"]
+    assert decode["max_diff"] > 0
+    zh, en = _prose("zh"), _prose("en")
+    assert "验证它和完整重算逐位相等" not in zh and "check that it equals full recomputation exactly" not in en
+    assert "验证它和完整重算相等（差别只在 float32 的舍入里）" in zh
+    assert "check that it equals full recomputation (up to float32 rounding)" in en
+
+
+def test_the_online_softmax_is_not_said_to_hold_one_block_at_a_time():
+    zh, en = _prose("zh"), _prose("en")
+    assert "而任何时候只存在 $n\\times B$ 的一块分数" not in zh and "at any time only an $n\\times B$ block" not in en
+    assert "同一时刻可能有几块" in zh and "a few blocks may exist at once" in en
+
+
+def test_the_cached_decode_is_not_said_to_cost_the_same_at_every_length():
+    zh, en = _prose("zh"), _prose("en")
+    assert "速度几乎不随长度变化" not in zh and "the speed hardly depends on the length" not in en
+    assert "只有 $1\\times t$ 的分数和加权求和随 $t$ 线性变长" in zh
+    assert "only the $1\\times t$ scores and weighted sum grow, linearly in $t$" in en
+
+
+def test_the_memory_at_256_is_explained_with_the_kept_numbers():
+    from coursekit.author.claims import CLAIMS
+    full, online = (CLAIMS["ch08_efficiency"][c].value() for c in ("ch08.mem-full-256", "ch08.mem-online-256"))
+    assert int(online) > int(full)                         # the surprise the text explains
+    zh, en = _prose("zh"), _prose("en")
+    assert f"$n=256$ 时完整版本的峰值是 {full} KiB，在线版本是 {online} KiB" in zh
+    assert f"the full version's peak at $n=256$ was {full} KiB and the online version's {online} KiB" in en
+    assert "四个这样的块就和两个 $n\\times n$ 矩阵一样大" in zh and "four such blocks take as much as two" in en
+
+
+def test_the_peak_of_the_model_answer_at_256_is_four_blocks_and_the_output():
+    """What the memory section says: at n = 256 with blocks of 128, the chapter's answer holds four
+    n×B float32 blocks and o at its peak, as much as the full version's two n×n matrices and o more."""
+    from test_grading_inprocess import solution_namespace
+    online = solution_namespace("ch08_efficiency", {})["online_softmax_attention"]
+    q, k, v = torch.randn(3, 256, 64)
+    with torch.no_grad(), cost.PeakMemory() as mine:
+        online(q, k, v, 128)
+    with torch.no_grad(), cost.PeakMemory() as full:
+        torch.softmax(q @ k.T / 8, dim=-1) @ v
+    blocks, out = 4 * 256 * 128 * 4, 256 * 64 * 4
+    assert full.peak == 2 * 256 * 256 * 4 == blocks
+    assert blocks + out <= mine.peak < blocks + out + 8 * 1024
+
+
+def test_exercise_2s_visible_test_names_no_cause_it_did_not_see():
+    for lang in ("zh", "en"):
+        cell = next(c.source for c in _cells(lang) if c.metadata.get("nbgrader", {}).get("grade_id") == "test_cached_step")
+        assert "先追加 k、v，再对全部 K、V 做注意力" not in cell and "append k and v first, then attend" not in cell
+        assert "hint=" not in cell and "reread=" in cell
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_a_kv_cache_built_without_its_default_says_so_in_the_course_words(lang):
+    """KVCache(n_layer) without its default: the visible test names it, in the grader's words."""
+    from helpers.checks import CheckFailed, exercise
+    from helpers.probes import Probes
+    set_language(lang)
+    Probes("ch08_efficiency")
+    cell = next(c.source for c in _cells(lang) if c.metadata.get("nbgrader", {}).get("grade_id") == "test_kv_cache")
+    ns = {"torch": torch, "math": math, "t": __import__("helpers").t, "exercise": exercise}
+    exec("from helpers.checks import expect_close, expect_shape, expect_true, passed", ns)
+    exec(_student_source(), ns)
+    with pytest.raises(CheckFailed) as err:
+        exec(cell, ns)
+    assert err.value.key == "bug:cache_n_layer_no_default"
+    said = str(err.value)
+    assert ("KVCache() 不带参数用不了" if lang == "zh" else "KVCache() without an argument cannot be used") in said
+    assert "KVCache(n_layer=1)" in said and "Traceback" not in said
+
+
+def _student_source() -> str:
+    return ("class KVCache:\n"
+            "    def __init__(self, n_layer):\n"
+            "        self.keys = [None] * n_layer\n"
+            "        self.values = [None] * n_layer\n\n"
+            "    def length(self, layer=0):\n"
+            "        return 0 if self.keys[layer] is None else self.keys[layer].shape[-2]\n\n"
+            "    def append(self, layer, k, v):\n"
+            "        if self.keys[layer] is None:\n"
+            "            self.keys[layer], self.values[layer] = k, v\n"
+            "        else:\n"
+            "            self.keys[layer] = torch.cat([self.keys[layer], k], dim=-2)\n"
+            "            self.values[layer] = torch.cat([self.values[layer], v], dim=-2)\n"
+            "        return self.keys[layer], self.values[layer]\n")

@@ -5,6 +5,7 @@ modules, and the model solution passes every hidden check in both languages
 while known bugs are named in both."""
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -198,3 +199,227 @@ def test_each_stand_in_passes_its_own_exercises_hidden_checks(earlier):
         assert e.probe(obj)
     finally:
         retire()
+
+
+# ------------------------------------------------------------------ the visible tests
+
+@functools.lru_cache(maxsize=None)
+def _source_cells(lang: str = "zh"):
+    """The source notebook's cells in ``lang`` (the build writes each t(zh, en) in one language)."""
+    from coursekit.author import build
+    return build.build_chapter(CHAPTER, lang).cells
+
+
+def _visible_ns(replace: dict, lang: str = "zh") -> dict:
+    """The answer cells (model answers, ``replace`` swapped in) and the notebook's first cell (its probes)."""
+    from helpers import checks
+    checks._OUTCOME.clear()                       # a fresh kernel: no exercise has run yet
+    ns = solution_namespace(CHAPTER, replace)
+    first = next(c for c in _source_cells(lang) if c.cell_type == "code" and "Probes(" in c.source)
+    exec(first.source, ns)
+    return ns
+
+
+def _visible_part(gid: str, lang: str = "zh") -> str:
+    cell = next(c for c in _source_cells(lang) if c.metadata.get("nbgrader", {}).get("grade_id") == gid)
+    return cell.source.split("### END HIDDEN TESTS", 1)[-1]
+
+
+TEST_IDS = ("test_rms_norm", "test_swiglu", "test_repeat_kv", "test_llama_attention", "test_llama_block")
+
+
+def _correct():
+    import importlib
+    return importlib.import_module(f"catalogue.{CHAPTER}").CORRECT
+
+
+@pytest.mark.parametrize("variant", _correct(), ids=lambda v: v.name)
+def test_every_correct_variant_passes_the_visible_tests(variant, capsys):
+    set_language("en")
+    ns = _visible_ns(variant.replace, "en")
+    for gid in TEST_IDS:
+        exec(_visible_part(gid, "en"), ns)
+    out = capsys.readouterr().out
+    assert out.count("✓") == len(TEST_IDS), out
+
+
+def test_every_visible_test_notes_its_exercise_so_run_all_can_name_it(capsys, monkeypatch):
+    """A stub answer prints "not done yet: exercise N" in its test, and a later demo cell that runs into
+    the stub says which exercise it needs by number (helpers.run_all), rms_norm included."""
+    from helpers import run_all
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    set_language("en")
+    ns = _visible_ns({}, "en")
+    stub = ("def rms_norm(x, weight, eps=1e-6):\n    raise NotImplementedError()\n\n\n"
+            "class RMSNorm(nn.Module):\n    def __init__(self, d, eps=1e-6):\n        super().__init__()\n"
+            "        self.eps, self.weight = eps, nn.Parameter(torch.ones(d))\n\n"
+            "    def forward(self, x):\n        return rms_norm(x, self.weight, self.eps)\n")
+    name = "/tmp/ipykernel_course/rms_norm_stub.py"
+    import linecache
+    linecache.cache[name] = (len(stub), None, stub.splitlines(True), name)
+    exec(compile(stub, name, "exec"), ns)
+    exec(_visible_part("test_rms_norm", "en"), ns)
+    assert "not done yet: exercise 1 (rms_norm)" in capsys.readouterr().out
+    demo = "RMSNorm(8)(torch.randn(2, 8))\n"
+    demo_name = "/tmp/ipykernel_course/demo.py"
+    linecache.cache[demo_name] = (len(demo), None, demo.splitlines(True), demo_name)
+    with pytest.raises(NotImplementedError) as stopped:
+        exec(compile(demo, demo_name, "exec"), ns)
+    assert run_all.Guard().stopped(stopped.value)
+    said = capsys.readouterr().out
+    assert "needs exercise 1 (rms_norm)" in said and "the exercise of" not in said, said
+
+
+def test_the_from_scratch_rule_reads_the_same_in_the_visible_test_and_the_grader():
+    library = {"rms_norm": "def rms_norm(x, weight, eps=1e-6):\n    return F.rms_norm(x, (x.shape[-1],), weight, eps)\n"}
+    for lang in ("zh", "en"):
+        set_language(lang)
+        with pytest.raises(AssertionError) as visible:
+            exec(_visible_part("test_rms_norm", lang), _visible_ns(library, lang))
+        with pytest.raises(GradingFailure) as hidden:
+            run_check(CHAPTER, "test_rms_norm", solution_namespace(CHAPTER, library))
+        rule = str(visible.value).split(": ", 1)[-1]
+        assert rule == g.rms_from_scratch_message().format(name="torch.nn.functional.rms_norm"), rule
+        assert rule in str(hidden.value)
+        assert "exp" not in rule and "matmul" not in rule and "矩阵乘" not in rule
+
+
+# ------------------------------------------------------------------ sentences fixed in both languages
+
+def _text(lang: str) -> str:
+    from coursekit.author import build
+    return "\n".join(c.source for c in build.build_chapter(CHAPTER, lang).cells if c.cell_type == "markdown")
+
+
+def test_the_kv_cache_holds_keys_after_rope_in_both_languages():
+    zh, en = _text("zh"), _text("en")
+    assert "KV 缓存存的是 `k_proj`、`v_proj` 的输出" not in zh
+    assert "The KV cache holds the outputs of `k_proj` and `v_proj`" not in en
+    assert "**再经过 RoPE 旋转之后**" in zh and "`repeat_kv` 之前的 `n_kv_head` 个头" in zh
+    assert "**and then rotated by RoPE**" in en and "`n_kv_head` heads from before `repeat_kv`" in en
+
+
+def test_the_cached_keys_are_the_rotated_ones():
+    """What the sentence says, checked: a step-by-step pass that caches rotated keys reproduces the layer."""
+    ns = solution_namespace(CHAPTER, {})
+    attn = llama.randomise(ns["LlamaAttention"](32, 8, 2), seed=3).eval()
+    x = torch.randn(1, 6, 32)
+    keys = llama.apply_rope(attn.k_proj(x).unflatten(-1, (2, 4)).transpose(1, 2), torch.arange(6))
+    cache = (keys.detach(), attn.v_proj(x).unflatten(-1, (2, 4)).transpose(1, 2).detach())
+    out, _ = _attention_step(attn, x[:, 5:], (cache[0][:, :, :5], cache[1][:, :, :5]), 8, 2)
+    with torch.no_grad():
+        assert torch.allclose(out, attn(x)[:, 5:], atol=1e-6)
+        unrotated = (attn.k_proj(x).unflatten(-1, (2, 4)).transpose(1, 2)[:, :, :5], cache[1][:, :, :5])
+        wrong, _ = _attention_step(attn, x[:, 5:], unrotated, 8, 2)
+        assert not torch.allclose(wrong, attn(x)[:, 5:], atol=1e-3)
+
+
+def test_the_introduction_lists_what_the_exercises_do():
+    zh, en = _text("zh"), _text("en")
+    assert "the five changes inside the block one by one" not in en and "这五处一个个写出来" not in zh
+    assert "RoPE itself is given" in en and "RoPE 本身是给好的" in zh
+    assert "no new change" in en and "不是新的改动" in zh
+
+
+def test_the_given_rmsnorm_is_advice_and_torchs_own_is_accepted():
+    zh, en = _text("zh"), _text("en")
+    assert "leave it as it is" not in en and "不要改它" not in zh
+    assert "`torch.nn.RMSNorm` computes the same" in en and "`torch.nn.RMSNorm` 算的是同一个东西" in zh
+    block = ('''class LlamaBlock(nn.Module):
+    def __init__(self, d, n_head, n_kv_head, d_ff, eps=1e-6, base=10000.0):
+        super().__init__()
+        self.attn_norm, self.ffn_norm = nn.RMSNorm(d, eps=eps), nn.RMSNorm(d, eps=eps)
+        self.attn, self.ffn = LlamaAttention(d, n_head, n_kv_head, base), SwiGLU(d, d_ff)
+
+    def forward(self, x):
+        h = x + self.attn(self.attn_norm(x))
+        return h + self.ffn(self.ffn_norm(h))
+''')
+    set_language("en")
+    run_check(CHAPTER, "test_llama_block", solution_namespace(CHAPTER, {"llama_block": block}))
+
+
+def test_the_slider_says_each_head_has_its_own_kv_when_there_is_one_query_head_per_kv_head():
+    set_language("en")
+    assert "every 1 query heads" not in llama.gqa_summary(64)
+    assert "each query head has a K, V of its own" in llama.gqa_summary(64)
+    assert "every 8 query heads share one K, V" in llama.gqa_summary(8)
+    set_language("zh")
+    assert "每 1 个" not in llama.gqa_summary(64) and "每个 query 头都有自己的一组 K、V" in llama.gqa_summary(64)
+
+
+# ------------------------------------------------------------------ going further
+
+def _attention_step(attn, x_new, cache, n_head, n_kv_head, base=10000.0, keep_repeated=False):
+    B, T, d = x_new.shape
+    d_k = d // n_head
+    P = 0 if cache is None else cache[0].shape[2]
+
+    def split(a, h):
+        return a.view(B, T, h, d_k).transpose(1, 2)
+    q, k, v = split(attn.q_proj(x_new), n_head), split(attn.k_proj(x_new), n_kv_head), split(attn.v_proj(x_new), n_kv_head)
+    pos = torch.arange(P, P + T)
+    q, k = llama.apply_rope(q, pos, base), llama.apply_rope(k, pos, base)
+    if cache is not None:
+        k, v = torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2)
+    rep = n_head // n_kv_head
+    kk, vv = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+    s = (q @ kk.transpose(-2, -1) / math.sqrt(d_k)).masked_fill(torch.ones(T, P + T, dtype=torch.bool).triu(P + 1),
+                                                               float("-inf"))
+    y = torch.softmax(s, -1) @ vv
+    out = attn.o_proj(y.transpose(1, 2).reshape(B, T, d))
+    return out, ((kk, vv) if keep_repeated else (k, v))
+
+
+def _sliding(ns, window_of=lambda w: w):
+    class SlidingWindowAttention(ns["LlamaAttention"]):
+        def __init__(self, d, n_head, n_kv_head, window, base=10000.0):
+            super().__init__(d, n_head, n_kv_head, base)
+            self.window = window
+
+        def forward(self, x):
+            B, N, d = x.shape
+            q = self.q_proj(x).view(B, N, self.n_head, self.d_k).transpose(1, 2)
+            k = self.k_proj(x).view(B, N, self.n_kv_head, self.d_k).transpose(1, 2)
+            v = self.v_proj(x).view(B, N, self.n_kv_head, self.d_k).transpose(1, 2)
+            pos = torch.arange(N)
+            q, k = llama.apply_rope(q, pos, self.base), llama.apply_rope(k, pos, self.base)
+            rep = self.n_head // self.n_kv_head
+            k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+            i, j = torch.arange(N)[:, None], torch.arange(N)[None, :]
+            hidden = (j > i) | (j <= i - window_of(self.window))
+            s = (q @ k.transpose(-2, -1) / math.sqrt(self.d_k)).masked_fill(hidden, float("-inf"))
+            return self.o_proj((torch.softmax(s, -1) @ v).transpose(1, 2).reshape(B, N, d))
+    return SlidingWindowAttention
+
+
+def test_the_challenges_self_checks_pass_a_right_answer_and_catch_a_wrong_one(capsys):
+    set_language("en")
+    ns = solution_namespace(CHAPTER, {})
+    attention = ns["LlamaAttention"]
+    llama.check_cache_step(_attention_step, attention)
+    llama.check_sliding_window(_sliding(ns), attention)
+    out = capsys.readouterr().out
+    assert out.count("✓") == 2, out
+    llama.check_cache_step(lambda *a: _attention_step(*a, keep_repeated=True), attention)   # repeated heads cached
+    llama.check_sliding_window(_sliding(ns, lambda w: w + 1), attention)                     # one token too many
+    out = capsys.readouterr().out
+    assert out.count("✗") == 2 and "✓" not in out, out
+
+
+def test_the_challenges_never_stop_the_notebook(capsys):
+    set_language("en")
+    ns = solution_namespace(CHAPTER, {})
+
+    def stub(*args):
+        raise NotImplementedError()
+    llama.check_cache_step(stub, ns["LlamaAttention"])
+    llama.check_cache_step(lambda *a: 1 / 0, ns["LlamaAttention"])
+
+    class Unwritten(nn.Module):
+        def __init__(self, *args):
+            super().__init__()
+            raise NotImplementedError()
+    llama.check_sliding_window(_sliding(ns), Unwritten)
+    out = capsys.readouterr().out
+    assert "not attempted yet" in out and "ZeroDivisionError" in out and "finish exercise 4" in out, out

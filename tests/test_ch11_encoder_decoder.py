@@ -15,6 +15,7 @@ from torch import nn
 
 matplotlib.use("Agg")
 
+import numbers_training as given  # noqa: E402  (notebooks/given: the chapter's own folder)
 from harness import ROOT, _strip_markers  # noqa: E402
 
 from grading import ch11_encoder_decoder as g  # noqa: E402
@@ -85,7 +86,7 @@ def test_make_batch_pads_on_the_right_and_shifts_the_target():
 
 def test_sampling_balances_lengths():
     by_length = [[n for n in range(10000) if len(str(n)) == k] for k in range(1, 5)]
-    picks = ed._sample(by_length, 4000, torch.Generator().manual_seed(0))
+    picks = given._sample(by_length, 4000, torch.Generator().manual_seed(0))
     counts = [sum(len(str(n)) == k for n in picks) for k in range(1, 5)]
     assert all(800 < c < 1200 for c in counts), counts
 
@@ -95,7 +96,7 @@ def test_sampling_balances_lengths():
 def test_seq2seq_shapes_and_training_steps(sol):
     torch.manual_seed(0)
     model = ed.Seq2Seq(sol["EncoderLayer"], sol["DecoderLayer"], d=16, h=2, d_ff=32, n_enc=1, n_dec=1)
-    log = ed.train(model, sol["padding_mask"], steps=3, batch_size=8, progress=False)
+    log = given.train(model, sol["padding_mask"], steps=3, batch_size=8, progress=False)
     assert log["steps"] == 3 and len(log["losses"]) == 3 and all(math.isfinite(x) for x in log["losses"])
     b = ed.make_batch([5, 1234])
     mask = sol["padding_mask"](b["src_lengths"], ed.SRC_LEN)
@@ -288,3 +289,139 @@ def test_the_padding_mask_stand_in_passes_exercise_1s_hidden_checks():
         assert g.E_PADDING.probe(obj)
     finally:
         retire()
+
+
+# ---------------------------------------------------------------- what the student's folder holds, and the text
+
+def _prose(lang: str) -> str:
+    from coursekit.author import build
+    return "\n".join(c.source for c in build.build_chapter(CHAPTER, lang).cells if c.cell_type == "markdown")
+
+
+def _kept() -> str:
+    import json
+    return "\n".join(json.loads((ROOT / "bench" / "results" / "chapter_outputs" / f"{CHAPTER}.json")
+                                .read_text(encoding="utf-8"))["outputs"])
+
+
+def test_the_training_loop_comes_with_this_chapter_only_and_the_text_says_so():
+    import json
+    given_for = json.loads((ROOT / "notebooks" / "given" / "chapters.json").read_text(encoding="utf-8"))
+    assert given_for[CHAPTER] == ["numbers_training.py"]
+    assert not any("numbers_training.py" in files for ch, files in given_for.items() if ch < CHAPTER)
+    assert (ROOT / "release" / CHAPTER / "numbers_training.py").read_text() == \
+        (ROOT / "notebooks" / "given" / "numbers_training.py").read_text()
+    assert not hasattr(ed, "train") and not hasattr(ed, "_sample")          # helpers/, in every pack, holds no loop
+    assert "backward" not in (ROOT / "helpers" / "ch11_encoder_decoder.py").read_text()
+    zh, en = _prose("zh"), _prose("en")
+    assert "`numbers_training.py` 里（只读）" in zh and "第 7 章交作业之后才随这一章发给你" in zh
+    assert "`numbers_training.py`, which this chapter's folder holds (read-only)" in en
+    assert "after chapter 7 has been handed in" in en
+
+
+def test_what_the_model_saw_of_the_training_set_is_said_with_the_kept_runs_numbers():
+    """Issue 49: a number in the training set was not thereby learned. The run draws 160 × 128 examples, a
+    quarter of them four-digit, over about 8,100 four-digit numbers: each drawn well under once on average,
+    about half never; every miss of the training set has four digits."""
+    out = _kept()
+    drawn, four, four_train, per, never = re.search(
+        r"training drew (\d+) examples, (\d+) of them four-digit; the training set holds (\d+) four-digit numbers, "
+        r"drawn ([\d.]+) times each on average, (\d+) of them never", out).groups()
+    misses, four_misses, miss_never = map(int, re.search(
+        r"of the (\d+) misses in the training set, (\d+) have four digits, and (\d+) of those were never drawn",
+        out).groups())
+    trained = int(re.search(r"(\d+) of them in the training set", out).group(1))
+    assert int(drawn) == 160 * 128 and misses == trained == four_misses                # "all of them four-digit"
+    assert 0.5 < float(per) < 0.8 and 0.4 < int(never) / int(four_train) < 0.6           # "well under once", "about half"
+    zh, en = _prose("zh"), _prose("en")
+    for gone in ("这些数连同正确答案模型都见过很多遍", "照样写错——这不是没背下来"):
+        assert gone not in zh, gone
+    for gone in ("saw each of these numbers with its right answer many times", "not a gap in its memory",
+                 "the 9,000 the model trained on", "trained on"):
+        assert gone not in en, gone
+    assert (f"160 × 128 = 20,480 个例子，其中四位数 {int(four):,} 个，而训练集里有 {int(four_train):,} 个四位数，"
+            f"平均每个只被抽到 {float(per):.2f} 次，{int(never):,} 个一次也没抽到") in zh
+    assert f"其中 {miss_never} 个训练时根本没出现过" in zh and "在训练集里，不等于模型学过它" in zh
+    assert (f"160 × 128 = 20,480 examples, {int(four):,} of them four-digit, while the training set holds "
+            f"{int(four_train):,} four-digit numbers, so each was drawn {float(per):.2f} times on average and "
+            f"{int(never):,} of them never") in en
+    assert f"{miss_never} of them never came up in training at all" in en
+    assert "Being in the training set is not the same as having been learned" in en
+    assert "0 的位置标出了错在哪里" in zh and "the pattern of zeros marks them" in en
+
+
+def test_the_sampling_the_sentence_describes_is_the_loops():
+    """One length out of four, uniformly, then a number of that length: a quarter of the draws are four-digit."""
+    train_numbers, _ = ed.split_numbers()
+    by_length = [[n for n in train_numbers if len(str(n)) == k] for k in range(1, ed.SRC_LEN + 1)]
+    picks = given._sample(by_length, 20_480, torch.Generator().manual_seed(1))
+    share = sum(n >= 1000 for n in picks) / len(picks)
+    assert abs(share - 0.25) < 0.01 and len(by_length[3]) == 8096
+
+
+def test_the_held_out_paragraph_names_no_file_and_counts_its_misses_from_the_run():
+    out = _kept()
+    misses = re.findall(r"^\s+(\d+): (\S+)\s+\(should be", out, re.M)
+    zh, en = _prose("zh"), _prose("en")
+    assert "bench/" not in zh and "bench/" not in en
+    assert "在我们保存下来的一次运行里（只用 CPU，随机数固定）" in zh and "In a run we kept (CPU only, with fixed random numbers)" in en
+    assert f"这 {len(misses)} 个错是偶然的吗？" in zh and f"Are these {len(misses)} misses chance?" in en
+
+
+# ---------------------------------------------------------------- the tests' own tools: stand-ins, loading, layout
+
+def test_the_stand_in_decodes_by_its_rule_and_records_its_calls(sol):
+    src, lengths = torch.tensor([[3, 4, 6, 7], [6, 5, 7, 7]]), torch.tensor([3, 2])
+    model = ed.StandIn(eos=2, bos=1)
+    out = sol["greedy_decode"](model, src, lengths, 8, 1, 2)
+    assert model.encodes == 1 and all(torch.equal(m, sol["padding_mask"](lengths, 4)) for m in model.decode_masks)
+    assert torch.equal(out, g.ref_greedy(ed.StandIn(eos=2, bos=1), src, lengths, 8, 1, 2))
+    with pytest.raises(ValueError, match="src_mask must be a bool tensor"):
+        model.encode(src, torch.ones(2, 4))
+
+
+def test_load_layer_fills_a_layer_whatever_its_ffn_calls_its_parts(sol):
+    state = {name: p.detach().clone() for name, p in sol["EncoderLayer"](8, 2, 16).named_parameters()}
+    named = sol["EncoderLayer"](8, 2, 16)
+    named.ffn = nn.Sequential()
+    named.ffn.add_module("fc", nn.Linear(8, 16))
+    named.ffn.add_module("act", nn.GELU())
+    named.ffn.add_module("proj", nn.Linear(16, 8))
+    ed.load_layer(named, state)
+    assert torch.equal(named.ffn.fc.weight, state["ffn.0.weight"]) and torch.equal(named.ffn.proj.bias, state["ffn.2.bias"])
+    assert torch.equal(named.self_attn.in_proj_weight, state["self_attn.in_proj_weight"])
+
+
+@pytest.mark.parametrize("change,key", [
+    (lambda m: setattr(m, "self_attn", nn.MultiheadAttention(8, 2)), "mha_not_batch_first"),
+    (lambda m: setattr(m, "ffn", nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 8))), "ffn_width_not_d_ff"),
+    (lambda m: setattr(m, "extra", nn.Linear(8, 8)), "layer_parameters"),
+    (lambda m: setattr(m, "ffn", nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Dropout(0.1), nn.Linear(16, 8))),
+     "dropout_left_in")])
+def test_check_layout_names_what_it_sees(sol, change, key):
+    from helpers.checks import CheckFailed
+    layer = sol["EncoderLayer"](8, 2, 16)
+    ed.check_layout(layer, False, 8, 2, 16)                      # the model solution passes
+    change(layer)
+    with pytest.raises(CheckFailed) as err:
+        ed.check_layout(layer, False, 8, 2, 16)
+    assert err.value.key == f"bug:{key}"
+
+
+def test_beam_search_reference_beats_greedy_on_the_bigram_table(sol):
+    """The challenge's table is made so that greedy and beam search disagree: the reference finds the sequence of
+    higher probability."""
+    table = g.BEAM_TABLE
+    beam = g.ref_beam(table, 6, 0, 1, 2)
+    greedy = sol["greedy_decode"](ed.BigramModel(table), torch.zeros(1, 1, dtype=torch.long), torch.tensor([1]), 6, 0, 1)[0]
+
+    def score(seq):
+        prev, total = 0, 0.0
+        for k in seq.tolist():
+            total += float(table[prev, k])
+            prev = k
+            if k == 1:
+                break
+        return total
+    assert beam.tolist() == [3, 1] and greedy.tolist()[:3] == [2, 4, 1]
+    assert score(beam) > score(greedy)

@@ -266,6 +266,7 @@ def test_ch07_figures_draw_their_text():
 
 
 def test_training_progress_bar_shows_the_time_budget(capsys):
+    import gpt_training  # notebooks/given: the trainer ch09 and ch10 hand out
     import torch
     from torch import nn
 
@@ -287,7 +288,7 @@ def test_training_progress_bar_shows_the_time_budget(capsys):
 
     data = torch.randint(8, (2_000,), generator=torch.Generator().manual_seed(0))
     recipe = training.scaled(training.COURSE_RECIPE, n_ctx=8, batch_size=4, threads=1)
-    hist = training.train(Bigram(), get_batch, data, data, recipe, seconds=1.0, eval_every=5.0, eval_tokens=64)
+    hist = gpt_training.train(Bigram(), get_batch, data, data, recipe, seconds=1.0, eval_every=5.0, eval_tokens=64)
     bar = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
     assert re.search(r"1/1 s", bar) and "?" not in bar and f"step={hist.steps[-1]}" in bar, bar
 
@@ -503,7 +504,9 @@ def test_ch04_other_seeds_keep_the_shape_the_text_describes():
         assert abs(rise["alibi"]) < 0.15, seed                         # "ALiBi stays about level"
         lower_at_128.add("rope" if r["rope"][-1] < r["alibi"][-1] else "alibi")
     assert lower_at_128 == {"rope", "alibi"}                           # "changes from seed to seed"
-    assert "extrapolation_seeds.json" in prose("ch04_positions", "zh")
+    # the text says the shape holds over the seeds the benchmark reran (naming no file the student pack lacks)
+    assert "换了几个种子重跑过这个实验" in prose("ch04_positions", "zh")
+    assert "rerun this experiment with several" in prose("ch04_positions", "en")
 
 
 def test_ch10_says_rope_degrades_past_the_trained_length():

@@ -180,7 +180,8 @@ def test_correct_variant_passes_hidden_checks(chapter, variant: Variant, lang, c
 
 # ------------------------------------------------------------------ the visible tests
 
-VISIBLE_CHAPTERS = [c for c in ("ch01_attention", "ch02_causal_mask", "ch03_multi_head", "ch04_positions")
+VISIBLE_CHAPTERS = [c for c in ("ch01_attention", "ch02_causal_mask", "ch03_multi_head", "ch04_positions",
+                                 "ch06_param_count")
                     if c in CHAPTERS]
 
 
@@ -202,8 +203,11 @@ def visible_ns(chapter: str, replace: dict[str, str]) -> dict:
     return ns
 
 
-SETUP_CELLS = {"ch02_causal_mask": ("from helpers.ch02_causal_mask import calculator",),
-               "ch04_positions": ("def attend(x",)}
+SETUP_CELLS = {"ch01_attention": ('probes = Probes("ch01_attention")',),
+               "ch03_multi_head": ('probes = Probes("ch03_multi_head")',),
+               "ch02_causal_mask": ("from helpers.ch02_causal_mask import calculator",),
+               "ch04_positions": ("def attend(x", 'probes = Probes("ch04_positions")'),
+               "ch06_param_count": ('probes = Probes("ch06_param_count")',)}
 
 
 def visible_params(attr, pick=lambda v: True):
@@ -294,7 +298,7 @@ VISIBLE_HINTS = [
     ("ch04_positions", "sin_positions_from_1", "test_sinusoidal", "从 1 开始", "放反了"),
     ("ch04_positions", "sin_concatenated", "test_sinusoidal", "全部 sin", "从 1 开始"),
     ("ch04_positions", "sin_i_over_d", "test_sinusoidal", "i/d", "放反了"),
-    ("ch04_positions", "freq_wrong_sign", "test_rope_frequencies", "符号反了", "i/d"),
+    ("ch04_positions", "freq_wrong_sign", "test_rope_frequencies", "符号反了", "i/d 而不是 2i/d"),
     ("ch04_positions", "rope_negative_angle", "test_apply_rope", "方向反了", "rotate-half"),
     ("ch04_positions", "rope_rotate_half", "test_apply_rope", "rotate-half", "方向反了"),
 ]

@@ -98,16 +98,32 @@ def test_marks_never_reach_a_built_notebook():
         assert not any("<!--" in c.source and "rule:" in c.source for c in nb.cells)
 
 
-def test_the_readme_states_each_chapters_rule_count():
-    """The README's chapter table gives the number of rules each chapter checks:
-    those it marks, less those it waives as advice."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_the_instructor_guides_count_each_chapters_rules_as_the_ledger_does(tmp_path):
+    """The instructor guide (both languages) gives the number of rules each chapter
+    checks: those it marks, less those it waives as advice. The table is written by
+    ``python -m coursekit.author.guide_tables``, never typed: a stale one fails here,
+    and so does a guide whose count was changed by hand."""
+    from coursekit.author import guide_tables
+
+    counts = guide_tables.rule_counts(CHAPTERS)
     for chapter in CHAPTERS:
         n = len(set(ledger.marked(chapter)) - set(getattr(catalogue(chapter), "WAIVED", {})))
-        row = next((line for line in readme.splitlines() if line.startswith(f"| `{chapter}`")), None)
-        assert row is not None, f"README: no row for {chapter}"
-        cells = [c.strip() for c in row.strip("|").split("|")]
-        assert cells[-1] == str(n), f"README: {chapter} checks {n} rules, its row says {cells[-1]!r}"
+        assert counts[chapter][0] == n, chapter
+    cache = {"rules": counts}
+    assert guide_tables.stale(cache=cache) == [], "the guides' rule tables are stale: " \
+        "run python -m coursekit.author.guide_tables"
+    for lang, path in guide_tables.GUIDES.items():
+        text = path.read_text(encoding="utf-8")
+        for chapter in CHAPTERS:
+            row = next((line for line in text.splitlines() if line.startswith(f"| `{chapter}` |")), None)
+            assert row is not None, f"{path.name}: no row for {chapter}"
+            assert row.split("|")[2].strip() == str(counts[chapter][0]), f"{path.name}: {row}"
+        # one count typed over: the guide is stale
+        chapter = CHAPTERS[0]
+        typed = text.replace(f"| `{chapter}` | {counts[chapter][0]} |", f"| `{chapter}` | {counts[chapter][0] + 1} |")
+        assert typed != text
+        (tmp_path / path.name).write_text(typed, encoding="utf-8")
+        assert guide_tables.stale({lang: tmp_path / path.name}, cache=cache) != []
 
 
 @pytest.mark.parametrize("chapter", [c for c in CHAPTERS if c != "ch12_quiz"])

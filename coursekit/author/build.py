@@ -3,7 +3,8 @@
 A chapter is one jupytext MyST file holding both languages. The build is a chain
 of small steps, each testable alone:
 
-    read_chapter -> validate -> replay.check -> select_language -> strip_rule_marks -> resolve_claims -> resolve_strings
+    read_chapter -> validate -> replay.check -> select_language -> strip_rule_marks -> resolve_claims
+        -> render_exercise_meta -> resolve_strings
         -> localise_stubs -> complete_nbgrader_metadata -> to_notebook
 
 Rules a chapter must follow (violations raise BuildError naming the cell):
@@ -25,65 +26,26 @@ import ast
 import copy
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
-import jupytext
 import nbformat
 
-LANGS = ("zh", "en")
-DEFAULT_LANG = "zh"
-# What nbgrader writes into a hand-graded answer cell of the release, per language
-# (its ClearSolutions.text_stub); see text_stub().
-TEXT_STUBS = {"zh": "在这里写下你的答案。", "en": "YOUR ANSWER HERE"}
-ROOT = Path(__file__).resolve().parent.parent.parent
-NOTEBOOKS = ROOT / "notebooks"
+from ..base.chapters import (  # noqa: F401
+    DEFAULT_LANG,
+    LANGS,
+    NOTEBOOKS,
+    ROOT,
+    TEXT_STUBS,
+    BuildError,
+    CellRef,
+    chapters,
+    read_chapter,
+    source_language,
+    text_stub,
+)
+from . import claims, ledger, replay
 
-
-class BuildError(ValueError):
-    """A chapter text breaks one of the build rules."""
-
-
-@dataclass(frozen=True)
-class CellRef:
-    index: int
-    line: int
-
-    def __str__(self) -> str:
-        return f"cell {self.index} (line {self.line})"
-
-
-def chapters(root: Path = NOTEBOOKS) -> list[str]:
-    """Chapter names, e.g. ``ch01_attention``, in course order."""
-    return sorted(p.stem for p in root.glob("ch[0-9][0-9]_*.md"))
-
-
-def _cell_lines(text: str) -> list[int]:
-    """Line number where each cell starts in a MyST file (best effort)."""
-    lines = []
-    in_code = False
-    seen_header = False
-    for no, line in enumerate(text.splitlines(), 1):
-        if line.startswith("```{code-cell}"):
-            lines.append(no)
-            in_code = True
-        elif in_code and line.startswith("```"):
-            in_code = False
-        elif not in_code and line.startswith("+++"):
-            lines.append(no)
-        elif not in_code and not seen_header and line == "---" and no > 1:
-            seen_header = True
-    return lines
-
-
-def read_chapter(path: Path) -> tuple[nbformat.NotebookNode, list[CellRef]]:
-    text = Path(path).read_text(encoding="utf-8")
-    nb = jupytext.reads(text, fmt="md:myst")
-    starts = _cell_lines(text)
-    refs = []
-    for i, _ in enumerate(nb.cells):
-        refs.append(CellRef(i, starts[i] if i < len(starts) else 0))
-    return nb, refs
+GIVEN = "given"          # notebooks/given/: code a chapter hands out in its own folder (chapters.json says which)
 
 
 def _grade_id(cell) -> str | None:
@@ -216,7 +178,6 @@ def resolve_strings(nb, lang: str):
 def strip_rule_marks(nb):
     """Remove the rule ledger's marks (``<!-- rule: id -->``, coursekit.author.ledger)
     from the markdown: they are for the course's tests, never for students."""
-    from coursekit.author import ledger
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             cell.source = ledger.strip(cell.source)
@@ -226,13 +187,32 @@ def strip_rule_marks(nb):
 def resolve_claims(nb, chapter: str):
     """Fill in each measured number of the prose (``{{claim: id}}``) from its record
     (the claims ledger, coursekit.author.claims)."""
-    from coursekit.author import claims
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             try:
                 cell.source = claims.resolve(cell.source, chapter)
             except claims.ClaimError as e:
                 raise BuildError(str(e)) from e
+    return nb
+
+
+EXERCISE_META = re.compile(r"\{\{\s*exercise:\s*level\s*=\s*([123])\s*,\s*minutes\s*=\s*(\d+)\s*\}\}")
+
+
+def exercise_meta_line(level: int, minutes: int, lang: str) -> str:
+    """What a student reads under an exercise's heading: how hard, how long."""
+    stars = "★" * level + "☆" * (3 - level)
+    if lang == "zh":
+        return f"**难度** {stars}　**建议用时** 约 {minutes} 分钟"
+    return f"**Difficulty** {stars} · **Time** about {minutes} minutes"
+
+
+def render_exercise_meta(nb, lang: str):
+    """``{{exercise: level=2, minutes=10}}`` under an exercise's heading becomes the
+    line with its difficulty (1-3 stars) and the minutes it should take."""
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = EXERCISE_META.sub(lambda m: exercise_meta_line(int(m[1]), int(m[2]), lang), cell.source)
     return nb
 
 
@@ -279,7 +259,6 @@ def to_notebook(nb, chapter: str, lang: str):
 def build_chapter(chapter: str, lang: str = DEFAULT_LANG, root: Path = NOTEBOOKS, keep_marks: bool = False):
     """The source notebook of ``chapter`` in ``lang``; ``keep_marks`` keeps the
     ``replay`` marks (coursekit.author.replay), which the course's build strips."""
-    from coursekit.author import replay
     path = Path(root) / f"{chapter}.md"
     if not path.exists():
         raise BuildError(f"no chapter text {path}")
@@ -291,27 +270,39 @@ def build_chapter(chapter: str, lang: str = DEFAULT_LANG, root: Path = NOTEBOOKS
         nb = replay.strip(nb)
     nb = strip_rule_marks(nb)
     nb = resolve_claims(nb, chapter)
+    nb = render_exercise_meta(nb, lang)
     nb = resolve_strings(nb, lang)
     nb = complete_nbgrader_metadata(nb)
     return to_notebook(nb, chapter, lang)
 
 
-def source_language(chapter: str, course_root: Path = ROOT) -> str:
-    """The language source/<chapter>/ was built in (from its notebook metadata)."""
-    path = Path(course_root) / "source" / chapter / f"{chapter}.ipynb"
-    meta = json.loads(path.read_text(encoding="utf-8")).get("metadata", {})
-    return meta.get("course", {}).get("lang", DEFAULT_LANG)
-
-
-def text_stub(chapter: str, course_root: Path = ROOT) -> str:
-    """The stub for the hand-graded answer cells of ``chapter``'s release, in the
-    language of its source build: generate_assignment takes it as
-    ``--ClearSolutions.text_stub=...``."""
-    return TEXT_STUBS[source_language(chapter, course_root)]
-
-
 def dumps(nb) -> str:
     return json.dumps(nb, ensure_ascii=False, indent=1, sort_keys=True) + "\n"
+
+
+def given_files(chapter: str, notebooks: Path = NOTEBOOKS) -> list[Path]:
+    """The files ``chapter`` hands out beside its notebook (``notebooks/given/chapters.json``):
+    code that a later chapter needs from an earlier one's answers, released only
+    with the later chapter."""
+    folder = Path(notebooks) / GIVEN
+    manifest = folder / "chapters.json"
+    if not manifest.exists():
+        return []
+    names = json.loads(manifest.read_text(encoding="utf-8")).get(chapter, [])
+    missing = [n for n in names if not (folder / n).is_file()]
+    if missing:
+        raise BuildError(f"{manifest}: {chapter} hands out {', '.join(missing)}, which {folder} does not hold")
+    return [folder / n for n in names]
+
+
+def write_given(chapter: str, dest: Path, notebooks: Path = NOTEBOOKS) -> None:
+    """Put the chapter's given files in ``dest`` (its source folder), and nothing else beside the notebook."""
+    wanted = {p.name: p for p in given_files(chapter, notebooks)}
+    for old in dest.iterdir():
+        if old.is_file() and old.suffix != ".ipynb" and old.name not in wanted:
+            old.unlink()
+    for name, path in wanted.items():
+        (dest / name).write_bytes(path.read_bytes())
 
 
 def write_source(chapter: str, lang: str, course_root: Path = ROOT, notebooks: Path = NOTEBOOKS) -> Path:
@@ -319,4 +310,5 @@ def write_source(chapter: str, lang: str, course_root: Path = ROOT, notebooks: P
     dest = Path(course_root) / "source" / chapter / f"{chapter}.ipynb"
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(dumps(nb), encoding="utf-8")
+    write_given(chapter, dest.parent, notebooks)
     return dest

@@ -35,6 +35,7 @@ include = ["helpers*"]
 
 [tool.setuptools.package-data]
 "helpers.fonts" = ["*.otf", "OFL.txt"]
+"helpers" = ["probes/*.json"]
 """
 STUDENT_MAKEFILE = """PY ?= python3
 .PHONY: help lab env

@@ -30,6 +30,7 @@ ID = re.compile(r"[a-z0-9][a-z0-9_.-]*")
 EXERCISE = re.compile(r"(?:练习|Exercise|Question)\s*\d+|第 \d+ 题")
 OPTION = re.compile(r"^\s*[-*]\s+\*\*[A-H][.．]\*\*")
 HEADING = re.compile(r"^(#{1,6})\s+(.*)$")
+FOLDED = re.compile(r"<details>.*?</details>", re.S)   # a folded hint helps; the rules are in the statement
 
 # words that make a sentence a rule (or sound like one), per language
 RULE_WORDS = {
@@ -59,9 +60,14 @@ class Sentence:
         return f"{self.chapter} [{self.lang}] {self.exercise}: {self.text}"
 
 
+CJK_GAP = re.compile(r"([，。；：！？、）」]\s*" + MARK.pattern + r"(?:\s*" + MARK.pattern + r")*)[ \t]+")
+
+
 def strip(markdown: str) -> str:
-    """The markdown without its rule marks (what the build writes)."""
-    return MARK.sub("", markdown)
+    """The markdown without its rule marks (what the build writes). A mark after
+    Chinese punctuation takes the space that followed it along: "；<!-- rule: x --> 传"
+    becomes "；传", as Chinese is written."""
+    return MARK.sub("", CJK_GAP.sub(r"\1", markdown))
 
 
 def marks(text: str) -> tuple[str, ...]:
@@ -103,8 +109,8 @@ def exercise_sentences(chapter: str, notebooks: Path | None = None) -> list[Sent
     "Exercise 3:") and runs to the next heading of the same or a higher level;
     its statement is the markdown up to the section's last graded cell (what
     follows is the lecture going on), model answers left out. Code comments
-    are not where a rule is stated."""
-    from coursekit.author.build import NOTEBOOKS, read_chapter
+    are not where a rule is stated, nor are the folded hints (``<details>``)."""
+    from ..base.chapters import NOTEBOOKS, read_chapter
     nb, _ = read_chapter(Path(notebooks or NOTEBOOKS) / f"{chapter}.md")
     blocks: list[tuple[tuple, str, str]] = []     # (section, lang, text) in order
     graded_at: dict[tuple, int] = {}             # section -> index in blocks of its last graded cell
@@ -121,7 +127,7 @@ def exercise_sentences(chapter: str, notebooks: Path | None = None) -> list[Sent
             continue
         lang = lang or "zh"
         buf: list[str] = []
-        for line in cell.source.splitlines() + ["# end"]:
+        for line in FOLDED.sub("", cell.source).splitlines() + ["# end"]:
             m = HEADING.match(line)
             if not m:
                 buf.append(line)

@@ -70,8 +70,21 @@ def copy_submission(root: Path, scratch: Path, job: Job) -> Path:
     return dest
 
 
+def restore_given(root: Path, folder: Path, chapter: str) -> None:
+    """The code the chapter hands out beside its notebook (release/<chapter>/*.py,
+    notebooks/given/) is graded as the course wrote it: a scratch copy's version,
+    changed or missing, is replaced by the release's (submitted/ is never touched)."""
+    for given in sorted((root / "release" / chapter).iterdir()):
+        if given.is_file() and given.suffix != ".ipynb":
+            dest = folder / given.name
+            if dest.is_symlink() or dest.exists():
+                dest.unlink() if not dest.is_dir() or dest.is_symlink() else shutil.rmtree(dest)
+            shutil.copy(given, dest)
+
+
 def repair(root: Path, folder: Path, job: Job) -> None:
     """Make the notebook in ``folder`` (a scratch copy) gradable, flagging each repair."""
+    restore_given(root, folder, job.chapter)
     expected = folder / f"{job.chapter}.ipynb"
     if not expected.exists():
         others = sorted(folder.glob("*.ipynb"))

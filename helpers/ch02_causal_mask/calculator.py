@@ -65,12 +65,12 @@ def _row_softmax(s: np.ndarray) -> np.ndarray:
 def compute(causal: bool = True, seed: int = SEED) -> dict[str, np.ndarray]:
     """Every intermediate matrix: X, Q, K, V, S (scaled scores), M (scores after
     the mask, -inf above the diagonal when ``causal``), A (weights), O (output)."""
-    x, w_q, w_k, w_v = inputs(seed)
-    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    x, *w = inputs(seed)
+    q, k, v = (x @ w_i for w_i in w)                      # stage ①
     s = q @ k.T / math.sqrt(D)
     m = np.where(_mask(len(x)), s, NEG_INF) if causal else s.copy()
     a = _row_softmax(m)
-    return {"X": x, "W_Q": w_q, "W_K": w_k, "W_V": w_v, "Q": q, "K": k, "V": v, "S": s, "M": m, "A": a,
+    return {"X": x, "W_Q": w[0], "W_K": w[1], "W_V": w[2], "Q": q, "K": k, "V": v, "S": s, "M": m, "A": a,
             "O": a @ v}
 
 

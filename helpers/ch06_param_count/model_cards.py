@@ -21,8 +21,13 @@ from ..i18n import t
 
 PARTS = ("embeddings", "attention", "ffn", "norms", "biases")
 
-# set by the grader while a student's function runs: the exercises ask for a formula
+# set while a student's function is checked (the visible tests and the grader): the exercises ask for a formula
 _refusal: str | None = None
+REFUSAL = ("练习要你自己数参数：不能调用演示用的 helpers.ch06_param_count.model_cards.measure（检查和评分时它被关闭）。"
+           "用公式写出来，或者自己用 nn.Module 搭出模型再数。",
+           "the exercise asks you to count the parameters yourself: calling the demo's "
+           "helpers.ch06_param_count.model_cards.measure is not allowed (it is switched off while your function is "
+           "checked and graded). Write the formula, or build the model from nn.Modules yourself and count.")
 
 
 @dataclass(frozen=True)

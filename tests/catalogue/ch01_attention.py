@@ -54,7 +54,7 @@ BUGS = [
             breaks=("sm-from-scratch",)),
     Variant("sm_minus_mean", sm("    e = torch.exp(x - x.mean(dim=dim, keepdim=True))   # centred, not the maximum\n"
                                 "    return e / e.sum(dim=dim, keepdim=True)\n"),
-            said=KEPT, lose=("test_softmax",), words=("除一个之外全是 -inf 的行", "均值，不是最大值"),
+            said=KEPT, lose=("test_softmax",), words=("除一个之外全是 -inf 的行", "不是每行的最大值"),
             breaks=("sm-inf-row",)),
     # score_variance
     Variant("var_returns_tensor", var("    q = torch.randn(n_samples, d_k, generator=generator)\n"
@@ -96,7 +96,7 @@ BUGS = [
             lose=("test_attention",), words=("√d_v",),
             breaks=("att-scale",)),
     Variant("att_softmax_dim", att(ATT_OK.replace("softmax(s, dim=-1)", "softmax(s, dim=-2)")),
-            lose=("test_attention",), words=("softmax 沿错误的维度",),
+            lose=("test_attention",), words=("softmax 沿错了维度",),
             breaks=("att-rows",)),
     Variant("att_mask_inverted", att(ATT_OK.replace("masked_fill(~mask", "masked_fill(mask")),
             lose=("test_attention",), words=("掩码的含义反了",),
@@ -214,6 +214,73 @@ BUGS = [
     w = softmax(s, dim=-1)
     return w.to(v.dtype) @ v, w
 """), lose=("test_attention",), words=("dtype", "float64"), breaks=("att-dtype",)),
+    # a second way to break each rule that had one breaking case
+    Variant("sm_dim_or_minus_one", sm("    dim = dim or -1                      # the default when none is given\n"
+                                      "    e = torch.exp(x - x.amax(dim=dim, keepdim=True))\n"
+                                      "    return e / e.sum(dim=dim, keepdim=True)\n"),
+            said=KEPT, lose=("test_softmax",), words=("把 0 当成了",), breaks=("sm-dim",)),
+    Variant("sm_shift_by_first_entry", sm("    e = torch.exp(x - x.narrow(dim, 0, 1))   # any shift gives the same softmax\n"
+                                          "    return e / e.sum(dim=dim, keepdim=True)\n"),
+            said=KEPT, lose=("test_softmax",), words=("不是每行的最大值",), breaks=("sm-inf-row",)),
+    Variant("sm_divided_by_total", sm("    e = torch.exp(x - x.amax(dim=dim, keepdim=True))\n    return e / e.sum()\n"),
+            said=KEPT, lose=("test_softmax",), words=("整个张量的总和",), breaks=("sm-normalise",)),
+    Variant("sm_dim_without_default", {"softmax": "def softmax(x, dim):\n"
+                                       "    e = torch.exp(x - x.amax(dim=dim, keepdim=True))\n"
+                                       "    return e / e.sum(dim=dim, keepdim=True)\n"},
+            said=KEPT, lose=("test_softmax",), words=("没有默认值",), breaks=("sm-default-dim",)),
+    Variant("sm_float32_inside", sm("    e = torch.exp((x - x.amax(dim=dim, keepdim=True)).float())   # float32 is plenty\n"
+                                    "    return e / e.sum(dim=dim, keepdim=True)\n"),
+            said=KEPT, lose=("test_softmax",), words=("dtype", "float64"), breaks=("sm-dtype",)),
+    Variant("var_item_without_call", var("    q = torch.randn(n_samples, d_k, generator=generator)\n"
+                                         "    k = torch.randn(n_samples, d_k, generator=generator)\n"
+                                         "    s = (q * k).sum(-1)\n"
+                                         "    return (s / math.sqrt(d_k) if scaled else s).var().item\n"),
+            lose=("test_score_variance",), words=("少了括号",), breaks=("var-float",)),
+    Variant("var_divided_by_n", var("    q = torch.randn(n_samples, d_k, generator=generator)\n"
+                                    "    k = torch.randn(n_samples, d_k, generator=generator)\n"
+                                    "    s = (q * k).sum(-1)\n"
+                                    "    if scaled:\n        s = s / math.sqrt(d_k)\n"
+                                    "    return (s.var() / n_samples).item()       # the variance of the estimate\n"),
+            lose=("test_score_variance",), words=("除以了 n_samples",), breaks=("var-variance",)),
+    Variant("var_own_generator", var("    g = torch.Generator().manual_seed(0)        # reproducible\n"
+                                     "    q = torch.randn(n_samples, d_k, generator=g)\n"
+                                     "    k = torch.randn(n_samples, d_k, generator=g)\n"
+                                     "    s = (q * k).sum(-1)\n"
+                                     "    return (s / math.sqrt(d_k) if scaled else s).var().item()\n"),
+            lose=("test_score_variance",), words=("自己新建的",), breaks=("var-generator",)),
+    Variant("var_mean_of_products", var("    q = torch.randn(n_samples, d_k, generator=generator)\n"
+                                        "    k = torch.randn(n_samples, d_k, generator=generator)\n"
+                                        "    s = (q * k).mean(-1)\n"
+                                        "    return (s / math.sqrt(d_k) if scaled else s).var().item()\n"),
+            lose=("test_score_variance",), words=("平均",), breaks=("var-dot",)),
+    Variant("att_softmax_dim_1", att(ATT_OK.replace("softmax(s, dim=-1)", "softmax(s, dim=1)")),
+            lose=("test_attention",), words=("dim=1",), breaks=("att-rows",)),
+    Variant("att_where_inverted", att(ATT_OK.replace('s.masked_fill(~mask, float("-inf"))',
+                                                     'torch.where(mask, torch.tensor(float("-inf")), s)')),
+            lose=("test_attention",), words=("掩码的含义反了",), breaks=("att-mask-true",)),
+    Variant("att_transpose_0_1", att(ATT_OK.replace("k.transpose(-2, -1)", "k.transpose(0, 1)")),
+            lose=("test_attention",), words=("transpose(-2, -1)",), breaks=("att-transpose",)),
+    Variant("att_sdpa_alias", att("""    from torch.nn.functional import scaled_dot_product_attention as fused
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    return fused(q, k, v, attn_mask=mask), softmax(s, dim=-1)
+"""), lose=("test_attention",), words=("从零实现",), breaks=("att-no-sdpa",)),
+    Variant("att_einsum_fixed_letters", att("""    s = torch.einsum("bqd,bkd->bqk", q, k) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    w = softmax(s, dim=-1)
+    return torch.einsum("bqk,bkd->bqd", w, v), w
+"""), lose=("test_attention",), words=("可以任意多",), breaks=("att-batch",)),
+    Variant("att_expand_to_q", att("""    k = k.expand(*q.shape[:-2], *k.shape[-2:])      # give k and v the batch shape of q
+    v = v.expand(*q.shape[:-2], *v.shape[-2:])
+""" + ATT_OK), lose=("test_attention",), words=("可以任意多、可以广播",), breaks=("att-broadcast",)),
+    Variant("att_mask_reshaped", att(ATT_OK.replace("masked_fill(~mask,", "masked_fill(~mask.reshape(s.shape),")),
+            lose=("test_attention",), words=("reshape",), breaks=("att-mask-broadcast",)),
+    Variant("att_returns_out_only", att(ATT_OK.replace("return w @ v, w", "return w @ v")),
+            lose=("test_attention",), words=("(out, weights)",), breaks=("att-returns",)),
+    Variant("att_out_float32", att(ATT_OK.replace("return w @ v, w", "return w.float() @ v.float(), w")),
+            lose=("test_attention",), words=("dtype", "float64"), breaks=("att-dtype",)),
 ]
 
 CORRECT = [

@@ -134,6 +134,36 @@ BUGS = [
     w = torch.softmax(s, dim=-1)
     return w.to(v.dtype) @ v, w
 """), lose=("test_attention",), words=("dtype", "float64"), breaks=("csa-dtype",)),
+    # a second way to break each rule that had one breaking case
+    Variant("apply_mask_reshaped_to_scores", apply("    return scores.masked_fill(~mask.view_as(scores), float('-inf'))\n"),
+            lose=("test_apply_mask",), words=("广播",), breaks=("apply-broadcast",)),
+    Variant("apply_where_float32_fill", apply("    return torch.where(mask, scores, torch.full(scores.shape, float('-inf')))\n"),
+            lose=("test_apply_mask",), words=("dtype", "float16"), breaks=("apply-dtype",)),
+    Variant("apply_minus_1e9_in_half", apply("    return scores.masked_fill(~mask, -1e9)\n"),
+            lose=("test_apply_mask",), words=("float16", "65504"), breaks=("apply-dtype",)),
+    Variant("apply_index_in_place", apply("    scores[~mask.expand_as(scores)] = float('-inf')\n    return scores\n"),
+            lose=("test_apply_mask",), words=("改写了传入的 scores",), breaks=("apply-new",)),
+    Variant("apply_shifts_by_row_max", apply("    scores = scores - scores.amax(dim=-1, keepdim=True)   # for a stable softmax\n"
+                                             "    return scores.masked_fill(~mask, float('-inf'))\n"),
+            lose=("test_apply_mask",), words=("减去了每行的最大值",), breaks=("apply-unchanged",)),
+    Variant("attention_mask_for_five_tokens", att(ATT_OK.replace("causal_mask(x.shape[-2], device=x.device)",
+                                                                 "causal_mask(5, device=x.device)")),
+            lose=("test_attention",), words=("固定长度",), breaks=("csa-any-n",)),
+    Variant("attention_transpose_1_2", att(ATT_OK.replace("k.transpose(-2, -1)", "k.transpose(1, 2)")),
+            lose=("test_attention",), words=("transpose(-2, -1)",), breaks=("csa-batch",)),
+    Variant("attention_global_max_shift", att(ATT_OK.replace(
+        "    s = apply_mask(", "    s = s - s.amax(dim=(-2, -1), keepdim=True)   # keep exp small\n    s = apply_mask(")),
+            lose=("test_attention",), words=("因果性",), breaks=("csa-causal-bits",)),
+    Variant("attention_weights_detached_float", att(ATT_OK.replace("return w @ v, w", "return w @ v, w.detach().float()")),
+            lose=("test_attention",), words=("dtype", "float64"), breaks=("csa-dtype",)),
+    Variant("attention_out_weights_transposed", att(ATT_OK.replace("return w @ v, w", "return w.transpose(-2, -1) @ v, w")),
+            lose=("test_attention",), words=("转置",), breaks=("csa-out",)),
+    Variant("attention_value_from_w_k", att(ATT_OK.replace("x @ w_q, x @ w_k, x @ w_v", "x @ w_q, x @ w_k, x @ w_k")),
+            lose=("test_attention",), words=("w_k",), breaks=("csa-proj",)),
+    Variant("attention_returns_out_only", att(ATT_OK.replace("return w @ v, w", "return w @ v")),
+            lose=("test_attention",), words=("(out, weights)",), breaks=("csa-returns",)),
+    Variant("mask_of_integers", mask("    return torch.ones(n, n, dtype=torch.long, device=device).tril()\n"),
+            lose=("test_causal_mask",), words=("整数",), breaks=("mask-bool",)),
 ]
 
 CORRECT = [
@@ -143,8 +173,8 @@ CORRECT = [
         '    shortcut = "torch.nn.functional.scaled_dot_product_attention"   # a string, never called\n'
         + ATT_OK.replace("    w = torch.softmax(s, dim=-1)\n",
                          "    w = torch.softmax(s, dim=-1)   # allowed here; scaled_dot_product_attention is not\n"))),
-    Variant("ok_tril_minus_1e9", {**mask("    return torch.tril(torch.ones(n, n, device=device)).bool()\n"),
-                                  **apply("    return scores.masked_fill(mask == 0, -1e9)\n")}),
+    Variant("ok_tril_finfo_min", {**mask("    return torch.tril(torch.ones(n, n, device=device)).bool()\n"),
+                                  **apply("    return scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)\n")}),
     Variant("ok_arange_where", {**mask("    i = torch.arange(n, device=device)\n    return i[None, :] <= i[:, None]\n"),
                                 **apply("    return torch.where(mask, scores, torch.tensor(float('-inf'), dtype=scores.dtype))\n"),
                                 **att("""    q = torch.einsum("...nd,de->...ne", x, w_q)

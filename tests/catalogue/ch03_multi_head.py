@@ -134,6 +134,74 @@ BUGS = [
     Variant("bias_default_false", attn(ATT_OK.replace("def __init__(self, d, h, bias=True):",
                                                       "def __init__(self, d, h, bias=False):")),
             lose=("test_causal_self_attention",), words=("bias 的默认值不是 True",), breaks=("mha-bias-default",)),
+    # a second way to break each rule that had one breaking case
+    Variant("split_permute_d_k_before_n", split("    return x.view(B, N, h, d // h).permute(0, 2, 3, 1)\n"),
+            lose=("test_split_heads",), words=("(B, h, d_k, N)",), breaks=("split-shape",)),
+    Variant("merge_flatten_from_1", merge("    return x.transpose(1, 2).flatten(1)\n"),
+            lose=("test_merge_heads",), words=("flatten",), breaks=("merge-shape",)),
+    Variant("merge_permute_view", merge("    return x.permute(0, 2, 1, 3).view(B, N, h * d_k)\n"),
+            lose=("test_merge_heads",), words=("contiguous",), breaks=("merge-noncontiguous",)),
+    Variant("split_into_d_k_heads", attn(ATT_OK.replace(
+        "split_heads(q, self.h), split_heads(k, self.h), split_heads(v, self.h)",
+        "split_heads(q, self.d_k), split_heads(k, self.d_k), split_heads(v, self.d_k)")),
+            lose=("test_causal_self_attention",), words=("d_k 个头",), breaks=("mha-split",)),
+    Variant("inline_merge_swaps_n_and_d_k", attn(ATT_OK.replace("self.proj(merge_heads(w @ v))",
+                                                                "self.proj((w @ v).transpose(-2, -1).reshape(B, N, d))")),
+            lose=("test_causal_self_attention",), words=("N 和 d_k",), breaks=("mha-merge",)),
+    Variant("scale_d_k_not_sqrt", attn(ATT_OK.replace("/ math.sqrt(self.d_k)", "/ self.d_k")),
+            lose=("test_causal_self_attention",), words=("除的是 d_k",), breaks=("mha-scale",)),
+    Variant("proj_weight_not_transposed", attn(ATT_OK.replace(
+        "return self.proj(merge_heads(w @ v))", "return merge_heads(w @ v) @ self.proj.weight + self.proj.bias")),
+            lose=("test_causal_self_attention",), words=("转置",), breaks=("mha-proj",)),
+    Variant("qkv_split_per_head", attn(ATT_OK.replace(
+        "        q, k, v = self.qkv(x).chunk(3, dim=-1)\n"
+        "        q, k, v = split_heads(q, self.h), split_heads(k, self.h), split_heads(v, self.h)\n",
+        "        qkv = self.qkv(x).view(B, N, self.h, 3 * self.d_k)        # each head's q, k, v side by side\n"
+        "        q, k, v = (a.transpose(1, 2) for a in qkv.chunk(3, dim=-1))  # (B, h, N, d_k) each\n")),
+            lose=("test_causal_self_attention",), words=("按头",), breaks=("mha-qkv-order",)),
+    Variant("valueerror_in_forward", attn(ATT_OK.replace(
+        '        if d % h != 0:\n            raise ValueError(f"d={d} must be divisible by h={h}")\n', "").replace(
+        "        B, N, d = x.shape\n",
+        "        B, N, d = x.shape\n        if d % self.h != 0:\n"
+        '            raise ValueError(f"d={d} must be divisible by h={self.h}")\n')),
+            lose=("test_causal_self_attention",), words=("没有抛出异常",), breaks=("mha-valueerror",)),
+    Variant("valueerror_gives_only_d", attn(ATT_OK.replace(
+        'raise ValueError(f"d={d} must be divisible by h={h}")',
+        'raise ValueError(f"d={d} is not divisible by the number of heads")')),
+            lose=("test_causal_self_attention",), words=("d 和 h 的值",), breaks=("mha-error-values",)),
+    Variant("learnable_scale", attn(ATT_OK.replace(
+        "        self.proj = nn.Linear(d, d, bias=bias)\n",
+        "        self.proj = nn.Linear(d, d, bias=bias)\n"
+        "        self.scale = nn.Parameter(torch.tensor(self.d_k ** -0.5))   # 1/√d_k, learnable\n").replace(
+        "/ math.sqrt(self.d_k)", "* self.scale")),
+            lose=("test_causal_self_attention",), words=("别的参数",), breaks=("mha-param-count",)),
+    Variant("proj_bias_always", attn(ATT_OK.replace("nn.Linear(d, d, bias=bias)", "nn.Linear(d, d)")),
+            lose=("test_causal_self_attention",), words=("bias=False",), breaks=("mha-bias",)),
+    Variant("mask_buffer_1024", attn(INIT.replace(
+        "        self.proj = nn.Linear(d, d, bias=bias)\n",
+        "        self.proj = nn.Linear(d, d, bias=bias)\n"
+        '        self.register_buffer("causal", torch.tril(torch.ones(1024, 1024)).view(1, 1, 1024, 1024))\n')
+        + FORWARD.replace("~torch.ones(N, N, dtype=torch.bool).tril()", "self.causal[:, :, :N, :N] == 0")),
+            lose=("test_causal_self_attention",), words=("固定长度",), breaks=("mha-any-n",)),
+    Variant("mask_cached_at_first_length", attn(INIT.replace(
+        "        self.proj = nn.Linear(d, d, bias=bias)\n",
+        "        self.proj = nn.Linear(d, d, bias=bias)\n        self.mask = None\n")
+        + "        if self.mask is None:                     # built once, on the first call\n"
+          "            self.mask = torch.ones(N, N, dtype=torch.bool).tril()\n"
+        + FORWARD.replace("~torch.ones(N, N, dtype=torch.bool).tril()", "~self.mask[:N, :N]")),
+            lose=("test_causal_self_attention",), words=("固定长度",), breaks=("mha-any-n",)),
+    Variant("q_and_kv_projections", attn(ATT_OK.replace(
+        "        self.qkv = nn.Linear(d, 3 * d, bias=bias)\n",
+        "        self.q = nn.Linear(d, d, bias=bias)\n        self.kv = nn.Linear(d, 2 * d, bias=bias)\n").replace(
+        "q, k, v = self.qkv(x).chunk(3, dim=-1)", "q, (k, v) = self.q(x), self.kv(x).chunk(2, dim=-1)")),
+            lose=("test_causal_self_attention",), words=("不止一个 nn.Linear",), breaks=("mha-qkv-fused",)),
+    Variant("softmax_over_heads", attn(ATT_OK.replace("torch.softmax(s, dim=-1)", "torch.softmax(s, dim=1)")),
+            lose=("test_causal_self_attention",), words=("dim=1",), breaks=("mha-softmax-dim",)),
+    Variant("forward_returns_heads", attn(ATT_OK.replace("return self.proj(merge_heads(w @ v))", "return w @ v")),
+            lose=("test_causal_self_attention",), words=("(B, h, N, d_k)",), breaks=("mha-forward-shape",)),
+    Variant("bias_default_none", attn(ATT_OK.replace("def __init__(self, d, h, bias=True):",
+                                                     "def __init__(self, d, h, bias=None):")),
+            lose=("test_causal_self_attention",), words=("bias 的默认值不是 True",), breaks=("mha-bias-default",)),
 ]
 
 CORRECT = [

@@ -236,7 +236,7 @@ CORRECT = [
     pe[:, 1::2] = torch.cos(position * div_term)
     return pe
 """),
-        **freq("    return 1.0 / (base ** (torch.arange(0, d, 2).float() / d))\n"),
+        **freq("    return 1.0 / (base ** (torch.arange(0, d, 2).double() / d))\n"),
         **rope("""    xf = x.float()                                   # multiplied in float32, cast back
     ang = positions.double()[:, None] * rope_frequencies(x.shape[-1], base).double()   # angles in float64
     c, s = ang.cos().float(), ang.sin().float()
@@ -253,7 +253,7 @@ CORRECT = [
     ang = torch.einsum("p,i->pi", torch.arange(n, dtype=torch.float32), inv)
     return torch.stack((ang.sin(), ang.cos()), dim=-1).flatten(1)
 """),
-        **freq("    return torch.pow(base, -torch.arange(0, d, 2).float() / d)\n"),
+        **freq("    return torch.pow(base, -torch.arange(0, d, 2).double() / d)\n"),
         **rope("""    d = x.shape[-1]
     freqs = positions.to(torch.float64)[:, None] * rope_frequencies(d, base).to(torch.float64)
     cos = freqs.cos().to(x.dtype).repeat_interleave(2, dim=-1)
@@ -273,9 +273,9 @@ CORRECT = [
         pe[:, i + 1] = np.cos(np.arange(n) / np.power(base, i / d))
     return torch.from_numpy(pe).float()
 """),
-        **freq("    return torch.tensor([base ** (-2 * i / d) for i in range(d // 2)])\n"),
+        **freq("    return torch.tensor([base ** (-2 * i / d) for i in range(d // 2)], dtype=torch.float64)\n"),
         **rope("""    out = x.clone()
-    theta = rope_frequencies(x.shape[-1], base)      # float32 constants from exercise 2
+    theta = rope_frequencies(x.shape[-1], base)      # float64 constants from exercise 2
     for i in range(x.shape[-1] // 2):
         ang = positions.double() * theta[i].double()      # the angle in float64
         c, s = torch.cos(ang).to(x.dtype), torch.sin(ang).to(x.dtype)
@@ -342,3 +342,98 @@ def check_widget(target, text):
     assert values == ["2", "5"], values
     assert positions.score_text(ref_rope, (1.0, 0.25), (0.4, 0.9), 2, 5) in text, text
     assert target.locator("img").count() >= 1
+
+# a second way to break each rule (issue 49)
+BUGS += [
+    # sinusoidal_encoding
+    Variant("sin_batch_dim_added", sin(SIN_OK.replace("    return pe\n", "    return pe.unsqueeze(0)              # (1, n, d), ready to add\n")),
+            lose=("test_sinusoidal",), words=("(n, d)",), breaks=("sin-shape",)),
+    Variant("sin_loop_from_1", sin("""    if d % 2:
+        raise ValueError("d must be even")
+    pe = torch.zeros(n, d)
+    for pos in range(1, n + 1):
+        for i in range(0, d, 2):
+            pe[pos - 1, i] = math.sin(pos / base ** (i / d))
+            pe[pos - 1, i + 1] = math.cos(pos / base ** (i / d))
+    return pe
+"""), lose=("test_sinusoidal",), words=("位置从 1 开始",), breaks=("sin-from-zero",)),
+    Variant("sin_exponent_4i", sin(SIN_OK.replace("base ** (-torch.arange(0, d, 2) / d)", "base ** (-2 * torch.arange(0, d, 2) / d)")),
+            lose=("test_sinusoidal",), words=("2i",), breaks=("sin-formula",)),
+    Variant("sin_cos_first_stacked", sin("""    if d % 2:
+        raise ValueError("d must be even")
+    ang = torch.arange(n)[:, None] * base ** (-torch.arange(0, d, 2) / d)
+    return torch.stack([ang.cos(), ang.sin()], dim=-1).reshape(n, d)
+"""), lose=("test_sinusoidal",), words=("sin 和 cos 放反了",), breaks=("sin-even-is-sin",)),
+    Variant("sin_stacked_on_dim_1", sin("""    if d % 2:
+        raise ValueError("d must be even")
+    ang = torch.arange(n)[:, None] * base ** (-torch.arange(0, d, 2) / d)
+    return torch.stack([ang.sin(), ang.cos()], dim=1).reshape(n, d)
+"""), lose=("test_sinusoidal",), words=("交错",), breaks=("sin-interleaved",)),
+    Variant("sin_assert_even", sin(SIN_OK.replace('    if d % 2:\n        raise ValueError("d must be even")\n',
+                                                  '    assert d % 2 == 0, "d must be even"\n')),
+            lose=("test_sinusoidal",), words=("ValueError",), breaks=("sin-odd-raises",)),
+    # rope_frequencies
+    Variant("freq_row_vector", freq("    return (base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d))[None, :]\n"),
+            lose=("test_rope_frequencies",), words=("(d/2,)",), breaks=("freq-shape",), said=KEPT),
+    Variant("freq_exponent_4i", freq("    return base ** (-2 * torch.arange(0, d, 2, dtype=torch.float64) / d)\n"),
+            lose=("test_rope_frequencies",), words=("2i",), breaks=("freq-formula",), said=KEPT),
+    # apply_rope
+    Variant("rope_colon_not_ellipsis", rope(ROPE_OK.replace("x[..., 0::2], x[..., 1::2]", "x[:, 0::2], x[:, 1::2]")),
+            lose=("test_apply_rope",), words=("x[..., 0::2]",), breaks=("rope-batch-dims",)),
+    Variant("rope_positions_not_outer", rope(ROPE_OK.replace("positions.double()[:, None] * theta", "positions.double() * theta")),
+            lose=("test_apply_rope",), words=("positions[:, None]",), breaks=("rope-positions",)),
+    Variant("rope_positions_truncated", rope(ROPE_OK.replace("positions.double()", "positions.long().double()")),
+            lose=("test_apply_rope",), words=("浮点",), breaks=("rope-float-positions",)),
+    Variant("rope_cat_tables", rope("""    theta = rope_frequencies(x.shape[-1], base).double()
+    ang = positions.double()[:, None] * theta
+    cos = torch.cat([ang.cos(), ang.cos()], dim=-1).to(x.dtype)      # tables as in rotate-half code
+    sin = torch.cat([ang.sin(), ang.sin()], dim=-1).to(x.dtype)
+    rotated = torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
+    return x * cos + rotated * sin
+"""), lose=("test_apply_rope",), words=("repeat_interleave",), breaks=("rope-adjacent",)),
+    Variant("rope_pairs_back_as_halves", rope(ROPE_OK.replace("dim=-1).flatten(-2)", "dim=-2).flatten(-2)")),
+            lose=("test_apply_rope",), words=("2i", "2i+1"), breaks=("rope-adjacent",)),
+    Variant("rope_second_row_sign", rope(ROPE_OK.replace("a * sin + b * cos", "a * sin - b * cos")),
+            lose=("test_apply_rope",), words=("[[cos, −sin], [sin, cos]]",), breaks=("rope-rotation",)),
+    Variant("rope_batch_merged", rope(ROPE_OK.replace(".flatten(-2)", ".reshape(-1, x.shape[-1])")),
+            lose=("test_apply_rope",), words=("形状",), breaks=("rope-shape",)),
+    Variant("rope_float32_math_returned", rope("""    xf = x.float()
+    ang = positions.double()[:, None] * rope_frequencies(x.shape[-1], base).double()
+    c, s = ang.cos().float(), ang.sin().float()
+    a, b = xf[..., 0::2], xf[..., 1::2]
+    return torch.stack([a * c - b * s, a * s + b * c], dim=-1).flatten(-2)
+"""), lose=("test_apply_rope",), words=("没有保持 x 的 dtype",), breaks=("rope-dtype",)),
+    Variant("rope_pair_assignment_in_place", rope("""    ang = positions.double()[:, None] * rope_frequencies(x.shape[-1], base).double()
+    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    a, b = x[..., 0::2], x[..., 1::2]
+    x[..., 0::2], x[..., 1::2] = a * cos - b * sin, a * sin + b * cos
+    return x
+"""), lose=("test_apply_rope",), words=("改写了传入的 x",), breaks=("rope-new-tensor",),
+            said={"test_permutation": ("用正确的 apply_rope 代替你的之后，这一题是对的", "练习 3 还需要修改")}),
+    Variant("rope_complex64_freqs_cis", rope("""    d = x.shape[-1]
+    freqs = torch.outer(positions.float(), rope_frequencies(d, base).float())      # as in Meta's reference code
+    freqs_cis = torch.polar(torch.ones_like(freqs), freqs)                      # complex64
+    xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2).contiguous())
+    return torch.view_as_real(xc * freqs_cis).flatten(-2).to(x.dtype)
+"""), lose=("test_apply_rope",), words=("float64",), breaks=("rope-float64-angles",)),
+    # is_permutation_equivariant
+    Variant("perm_numpy_bool", perm("    import numpy as np\n"
+                                    "    return np.all((f(x[..., perm, :]) - f(x)[..., perm, :]).abs().numpy() <= atol)\n"),
+            lose=("test_permutation",), words=("Python 的 bool",), breaks=("perm-python-bool",)),
+    Variant("perm_default_atol_numpy", {"permutation": "def is_permutation_equivariant(f, x, perm, atol=1e-8):\n" + PERM_OK},
+            lose=("test_permutation",), words=("atol 的默认值不是 1e-5",), breaks=("perm-default-atol",)),
+    Variant("perm_feature_dim", perm("    return bool(((f(x[..., perm]) - f(x)[..., perm]).abs() <= atol).all())\n"),
+            lose=("test_permutation",), words=("倒数第二维",), breaks=("perm-token-dim",)),
+    Variant("perm_elementwise_equal", perm("    return bool((f(x[..., perm, :]) == f(x)[..., perm, :]).all())\n"),
+            lose=("test_permutation",), words=("精确相等",), breaks=("perm-not-bitwise",)),
+    Variant("perm_argsort_on_input", perm(PERM_OK.replace("f(x[..., perm, :])", "f(x[..., torch.argsort(perm), :])")),
+            lose=("test_permutation",), words=("逆置换",), breaks=("perm-compare",)),
+]
+
+# the frequencies are float64 (a rule since the statement says which dtype rope_frequencies returns)
+BUGS += [
+    Variant("freq_float32", freq("    return (base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)).float()\n"),
+            lose=("test_rope_frequencies",), words=("float64",), breaks=("freq-float64",), said=KEPT),
+    Variant("freq_default_dtype", freq("    return base ** (-torch.arange(0, d, 2) / d)\n"),
+            lose=("test_rope_frequencies",), words=("float64", "torch.arange"), breaks=("freq-float64",), said=KEPT),
+]

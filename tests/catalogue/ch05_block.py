@@ -6,7 +6,7 @@ from harness import Variant
 
 LN_HEAD = "def layer_norm(x, weight, bias, eps=1e-5):\n"
 FFN_HEAD = "class FeedForward(nn.Module):\n    def __init__(self, d, hidden=None):\n        super().__init__()\n"
-BLOCK_HEAD = ("from helpers.ch05_block.block_attention import CausalAttention\n\n"
+BLOCK_HEAD = ("from block_attention import CausalAttention\n\n"
               "class Block(nn.Module):\n    def __init__(self, d, h):\n        super().__init__()\n")
 PARAMS_HEAD = "def block_params(d):\n"
 
@@ -112,10 +112,10 @@ BUGS = [
                                .replace("nn.Linear(hidden, d)", "nn.Linear(hidden, d, bias=False)")),
             lose=("test_feedforward",), words=("bias",), breaks=("ffn-bias",)),
     Variant("ffn_hidden_ignored", ffn(FFN_INIT.replace("hidden = 4 * d if hidden is None else hidden", "hidden = 4 * d")),
-            lose=("test_feedforward",), words=("忽略了参数 hidden",), breaks=("ffn-hidden-arg",)),
+            lose=("test_feedforward",), words=("隐藏层宽度不等于 hidden",), breaks=("ffn-hidden-arg",)),
     Variant("ffn_attribute_names", ffn(FFN_INIT.replace("self.fc", "self.c_fc").replace("self.proj", "self.c_proj"),
                                        "        return self.c_proj(self.act(self.c_fc(x)))\n"),
-            lose=("test_feedforward",), words=("属性名不对", "self.fc"), breaks=("ffn-attributes",)),
+            lose=("test_feedforward",), words=("不在题目给的属性名下", "fc"), breaks=("ffn-attributes",)),
     Variant("ffn_gelu_after_proj", ffn(FFN_INIT, "        return self.act(self.proj(self.fc(x)))\n"),
             lose=("test_feedforward",), words=("GELU 放在了 proj 之后",), breaks=("ffn-order",)),
     Variant("ffn_assumes_3d", ffn(FFN_INIT, "        B, N, _ = x.shape\n"
@@ -265,4 +265,85 @@ CORRECT += [
         **block("        h = torch.add(x, self.attn(self.ln1(x)))\n"
                 "        out = torch.add(h, self.ffn(self.ln2(h)))\n"
                 "        return out\n", BLOCK_INIT.replace("FeedForward(d)", "FeedForward(d, 4 * d)"))}),
+]
+
+# A second way to break each rule that had one breaking case, written the way students write them.
+BUGS += [
+    Variant("ffn_hidden_hard_coded_3072", ffn(FFN_INIT.replace("hidden = 4 * d if hidden is None else hidden",
+                                                               "hidden = 3072 if hidden is None else hidden   # GPT-2: 4 * 768")),
+            lose=("test_feedforward",), words=("隐藏层宽度不是 4d", "3072"), breaks=("ffn-hidden-default",)),
+    Variant("ffn_hidden_as_multiplier", ffn(FFN_INIT.replace("hidden = 4 * d if hidden is None else hidden",
+                                                             "hidden = (hidden or 4) * d                  # hidden: the width factor")),
+            lose=("test_feedforward",), words=("hidden",), breaks=("ffn-hidden-arg",)),
+    Variant("ffn_layers_in_sequential", ffn("        hidden = 4 * d if hidden is None else hidden\n"
+                                            "        self.net = nn.Sequential(nn.Linear(d, hidden), nn.GELU(), nn.Linear(hidden, d))\n",
+                                            "        return self.net(x)\n"),
+            lose=("test_feedforward",), words=("不在题目给的属性名下",), breaks=("ffn-attributes",)),
+    Variant("ffn_proj_without_bias", ffn(FFN_INIT.replace("nn.Linear(hidden, d)", "nn.Linear(hidden, d, bias=False)")),
+            lose=("test_feedforward",), words=("bias",), breaks=("ffn-bias",)),
+    Variant("ffn_quick_gelu", ffn(FFN_INIT.replace("        self.act = nn.GELU()\n", ""),
+                                  "        h = self.fc(x)\n        return self.proj(h * torch.sigmoid(1.702 * h))   # GELU, quickly\n"),
+            lose=("test_feedforward",), words=("1.702",), breaks=("ffn-gelu",)),
+    Variant("ffn_flattens_two_dims", ffn(FFN_INIT, "        h = self.act(self.fc(x.flatten(0, 1)))          # (B*N, hidden)\n"
+                                                   "        return self.proj(h).view(x.shape)\n"),
+            lose=("test_feedforward",), words=("任意多维",), breaks=("ffn-any-shape",)),
+    Variant("ffn_residual_in_place", ffn(FFN_INIT, "        x += self.proj(self.act(self.fc(x)))\n        return x\n"),
+            lose=("test_feedforward",), words=("残差属于 Block",), breaks=("ffn-no-residual",)),
+    Variant("ln_default_eps_1e12", {"layer_norm": "def layer_norm(x, weight, bias, eps=1e-12):\n"
+                                                  "    mu = x.mean(-1, keepdim=True)\n"
+                                                  "    var = ((x - mu) ** 2).mean(-1, keepdim=True)\n"
+                                                  "    return (x - mu) / torch.sqrt(var + eps) * weight + bias\n"},
+            lose=("test_layer_norm",), words=("eps 的默认值不是 1e-5",), breaks=("ln-default-eps",)),
+    Variant("ln_returns_rows", ln("    rows = x.reshape(-1, x.shape[-1])               # (tokens, d)\n"
+                                  "    mu = rows.mean(-1, keepdim=True)\n"
+                                  "    var = ((rows - mu) ** 2).mean(-1, keepdim=True)\n"
+                                  "    return (rows - mu) / torch.sqrt(var + eps) * weight + bias\n"),
+            lose=("test_layer_norm",), words=("形状",), breaks=("ln-any-shape",)),
+    Variant("ln_over_positions", ln("    mu = x.mean(-2, keepdim=True)\n"
+                                    "    var = ((x - mu) ** 2).mean(-2, keepdim=True)\n"
+                                    "    return (x - mu) / torch.sqrt(var + eps) * weight + bias\n"),
+            lose=("test_layer_norm",), words=("dim=-1",), breaks=("ln-last-dim",)),
+    Variant("ln_unbiased_std", ln("    mu = x.mean(-1, keepdim=True)\n"
+                                  "    sd = x.std(-1, keepdim=True)\n"
+                                  "    return (x - mu) / torch.sqrt(sd ** 2 + eps) * weight + bias\n"),
+            lose=("test_layer_norm",), words=("无偏",), breaks=("ln-biased",)),
+    Variant("ln_var_without_keepdim", ln("    mu = x.mean(-1, keepdim=True)\n"
+                                         "    var = ((x - mu) ** 2).mean(-1)\n"
+                                         "    return (x - mu) / torch.sqrt(var + eps) * weight + bias\n"),
+            lose=("test_layer_norm",), words=("keepdim=True",), breaks=("ln-keepdim",)),
+    Variant("ln_bias_before_weight", ln("    mu = x.mean(-1, keepdim=True)\n"
+                                        "    var = ((x - mu) ** 2).mean(-1, keepdim=True)\n"
+                                        "    return ((x - mu) / torch.sqrt(var + eps) + bias) * weight\n"),
+            lose=("test_layer_norm",), words=("bias",), breaks=("ln-weight-bias",)),
+    Variant("ln_float64_not_cast_back", ln("    x = x.double()                                  # more precision\n"
+                                           "    mu = x.mean(-1, keepdim=True)\n"
+                                           "    var = ((x - mu) ** 2).mean(-1, keepdim=True)\n"
+                                           "    return (x - mu) / torch.sqrt(var + eps) * weight + bias\n"),
+            lose=("test_layer_norm",), words=("dtype",), breaks=("ln-dtype",)),
+    Variant("ln_eps_added_after_division", ln("    mu = x.mean(-1, keepdim=True)\n"
+                                              "    var = ((x - mu) ** 2).mean(-1, keepdim=True)\n"
+                                              "    return ((x - mu) / torch.sqrt(var) + eps) * weight + bias\n"),
+            lose=("test_layer_norm",), words=("eps",), breaks=("ln-eps-inside",)),
+    Variant("ln_sub_in_place_chain", ln("    var = x.var(-1, unbiased=False, keepdim=True)\n"
+                                        "    x.sub_(x.mean(-1, keepdim=True)).div_(torch.sqrt(var + eps))\n"
+                                        "    return x * weight + bias\n"),
+            lose=("test_layer_norm",), words=("原地修改了传入的 x",), breaks=("ln-no-in-place",)),
+    Variant("ln_rms_norm_of_centred", ln("    xc = x - x.mean(-1, keepdim=True)\n"
+                                         "    return F.rms_norm(xc, xc.shape[-1:], weight, eps) + bias   # RMS of xc = std\n"),
+            lose=("test_layer_norm",), words=("从零实现", "rms_norm"), breaks=("ln-basic-ops",)),
+    Variant("ln_builds_layernorm_module", ln("    ln = nn.LayerNorm(x.shape[-1], eps=eps).to(x.dtype)\n"
+                                             "    with torch.no_grad():\n"
+                                             "        ln.weight.copy_(weight)\n"
+                                             "        ln.bias.copy_(bias)\n"
+                                             "    return ln(x)\n"),
+            lose=("test_layer_norm",), words=("从零实现", "layer_norm"), breaks=("ln-no-library",)),
+    Variant("block_add_in_place", block("        x.add_(self.attn(self.ln1(x)))\n"
+                                        "        return x.add_(self.ffn(self.ln2(x)))\n"),
+            lose=("test_block",), words=("原地修改了传入的 x",), breaks=("block-no-in-place",)),
+    Variant("params_no_ffn_bias", {"block_params": PARAMS_HEAD + "    return 12 * d * d + 4 * d + 4 * d   # weights, attention biases, norms\n"},
+            lose=("test_block_params",), words=("FFN 的 bias",), breaks=("params-count",)),
+    Variant("params_counts_linear_modules", {"block_params": PARAMS_HEAD + (
+        "    parts = [nn.Linear(d, 3 * d), nn.Linear(d, d), nn.Linear(d, 4 * d), nn.Linear(4 * d, d)]\n"
+        "    return sum(p.numel() for m in parts for p in m.parameters()) + 4 * d\n")},
+            lose=("test_block_params",), words=("公式",), breaks=("params-formula",)),
 ]

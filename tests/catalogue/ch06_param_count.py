@@ -252,3 +252,77 @@ CORRECT += [
         **llama(LLAMA_OK, "def llama_params(n_layer, d, vocab_size, d_ff=None, tied=False):\n"
                           "    d_ff = d_ff or 256 * ((int(8 * d / 3) + 255) // 256)\n")}),
 ]
+
+# a second way to break each rule (issue 49): the count goes wrong somewhere else, or the same mistake is written
+# another way
+BUGS += [
+    Variant("approx_L_squared", approx("    return 12 * n_layer ** 2 * d\n"),
+            lose=("test_approx",), words=("12·L²·d",), breaks=("approx-formula",)),
+    Variant("approx_tensor", approx("    return torch.tensor(12 * n_layer * d * d)\n"),
+            lose=("test_approx",), words=("张量", "整数"), breaks=("approx-int",)),
+    Variant("gpt2_wpe_dropped_when_tied", gpt2(GPT2_OK.replace("    wpe = n_ctx * d\n",
+                                                               "    wpe = 0 if tied else n_ctx * d          # shared too?\n")),
+            lose=("test_gpt2_params",), words=("wpe",), breaks=("gpt2-wpe",)),
+    Variant("gpt2_tied_inverted", gpt2(GPT2_OK.replace("0 if tied else vocab_size * d", "vocab_size * d if tied else 0")),
+            lose=("test_gpt2_params",), words=("只算一次",), breaks=("gpt2-tied",)),
+    Variant("gpt2_c_attn_bias_d", gpt2(GPT2_OK.replace("(3 * d * d + 3 * d)", "(3 * d * d + d)")),
+            lose=("test_gpt2_params",), words=("c_attn", "3d"), breaks=("gpt2-biases",)),
+    Variant("gpt2_wte_only_untied", gpt2(GPT2_OK.replace("    wte = vocab_size * d\n",
+                                                         "    wte = 0 if tied else vocab_size * d     # tied: it is lm_head's\n")),
+            lose=("test_gpt2_params",), words=("漏了词嵌入 wte",), breaks=("gpt2-wte",)),
+    Variant("gpt2_layernorm_no_parameters", gpt2(GPT2_OK.replace("block = 2 * d +", "block =")
+                                                 .replace("+ 2 * d + (4 * d * d + 4 * d)", "+ (4 * d * d + 4 * d)")
+                                                 .replace("ln_f = 2 * d", "ln_f = 0")),
+            lose=("test_gpt2_params",), words=("漏了 LayerNorm",), breaks=("gpt2-ln-weight-bias",)),
+    Variant("gpt2_c_attn_as_d_by_d", gpt2(GPT2_OK.replace("(3 * d * d + 3 * d)", "(d * d + 3 * d)")),
+            lose=("test_gpt2_params",), words=("c_attn", "3d²"), breaks=("gpt2-attn",)),
+    Variant("gpt2_norms_once", gpt2(GPT2_OK.replace("block = 2 * d +", "block =")
+                                    .replace("+ 2 * d + (4 * d * d + 4 * d)", "+ (4 * d * d + 4 * d)")
+                                    .replace("ln_f = 2 * d", "ln_f = 3 * (2 * d)              # ln_1, ln_2, ln_f")),
+            lose=("test_gpt2_params",), words=("每个块",), breaks=("gpt2-ln2",)),
+    Variant("gpt2_bias_sized_by_input", gpt2(GPT2_OK.replace("(4 * d * d + d)", "(4 * d * d + 4 * d)")),
+            lose=("test_gpt2_params",), words=("每个输出",), breaks=("gpt2-mlp",)),
+    Variant("gpt2_ln_f_per_block", gpt2(GPT2_OK.replace("(4 * d * d + d)\n", "(4 * d * d + d) + 2 * d\n")
+                                        .replace("    ln_f = 2 * d\n", "    ln_f = 0                             # counted in each block\n")),
+            lose=("test_gpt2_params",), words=("ln_f", "一次"), breaks=("gpt2-ln-f",)),
+    Variant("gpt2_tied_head_bias", gpt2(GPT2_OK.replace("0 if tied else vocab_size * d",
+                                                        "vocab_size if tied else vocab_size * d + vocab_size")),
+            lose=("test_gpt2_params",), words=("lm_head", "没有偏置"), breaks=("gpt2-head-no-bias",)),
+    Variant("gpt2_zero_layers_empty", gpt2("    if n_layer == 0:\n        return 0\n" + GPT2_OK),
+            lose=("test_gpt2_params",), words=("n_layer = 0",), breaks=("gpt2-zero-layers",)),
+    Variant("gpt2_model_card_string", gpt2(GPT2_OK.replace("    return wte + wpe + n_layer * block + ln_f + head\n",
+                                                           "    return f'{(wte + wpe + n_layer * block + ln_f + head) / 1e6:.1f}M'\n")),
+            lose=("test_gpt2_params",), words=("字符串", "整数"), breaks=("gpt2-int",)),
+    Variant("gpt2_default_none", gpt2(GPT2_OK.replace("0 if tied else", "0 if tied is True else"),
+                                      "def gpt2_params(n_layer, d, vocab_size, n_ctx, tied=None):\n"),
+            lose=("test_gpt2_params",), words=("tied 的默认值应当是 True",), breaks=("gpt2-default-tied",)),
+    Variant("llama_rope_counted", llama(LLAMA_OK.replace("3 * d * d_ff", "3 * d * d_ff + d // 2        # RoPE's θ")),
+            lose=("test_llama_params",), words=("RoPE",), breaks=("llama-exact",)),
+    Variant("llama_tensor", llama(LLAMA_OK.replace("return vocab_size * d", "return torch.tensor(vocab_size) * d")),
+            lose=("test_llama_params",), words=("张量", "整数"), breaks=("llama-int",)),
+    Variant("llama_embedding_only_untied", llama(LLAMA_OK.replace("    head = 0 if tied else vocab_size * d\n",
+                                                                  "    head = 0 if tied else 2 * vocab_size * d\n")
+                                                 .replace("return vocab_size * d + n_layer", "return n_layer")),
+            lose=("test_llama_params",), words=("漏了词嵌入",), breaks=("llama-embedding",)),
+    Variant("llama_no_norms", llama(LLAMA_OK.replace("block = d + 4 * d * d + d", "block = 4 * d * d")
+                                    .replace("n_layer * block + d", "n_layer * block")),
+            lose=("test_llama_params",), words=("漏了 RMSNorm",), breaks=("llama-norm-weight-only",)),
+    Variant("llama_norms_once", llama(LLAMA_OK.replace("block = d + 4 * d * d + d", "block = 4 * d * d")
+                                      .replace("n_layer * block + d", "n_layer * block + 3 * d")),
+            lose=("test_llama_params",), words=("每个块",), breaks=("llama-norm2",)),
+    Variant("llama_ffn_8d2", llama(LLAMA_OK.replace("3 * d * d_ff", "8 * d * d")),
+            lose=("test_llama_params",), words=("8d²", "d_ff"), breaks=("llama-ffn",)),
+    Variant("llama_final_norm_per_block", llama(LLAMA_OK.replace("block = d + 4 * d * d + d", "block = d + 4 * d * d + d + d")
+                                                .replace("n_layer * block + d", "n_layer * block")),
+            lose=("test_llama_params",), words=("最后的 RMSNorm", "一次"), breaks=("llama-final-norm",)),
+    Variant("llama_tied_output_bias", llama(LLAMA_OK.replace("0 if tied else vocab_size * d",
+                                                             "vocab_size if tied else vocab_size * d + vocab_size")),
+            lose=("test_llama_params",), words=("输出层", "没有偏置"), breaks=("llama-head-no-bias",)),
+    Variant("llama_always_tied", llama(LLAMA_OK.replace("0 if tied else vocab_size * d", "0")),
+            lose=("test_llama_params",), words=("tied=False",), breaks=("llama-tied",)),
+    Variant("llama_default_none", llama(LLAMA_OK.replace("0 if tied else", "0 if tied in (True, None) else"),
+                                        head=LLAMA_HEAD.replace("tied=False", "tied=None")),
+            lose=("test_llama_params",), words=("默认值",), breaks=("llama-default-untied",)),
+    Variant("llama_attn_with_o_bias", llama(LLAMA_OK.replace("4 * d * d", "4 * d * d + d")),
+            lose=("test_llama_params",), words=("偏置",), breaks=("llama-attn",)),
+]

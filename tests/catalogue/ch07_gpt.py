@@ -22,6 +22,14 @@ sys.modules.setdefault("__course__", types.ModuleType("__course__"))
 
 edit = solution_editor("ch07_gpt")
 
+# lines of the model solution the wrong answers below edit
+STEP_FIRST = "    optimizer.zero_grad(set_to_none=True)\n"
+CLIP = "    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=plan.grad_clip)\n"
+BACKWARD = "    batch_loss.backward()                                          # the gradient of every parameter\n"
+GROUPS = '    for group in optimizer.param_groups:\n        group["lr"] = rate\n'
+EVAL_MODE = "    model.train(False)                                             # eval mode: dropout is off\n"
+EVAL_NO_GRAD = "    with torch.inference_mode():                                   # nothing kept for a backward pass\n"
+
 
 MANUAL_ATTENTION = """mask = torch.ones(T, T).tril(diagonal=DIAG).bool()
         scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
@@ -48,7 +56,7 @@ BUGS = [
                                                        "torch.randint(len(data) - block_size + 1,")),
             breaks=('batch-start-range',), lose=("test_get_batch",), words=("起点可能越界",)),
     # GPT
-    Variant("gpt_untied_head", edit("gpt", ("        self.lm_head.weight = self.wte.weight                          # tied: one matrix, two jobs\n", "")),
+    Variant("gpt_untied_head", edit("gpt", ("        self.wte.weight = self.lm_head.weight                          # tied: one matrix, two jobs\n", "")),
             breaks=('gpt-tied',), lose=("test_gpt",), words=("没有与词嵌入共享权重",)),
     Variant("gpt_sees_next_token", edit("gpt", (SDPA, MANUAL_ATTENTION.replace("DIAG", "1").replace("FILL", 'float("-inf")'))),
             breaks=('gpt-attn-causal',), lose=("test_gpt_causal",), words=("看到了位置 i+1",)),
@@ -161,7 +169,7 @@ STRING_TOKENIZER = """class CharTokenizer:
 """
 
 # Correct answers as people write them: nanoGPT's registered mask buffer and in-place top-k, windows from
-# unfold, separate q/k/v projections with a float32 scale constant, a top-k threshold taken with min().
+# unfold, chunk instead of split and einsum with a float32 scale constant, a top-k threshold taken with min().
 CORRECT += [
     Variant("ok_nanogpt_style", {
         "tokenizer": NANOGPT_TOKENIZER,
@@ -184,7 +192,7 @@ CORRECT += [
                             "v, _ = torch.topk(logits, min(top_k, logits.size(-1)))\n"
                             "            logits[logits < v[:, [-1]]] = -float('Inf')")),
     }),
-    Variant("ok_separate_projections_float32_scale", {
+    Variant("ok_chunk_einsum_float32_scale", {
         "tokenizer": STRING_TOKENIZER,
         "get_batch": """def get_batch(data, block_size, batch_size, generator=None):
     ix = torch.randint(high=len(data) - block_size, size=(batch_size,), generator=generator)
@@ -192,18 +200,15 @@ CORRECT += [
     chunk = data[rows]
     return chunk[:, :block_size].long(), chunk[:, 1:].long()
 """,
-        **edit("gpt", ("self.c_attn = nn.Linear(config.d_model, 3 * config.d_model)   # W_Q, W_K, W_V side by side",
-                       "self.q_proj, self.k_proj, self.v_proj = (nn.Linear(config.d_model, config.d_model) "
-                       "for _ in range(3))"),
-               ("q, k, v = self.c_attn(x).split(d, dim=-1)                     # 3 × (B, T, d)",
-                "q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)"),
+        **edit("gpt", ("q, k, v = self.c_attn(x).split(d, dim=-1)                     # 3 × (B, T, d)",
+                "q, k, v = self.c_attn(x).chunk(3, dim=-1)"),
                (SDPA, "scale = torch.tensor(q.shape[-1]) ** -0.5               # a float32 constant\n"
                       "        s = torch.einsum('bhqc,bhkc->bhqk', q, k) * scale\n"
                       "        future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)\n"
                       "        w = F.dropout(s.masked_fill(future, float('-inf')).softmax(-1), self.dropout, self.training)\n"
                       "        y = torch.einsum('bhqk,bhkc->bhqc', w, v)"),
-               ("loss = cross_entropy(logits, targets)",
-                "loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), reduction='mean')")),
+               ("else cross_entropy(logits, targets)",
+                "else F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), reduction='mean')")),
         **edit("generate", ("kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]\n"
                             "            logits = logits.masked_fill(logits < kth, float(\"-inf\"))",
                             "kth = logits.topk(top_k, dim=-1).values.min(dim=-1, keepdim=True).values\n"
@@ -282,26 +287,23 @@ BUGS += [
                                              "    raise NotImplementedError()\n"},
             lose=("test_learning_rate",), words=("还没有实现",), said=GIVEN_LR),
     # train_step
-    Variant("step_no_zero_grad", edit("train_step", ("    optimizer.zero_grad(set_to_none=True)\n", "")),
+    Variant("step_no_zero_grad", edit("train_step", (STEP_FIRST, "")),
             breaks=('step-order',), lose=("test_train_step",), words=("梯度没有清零",)),
-    Variant("step_clip_after", edit("train_step", (
-        "    torch.nn.utils.clip_grad_norm_(model.parameters(), plan.grad_clip)\n    optimizer.step()\n",
-        "    optimizer.step()\n    torch.nn.utils.clip_grad_norm_(model.parameters(), plan.grad_clip)\n")),
+    Variant("step_clip_after", edit("train_step", (CLIP + "    optimizer.step()\n", "    optimizer.step()\n" + CLIP)),
             breaks=('step-order',), lose=("test_train_step",), words=("裁剪没有作用",)),
     Variant("step_lr_set_after_update", edit("train_step", (
-        "    lr = learning_rate(step, plan.max_steps, plan.warmup_steps, plan.lr, plan.min_lr)\n"
-        "    for group in optimizer.param_groups:\n        group[\"lr\"] = lr\n", ""), (
+        "    rate = learning_rate(step, plan.max_steps, plan.warmup_steps, plan.lr, plan.min_lr)\n"
+        "    for group in optimizer.param_groups:\n        group[\"lr\"] = rate\n", ""), (
         "    optimizer.step()\n",
         "    optimizer.step()\n    for group in optimizer.param_groups:                 # ready for the next step\n"
         "        group[\"lr\"] = learning_rate(step + 1, plan.max_steps, plan.warmup_steps, plan.lr, plan.min_lr)\n")),
             breaks=('step-order',), lose=("test_train_step",), words=("落后了一步",)),
-    Variant("step_targets_not_shifted", edit("train_step", ("loss = cross_entropy(logits, y)", "loss = cross_entropy(logits, x)")),
+    Variant("step_targets_not_shifted", edit("train_step", ("cross_entropy(logits, y)", "cross_entropy(logits, x)")),
             breaks=('step-loss',), lose=("test_train_step",), words=("拿 x 当目标",)),
     # evaluate
-    Variant("eval_train_mode", edit("evaluate", ("    model.eval()\n", "")),
+    Variant("eval_train_mode", edit("evaluate", (EVAL_MODE, "")),
             breaks=('eval-mode',), lose=("test_evaluate",), words=("训练模式",)),
-    Variant("eval_with_grad", edit("evaluate", ("    with torch.no_grad():                                          # nothing kept for a backward pass\n",
-                                                "    if True:\n")),
+    Variant("eval_with_grad", edit("evaluate", (EVAL_NO_GRAD, "    if True:\n")),
             breaks=('eval-no-grad',), lose=("test_evaluate",), words=("梯度是开着的",)),
     Variant("eval_forced_train", edit("evaluate", ("model.train(was_training)", "model.train()")),
             breaks=('eval-restore',), lose=("test_evaluate",), words=("一律 model.train()",)),
@@ -408,8 +410,7 @@ LR_HEAD = """    if step < warmup_steps:
     progress = (step - warmup_steps) / (max_steps - warmup_steps)
 """
 GIVEN_TOK = {"test_checkpoint": ("用正确的 CharTokenizer 代替你的之后，这一题是对的", "练习 1 还需要修改")}
-STEP_FIRST = "    optimizer.zero_grad(set_to_none=True)\n"
-CLIP = "    torch.nn.utils.clip_grad_norm_(model.parameters(), plan.grad_clip)\n"
+
 EVAL_LOSSES = "        losses = [cross_entropy(model(x)[0], y).item() for x, y in batches]\n"
 
 BUGS += [
@@ -437,7 +438,7 @@ BUGS += [
                                                            "torch.randint(len(data) - block_size - 1,")),
             breaks=("batch-every-start",), lose=("test_get_batch",), words=("最后一个合法起点",)),
     Variant("batch_ignores_generator", edit("get_batch", ("(batch_size,), generator=generator)", "(batch_size,))")),
-            breaks=("batch-generator",), lose=("test_get_batch",), words=("没有把 generator 传给 torch.randint",)),
+            breaks=("batch-generator",), lose=("test_get_batch",), words=("没有来自参数 generator",)),
     Variant("batch_transposed", edit("get_batch", ("return x, y", "return x.T, y.T")),
             breaks=("batch-shape",), lose=("test_get_batch",), words=("(batch_size, block_size)",)),
     Variant("batch_y_separate_draw", edit("get_batch", (
@@ -505,7 +506,7 @@ BUGS += [
             breaks=("gpt-logits",), lose=("test_gpt",), words=("ln_f",)),
     Variant("gpt_length_off_by_one", edit("gpt", ("if T > self.config.n_ctx:", "if T >= self.config.n_ctx:")),
             breaks=("gpt-length-check",), lose=("test_gpt", "test_gpt_causal"), words=("差了一",)),
-    Variant("gpt_loss_zero_without_targets", edit("gpt", ("        loss = None\n", "        loss = 0.0\n")),
+    Variant("gpt_loss_zero_without_targets", edit("gpt", ("loss = None if targets is None", "loss = 0.0 if targets is None")),
             breaks=("gpt-loss",), lose=("test_gpt",), words=("None",)),
     Variant("gpt_no_attn_dropout", edit("gpt", ("is_causal=True, dropout_p=p)", "is_causal=True)")),
             breaks=("gpt-dropout-attn",), lose=("test_gpt",), words=("注意力权重上没有 dropout",)),
@@ -523,7 +524,7 @@ BUGS += [
             breaks=("gen-last-position",), lose=("test_generate",), words=("最后一个位置",)),
     Variant("gen_ignores_generator", edit("generate", ("torch.multinomial(probs, 1, generator=generator)",
                                                        "torch.multinomial(probs, 1)")),
-            breaks=("gen-generator",), lose=("test_generate",), words=("没有把 generator 传给 torch.multinomial",)),
+            breaks=("gen-generator",), lose=("test_generate",), words=("没有来自参数 generator",)),
     Variant("gen_returns_new_only", edit("generate", ("    return idx", "    return idx[:, -max_new_tokens:]")),
             breaks=("gen-whole-sequence",), lose=("test_generate",), words=("只返回了新生成的",)),
     Variant("gen_topk_larger_than_vocab", edit("generate", ("if top_k is not None and top_k < logits.size(-1):",
@@ -545,9 +546,7 @@ BUGS += [
                                               "* (peak_lr - min_lr)\n"),
             breaks=("lr-float",), lose=("test_learning_rate",), words=("Python 的 float",), said=GIVEN_LR),
     # train_step
-    Variant("step_zero_grad_after_backward", edit("train_step", (STEP_FIRST, ""), (
-        "    loss.backward()                                                # the gradient of every parameter\n",
-        "    loss.backward()\n    optimizer.zero_grad(set_to_none=True)\n")),
+    Variant("step_zero_grad_after_backward", edit("train_step", (STEP_FIRST, ""), (BACKWARD, BACKWARD + STEP_FIRST)),
             breaks=("step-order",), lose=("test_train_step",), words=("backward 之后才清零",)),
     Variant("step_no_clip", edit("train_step", (CLIP, "")),
             breaks=("step-clip",), lose=("test_train_step",), words=("裁剪没有作用",)),
@@ -555,20 +554,19 @@ BUGS += [
             breaks=("step-clip",), lose=("test_train_step",), words=("clip_grad_value_",)),
     Variant("step_clip_fixed", edit("train_step", (CLIP, "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n")),
             breaks=("step-clip",), lose=("test_train_step",), words=("plan.grad_clip",)),
-    Variant("step_lr_one_ahead", edit("train_step", ("lr = learning_rate(step, plan.max_steps", "lr = learning_rate(step + 1, plan.max_steps")),
+    Variant("step_lr_one_ahead", edit("train_step", ("rate = learning_rate(step, plan.max_steps", "rate = learning_rate(step + 1, plan.max_steps")),
             breaks=("step-lr",), lose=("test_train_step",), words=("提前了一步",)),
-    Variant("step_lr_not_set", edit("train_step", ('    for group in optimizer.param_groups:\n        group["lr"] = lr\n', "")),
+    Variant("step_lr_not_set", edit("train_step", (GROUPS, "")),
             breaks=("step-lr",), lose=("test_train_step",), words=("学习率一直没变",)),
     Variant("step_lr_args_swapped", edit("train_step", ("learning_rate(step, plan.max_steps, plan.warmup_steps,",
                                                         "learning_rate(step, plan.warmup_steps, plan.max_steps,")),
             breaks=("step-lr",), lose=("test_train_step",), words=("参数顺序",)),
-    Variant("step_lr_first_group_only", edit("train_step", ('    for group in optimizer.param_groups:\n        group["lr"] = lr\n',
-                                                            '    optimizer.param_groups[0]["lr"] = lr\n')),
-            breaks=("step-lr-every-group",), lose=("test_train_step",), words=("每一个参数组",)),
-    Variant("step_returns_tensor", edit("train_step", ("    return loss.item()", "    return loss")),
+    Variant("step_lr_first_group_only", edit("train_step", (GROUPS, '    optimizer.param_groups[0]["lr"] = rate\n')),
+            breaks=("step-lr-every-group",), lose=("test_train_step",), words=("第一个参数组",)),
+    Variant("step_returns_tensor", edit("train_step", ("    return batch_loss.item()", "    return batch_loss")),
             breaks=("step-float",), lose=("test_train_step",), words=("loss.item()",)),
-    Variant("step_uses_torch_ce", edit("train_step", ("loss = cross_entropy(logits, y)",
-                                                      "loss = F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))")),
+    Variant("step_uses_torch_ce", edit("train_step", ("batch_loss = cross_entropy(logits, y)",
+                                                      "batch_loss = F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))")),
             breaks=("step-own-ce",), lose=("test_train_step",), words=("练习 3 写的 cross_entropy", "不能调用")),
     # evaluate
     Variant("eval_not_restored", edit("evaluate", ("    model.train(was_training)\n", "")),
@@ -628,7 +626,7 @@ CORRECT += [
         "learning_rate": """def learning_rate(step, max_steps, warmup_steps, peak_lr, min_lr):
     if step < warmup_steps:
         lr = peak_lr * (step + 1) / warmup_steps
-    elif step <= max_steps:
+    elif step < max_steps:
         ratio = (step - warmup_steps) / (max_steps - warmup_steps)
         coeff = 0.5 * (1.0 + math.cos(math.pi * ratio))
         lr = min_lr + coeff * (peak_lr - min_lr)
@@ -678,8 +676,240 @@ def load_checkpoint(path, model, optimizer):
 """}),
     Variant("ok_minmax_lr", {"learning_rate": """def learning_rate(step, max_steps, warmup_steps, peak_lr, min_lr):
     warm = peak_lr * min(1.0, (step + 1) / warmup_steps)
-    p = min(max(step - warmup_steps, 0) / (max_steps - warmup_steps), 1.0)
+    p = min(max(step - warmup_steps, 0) / max(max_steps - warmup_steps, 1), 1.0)
     decayed = min_lr + (peak_lr - min_lr) * 0.5 * (1 + math.cos(math.pi * p))
-    return warm if step < warmup_steps else decayed
+    return warm if step < warmup_steps else decayed if step < max_steps else min_lr
+"""}),
+]
+
+
+# ------------------------------------------------------------------ a second way to break each rule
+# (the first ways above; each of these breaks the same rule differently, the way students do)
+
+MANUAL_SCORES_DROPOUT = """mask = torch.ones(T, T).tril().bool()
+        scores = F.dropout(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), self.dropout, self.training)
+        weights = F.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+        y = weights @ v"""
+TOP_K = ("if top_k is not None and top_k < logits.size(-1):\n"
+         "            kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]")
+
+SECOND = [
+    # tokenizer
+    Variant("tok_vocab_size_of_text", edit("tokenizer", ("self.vocab_size = len(self.chars)", "self.vocab_size = len(text)")),
+            breaks=("tok-vocab-size",), lose=("test_tokenizer",), words=('vocab_size 不等于不同字符的个数',), said=GIVEN_TOK),
+    Variant("tok_set_order", edit("tokenizer", ("self.chars = sorted(set(text))", "self.chars = list(set(text))")),
+            breaks=("tok-sorted",), lose=("test_tokenizer",), words=('排好序的字符表',), said=GIVEN_TOK),
+    Variant("tok_encode_tuple", edit("tokenizer", ("return [self.stoi[ch] for ch in s]", "return tuple(self.stoi[ch] for ch in s)")),
+            breaks=("tok-encode-list",), lose=("test_tokenizer",), words=('list[int]',), said=GIVEN_TOK),
+    Variant("tok_decode_strips", edit("tokenizer", ('return "".join(self.chars[int(i)] for i in ids)',
+                                                    'return "".join(self.chars[int(i)] for i in ids).strip()')),
+            breaks=("tok-roundtrip",), lose=("test_tokenizer",), words=('去掉了首尾的空白',), said=GIVEN_TOK),
+    Variant("tok_decode_get_none", edit("tokenizer", (
+        "self.vocab_size = len(self.chars)", "self.vocab_size = len(self.chars)\n        self.itos = dict(enumerate(self.chars))"),
+        ('return "".join(self.chars[int(i)] for i in ids)', 'return "".join(map(self.itos.get, ids))')),
+            breaks=("tok-decode-tensor",), lose=("test_tokenizer",), words=('整数张量',), said=GIVEN_TOK),
+    Variant("tok_unknown_position_only", edit("tokenizer", (
+        'raise ValueError(f"character {unknown[0]!r} is not in the vocabulary")',
+        'raise ValueError(f"unknown character at position {s.index(unknown[0])}")')),
+            breaks=("tok-unknown-named",), lose=("test_tokenizer",), words=('没有写出是哪个字符',), said=GIVEN_TOK),
+    Variant("tok_unknown_mapped_to_zero", edit("tokenizer", (
+        "        unknown = [ch for ch in s if ch not in self.stoi]\n"
+        "        if unknown:\n"
+        "            raise ValueError(f\"character {unknown[0]!r} is not in the vocabulary\")\n"
+        "        return [self.stoi[ch] for ch in s]",
+        "        return [self.stoi.get(ch, 0) for ch in s]")),
+            breaks=("tok-unknown-raises",), lose=("test_tokenizer",), words=('悄悄编成了',), said=GIVEN_TOK),
+    # get_batch
+    Variant("batch_first_start_missing", edit("get_batch", ("torch.randint(len(data) - block_size,",
+                                                            "torch.randint(1, len(data) - block_size,")),
+            breaks=("batch-every-start",), lose=("test_get_batch",), words=('起点 0 永远抽不到',)),
+    Variant("batch_seeded_inside", edit("get_batch", (
+        "starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)",
+        "torch.manual_seed(0)                                 # the same batch every time\n"
+        "    starts = torch.randint(len(data) - block_size, (batch_size,))")),
+            breaks=("batch-generator",), lose=("test_get_batch",), words=('没有来自参数 generator',)),
+    Variant("batch_windows_too_long", edit("get_batch", ("data[i:i + block_size] for", "data[i:i + block_size + 1] for"),
+                                           ("data[i + 1:i + 1 + block_size]", "data[i + 1:i + 2 + block_size]")),
+            breaks=("batch-shape",), lose=("test_get_batch",), words=('多了一个 token',)),
+    Variant("batch_any_start", edit("get_batch", ("torch.randint(len(data) - block_size,", "torch.randint(len(data),")),
+            breaks=("batch-start-range",), lose=("test_get_batch",), words=('起点可能越界',)),
+    # cross_entropy
+    Variant("ce_mean_per_sequence", edit("cross_entropy", ("return (log_sum_exp - right).mean()",
+                                                           "return (log_sum_exp - right).sum() / logits.shape[0]")),
+            breaks=("ce-mean",), lose=("test_cross_entropy",), words=('只对批量取了平均',), said=KEPT_CE),
+    Variant("ce_double", edit("cross_entropy", ("z = logits.reshape(-1, logits.shape[-1])",
+                                                "z = logits.reshape(-1, logits.shape[-1]).double()")),
+            breaks=("ce-dtype",), lose=("test_cross_entropy",), words=('dtype 和 logits 不同',), said=KEPT_CE),
+    Variant("ce_unsqueezed", edit("cross_entropy", ("return (log_sum_exp - right).mean()",
+                                                    "return (log_sum_exp - right).mean().unsqueeze(0)")),
+            breaks=("ce-scalar",), lose=("test_cross_entropy",), words=('0 维张量',), said=KEPT_CE),
+    Variant("ce_size_2", edit("cross_entropy", ("z = logits.reshape(-1, logits.shape[-1])",
+                                                "z = logits.reshape(-1, logits.size(2))")),
+            breaks=("ce-shape",), lose=("test_cross_entropy",), words=('三维 (B, T, V)',), said=KEPT_CE),
+    Variant("ce_detached_logits", edit("cross_entropy", ("z = logits.reshape(-1, logits.shape[-1])",
+                                                         "z = logits.detach().reshape(-1, logits.shape[-1])")),
+            breaks=("ce-autograd",), lose=("test_cross_entropy",), words=('断开了计算图',), said=KEPT_CE),
+    # GPT
+    Variant("gpt_head_copy", edit("gpt", ("self.wte.weight = self.lm_head.weight",
+                                          "self.lm_head.weight = nn.Parameter(self.wte.weight.detach().clone())")),
+            breaks=("gpt-tied",), lose=("test_gpt",), words=('没有与词嵌入共享权重',)),
+    Variant("gpt_loss_summed", edit("gpt", ("else cross_entropy(logits, targets)",
+                                            "else cross_entropy(logits, targets) * targets.numel()")),
+            breaks=("gpt-loss",), lose=("test_gpt",), words=('不是所有位置交叉熵的平均值',)),
+    Variant("gpt_dropout_on_scores", edit("gpt", (SDPA, MANUAL_SCORES_DROPOUT)),
+            breaks=("gpt-dropout-attn",), lose=("test_gpt",), words=('softmax 之前的分数上',)),
+    Variant("gpt_dropout_token_embedding_only", edit("gpt", ("x = self.emb_drop(self.wte(idx) + self.wpe(positions))",
+                                                             "x = self.emb_drop(self.wte(idx)) + self.wpe(positions)")),
+            breaks=("gpt-dropout-emb",), lose=("test_gpt",), words=('只用在了其中一个嵌入上',)),
+    Variant("gpt_manual_dropout_always", edit("gpt", (SDPA, MANUAL_ATTENTION.replace("DIAG", "0").replace("FILL", 'float("-inf")')
+                                                      .replace("self.dropout, self.training)", "self.dropout)"))),
+            breaks=("gpt-dropout-train-only",), lose=("test_gpt",), words=('eval() 模式下也在丢',)),
+    # generate
+    Variant("gen_seeded_globally", edit("generate", ("nxt = torch.multinomial(probs, 1, generator=generator)",
+                                                     "torch.manual_seed(0)\n        nxt = torch.multinomial(probs, 1)")),
+            breaks=("gen-generator",), lose=("test_generate",), words=('没有来自参数 generator',)),
+    Variant("gen_all_positions", edit("generate", ("logits = logits[:, -1, :] / temperature", "logits = logits / temperature")),
+            breaks=("gen-last-position",), lose=("test_generate",), words=('所有位置的 logits',)),
+    Variant("gen_topk_argmax", edit("generate", ("nxt = torch.multinomial(probs, 1, generator=generator)",
+                                                 "nxt = torch.topk(probs, 1).indices")),
+            breaks=("gen-sample",), lose=("test_generate",), words=('总是取最大值',)),
+    Variant("gen_topk_clamped_below_vocab", edit("generate", (TOP_K, (
+        "if top_k is not None:\n"
+        "            kth = torch.topk(logits, min(top_k, logits.size(-1) - 1), dim=-1).values[:, -1:]"))),
+            breaks=("gen-topk-large",), lose=("test_generate",), words=('比词表还大',)),
+    Variant("gen_returns_context", edit("generate", ("idx = torch.cat([idx, nxt], dim=1)", "idx = torch.cat([context, nxt], dim=1)")),
+            breaks=("gen-whole-sequence",), lose=("test_generate",), words=('返回的序列被裁剪了',)),
+    # learning_rate
+    Variant("lr_tensor_at_the_end", edit("learning_rate", (
+        "return min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (peak_lr - min_lr)",
+        "return torch.tensor(min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (peak_lr - min_lr))")),
+            breaks=("lr-float",), lose=("test_learning_rate",), words=('Python 的 float',), said=GIVEN_LR),
+    Variant("lr_floor_after_max_steps", edit("learning_rate", ("if step >= max_steps:", "if step > max_steps:")),
+            breaks=("lr-floor",), lose=("test_learning_rate",), words=('除以了 0',), said=GIVEN_LR),
+    # train_step
+    Variant("step_returns_detached", edit("train_step", ("    return batch_loss.item()", "    return batch_loss.detach()")),
+            breaks=("step-float",), lose=("test_train_step",), words=('loss.item()',)),
+    Variant("step_targets_shifted_again", edit("train_step", ("batch_loss = cross_entropy(logits, y)",
+                                                              "batch_loss = cross_entropy(logits[:, :-1], y[:, 1:])")),
+            breaks=("step-loss",), lose=("test_train_step",), words=('又挪了一格',)),
+    Variant("step_lr_last_group_only", edit("train_step", (GROUPS, '    optimizer.param_groups[-1]["lr"] = rate\n')),
+            breaks=("step-lr-every-group",), lose=("test_train_step",), words=('最后一个参数组',)),
+    Variant("step_log_softmax_loss", edit("train_step", (
+        "batch_loss = cross_entropy(logits, y)",
+        "batch_loss = -F.log_softmax(logits, dim=-1).gather(-1, y.unsqueeze(-1)).mean()")),
+            breaks=("step-own-ce",), lose=("test_train_step",), words=('练习 3 写的 cross_entropy', '不能调用')),
+    # evaluate
+    Variant("eval_returns_tensor_of_mean", edit("evaluate", ("return sum(losses) / len(losses)",
+                                                             "return torch.tensor(sum(losses) / len(losses))")),
+            breaks=("eval-float",), lose=("test_evaluate",), words=('Python 的 float',)),
+    Variant("eval_method_not_called", edit("evaluate", (EVAL_MODE, "    model.eval\n")),
+            breaks=("eval-mode",), lose=("test_evaluate",), words=('训练模式',)),
+    Variant("eval_forward_outside_no_grad", edit("evaluate", (EVAL_NO_GRAD + EVAL_LOSSES, (
+        "    outputs = [(model(x)[0], y) for x, y in batches]\n"
+        "    with torch.no_grad():\n"
+        "        losses = [cross_entropy(out, y).item() for out, y in outputs]\n"))),
+            breaks=("eval-no-grad",), lose=("test_evaluate",), words=('梯度是开着的',)),
+    Variant("eval_log_softmax_loss", edit("evaluate", (EVAL_LOSSES, (
+        "        losses = [(-F.log_softmax(model(x)[0], -1).gather(-1, y.unsqueeze(-1))).mean().item() "
+        "for x, y in batches]\n"))),
+            breaks=("eval-own-ce",), lose=("test_evaluate",), words=('练习 3 写的 cross_entropy', '不能调用')),
+    # checkpoint
+    Variant("ckpt_state_dict_update", edit("checkpoint", ('    model.load_state_dict(saved["model"])\n',
+                                                          '    model.state_dict().update(saved["model"])\n')),
+            breaks=("ckpt-model",), lose=("test_checkpoint",), words=('模型的参数没有恢复',)),
+    Variant("ckpt_recipe_without_schedule", edit("checkpoint", ('Recipe(**saved["recipe"])',
+                                                                'Recipe(**{k: v for k, v in saved["recipe"].items() if k != "max_steps"})')),
+            breaks=("ckpt-recipe",), lose=("test_checkpoint",), words=('配方和存进去的不一样',)),
+    Variant("ckpt_tokenizer_one_short", edit("checkpoint", ("list(range(tokenizer.vocab_size))",
+                                                            "list(range(tokenizer.vocab_size - 1))")),
+            breaks=("ckpt-tokenizer",), lose=("test_checkpoint",), words=('词表不同',)),
+]
+
+# ------------------------------------------------------------------ the training loop
+
+BATCH_LINE = ("        x, y = get_batch(train_data, run.recipe.n_ctx, run.recipe.batch_size, "
+              "generator=training.step_generator(step))\n")
+SEED_LINE = "        training.seed_step(step)                                   # dropout's random numbers: from the step alone\n"
+LOG_LINES = "        step += 1                                                  # steps done\n        run.log(step, loss, x.numel())\n"
+EVAL_LINES = "        if run.time_to_evaluate(step):\n            run.evaluated(step, evaluate(model, val_batches))\n"
+GIVEN_STEP = {"test_train": ("用正确的 train_step 代替你的之后，这一题是对的", "练习 7 还需要修改")}
+
+LOOP = [
+    Variant("loop_starts_at_zero", edit("train", ("    step = run.start_step\n", "    step = 0\n")),
+            breaks=("loop-start",), lose=("test_train",), words=('run.start_step',)),
+    Variant("loop_steps_before_asking", edit("train", ("    while run.going(step):\n", "    while True:\n"),
+                                             (EVAL_LINES, EVAL_LINES + "        if not run.going(step):\n            break\n")),
+            breaks=("loop-going",), lose=("test_train",), words=('没有先问 run.going',)),
+    Variant("loop_shared_generator", edit("train", ("    while run.going(step):\n",
+                                                    "    gen = training.step_generator(run.start_step)\n    while run.going(step):\n"),
+                                          ("generator=training.step_generator(step))", "generator=gen)")),
+            breaks=("loop-batch",), lose=("test_train",), words=('step_generator',)),
+    Variant("loop_no_generator", edit("train", (", generator=training.step_generator(step))", ")")),
+            breaks=("loop-batch",), lose=("test_train",), words=('step_generator',)),
+    Variant("loop_no_seed_step", edit("train", (SEED_LINE, "")),
+            breaks=("loop-seed",), lose=("test_train",), words=('seed_step',)),
+    Variant("loop_seeds_once", edit("train", (SEED_LINE, ""), ("    while run.going(step):\n",
+                                                               "    training.seed_step(step)\n    while run.going(step):\n")),
+            breaks=("loop-seed",), lose=("test_train",), words=('seed_step',)),
+    Variant("loop_plan_from_recipe", edit("train", ("run.plan(step))", "training.plan_for(run.recipe, 1000))")),
+            breaks=("loop-plan",), lose=("test_train",), words=('run.plan(step)',)),
+    Variant("loop_logs_before_counting", edit("train", (LOG_LINES, (
+        "        run.log(step, loss, x.numel())\n        step += 1                                                  # steps done\n"))),
+            breaks=("loop-log",), lose=("test_train",), words=('已经走完的步数',)),
+    Variant("loop_logs_batch_size", edit("train", ("run.log(step, loss, x.numel())", "run.log(step, loss, run.recipe.batch_size)")),
+            breaks=("loop-log",), lose=("test_train",), words=('x.numel()',)),
+    Variant("loop_evaluates_every_step", edit("train", (EVAL_LINES, "        run.evaluated(step, evaluate(model, val_batches))\n")),
+            breaks=("loop-evaluate",), lose=("test_train",), words=('每一步都评估',)),
+    Variant("loop_never_evaluates", edit("train", (EVAL_LINES, "")),
+            breaks=("loop-evaluate",), lose=("test_train",), words=('没有评估',)),
+    Variant("loop_evaluates_train_batch", edit("train", ("            run.evaluated(step, evaluate(model, val_batches))\n",
+                                                         "            run.evaluated(step, evaluate(model, [(x, y)]))\n")),
+            breaks=("loop-evaluate",), lose=("test_train",), words=('验证批量',)),
+    Variant("loop_no_finish", edit("train", ("    return run.finish(step, evaluate(model, val_batches))",
+                                             "    evaluate(model, val_batches)\n    return run.history")),
+            breaks=("loop-finish",), lose=("test_train",), words=('run.finish',)),
+    Variant("loop_finish_with_train_loss", edit("train", ("    return run.finish(step, evaluate(model, val_batches))",
+                                                          "    return run.finish(step, loss)")),
+            breaks=("loop-finish",), lose=("test_train",), words=('交给 run.finish 的损失',)),
+    # a wrong train_step costs exercise 7 alone: the loop keeps its marks with a correct one in its place
+    Variant("step_no_zero_grad_loop_given_step", edit("train_step", (STEP_FIRST, "")),
+            lose=("test_train_step",), words=("梯度没有清零",), said=GIVEN_STEP),
+]
+
+BUGS += SECOND + LOOP
+
+CORRECT += [
+    # a for loop over itertools.count that breaks when run says stop, keyword arguments, names of its own; an
+    # evaluation that takes the loss the model returns (your GPT computes it with your cross_entropy)
+    Variant("ok_for_loop_and_model_loss", {
+        "train": """import itertools
+
+from helpers import training
+
+
+def train(model, optimizer, train_data, val_batches, run):
+    done = run.start_step
+    for step in itertools.count(run.start_step):
+        if not run.going(step):
+            break
+        training.seed_step(step)
+        inputs, targets = get_batch(train_data, block_size=run.recipe.n_ctx, batch_size=run.recipe.batch_size,
+                                    generator=training.step_generator(step))
+        value = train_step(model, optimizer, inputs, targets, step, plan=run.plan(step))
+        done = step + 1
+        run.log(done, value, inputs.numel())
+        if run.time_to_evaluate(done):
+            run.evaluated(done, evaluate(model, val_batches))
+    final = evaluate(model, val_batches)
+    return run.finish(done, final)
+""",
+        "evaluate": """def evaluate(model, batches):
+    mode = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            return sum(model(x, y)[1].item() for x, y in batches) / len(batches)
+    finally:
+        model.train(mode)
 """}),
 ]

@@ -368,7 +368,7 @@ BUGS += [
         return self.keys[layer], self.values[layer]
 '''), lose=("test_kv_cache",), words=("新建的 KVCache 不是空的", "类属性"), said=KEPT, breaks=("kv-starts-empty",)),
     Variant("cache_n_layer_required", cache(CACHE_OK.replace("def __init__(self, n_layer=1):", "def __init__(self, n_layer):")),
-            lose=("test_kv_cache",), words=("KVCache(n_layer=1)", "默认值是 1"), said=KEPT,
+            lose=("test_kv_cache",), words=("KVCache(n_layer=1)", "就是一层"), said=KEPT,
             breaks=("kv-default-one-layer",)),
     Variant("cache_length_fails_when_empty", cache(CACHE_OK.replace(
         "        return 0 if self.keys[layer] is None else self.keys[layer].shape[-2]\n",
@@ -459,7 +459,7 @@ BUGS += [
     Variant("online_checked_against_sdpa", online(ONLINE_OK.replace(
         "    return o / l\n",
         "    out = o / l\n"
-        "    assert torch.allclose(out, F.scaled_dot_product_attention(q, k, v, is_causal=causal), atol=1e-4)\n"
+        "    assert torch.allclose(out, torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal), atol=1e-4)\n"
         "    return out\n")),
             lose=("test_online_softmax",), words=("要求从零实现", "scaled_dot_product_attention"),
             breaks=("osa-from-scratch",)),
@@ -476,7 +476,7 @@ BUGS += [
 # students write them; each kept full marks before the checks below were added (numpy's int was caught, unnamed).
 BUGS += [
     Variant("cache_length_without_default", cache(CACHE_OK.replace("def length(self, layer=0):", "def length(self, layer):")),
-            lose=("test_kv_cache",), words=("length(layer=0)", "默认值是 0"), said=KEPT, breaks=("kv-length-default",)),
+            lose=("test_kv_cache",), words=("length(layer=0)", "第 0 层"), said=KEPT, breaks=("kv-length-default",)),
     Variant("cache_length_len_of_tensor", cache(CACHE_OK.replace(
         "return 0 if self.keys[layer] is None else self.keys[layer].shape[-2]",
         "return 0 if self.keys[layer] is None else len(self.keys[layer])")),
@@ -558,7 +558,7 @@ BUGS += [
 CORRECT += [
     Variant("ok_step_sdpa_mask_minus_1e4", {
         **step(STEP_OK.replace("    p = torch.softmax(q @ K.transpose(-2, -1) / math.sqrt(d_k), dim=-1)\n    return (p @ V)",
-                               "    a = F.scaled_dot_product_attention(q, K, V)                 # no mask: nothing in the future\n"
+                               "    a = torch.nn.functional.scaled_dot_product_attention(q, K, V)                 # no mask: nothing in the future\n"
                                "    return a")),
         **online(ONLINE_OK.replace('s = s.masked_fill(cols > rows, float("-inf"))', "s = s.masked_fill(cols > rows, -1e4)")),
     }),
@@ -648,3 +648,92 @@ def check_widget(target, text):
     exec("\n".join(line for line in cell.splitlines() if line.startswith("demo_")), ns)
     first = osv.step_text(osv.states(ns["demo_scores"], ns["demo_values"], 4)[0], 0)
     assert re.sub(r"<[^>]+>", "", first) in text, (first, text)
+
+# A second way to break each rule that had one breaking case, written the way students write them.
+BUGS += [
+    Variant("cache_n_layer_default_0", cache(CACHE_OK.replace("def __init__(self, n_layer=1):", "def __init__(self, n_layer=0):")),
+            lose=("test_kv_cache",), words=("KVCache(n_layer=1)",), said=KEPT, breaks=("kv-default-one-layer",)),
+    Variant("cache_mutable_default_storage", cache(CACHE_OK.replace(
+        "    def __init__(self, n_layer=1):\n        self.keys = [None] * n_layer\n        self.values = [None] * n_layer\n",
+        "    def __init__(self, n_layer=1, keys={}, values={}):\n        self.keys, self.values = keys, values\n"
+        "        for layer in range(n_layer):\n            keys.setdefault(layer, None)\n            values.setdefault(layer, None)\n")),
+            lose=("test_kv_cache",), words=("新建的 KVCache 不是空的",), said=KEPT, breaks=("kv-starts-empty",)),
+    Variant("cache_prepends", cache(CACHE_OK.replace("torch.cat([self.keys[layer], k], dim=-2)", "torch.cat([k, self.keys[layer]], dim=-2)")
+                                    .replace("torch.cat([self.values[layer], v], dim=-2)", "torch.cat([v, self.values[layer]], dim=-2)")),
+            lose=("test_kv_cache",), words=("前面",), said=KEPT, breaks=("kv-append",)),
+    Variant("cache_views_one_token", cache(CACHE_OK.replace(
+        "    def append(self, layer, k, v):\n",
+        "    def append(self, layer, k, v):\n"
+        "        k = k.view(k.shape[0], k.shape[1], 1, -1)          # one new token: (B, n_head, 1, d_k)\n"
+        "        v = v.view(v.shape[0], v.shape[1], 1, -1)\n")),
+            lose=("test_kv_cache",), words=("一次追加多个 token",), said=KEPT, breaks=("kv-prompt",)),
+    Variant("cache_cat_on_last_axis", cache(CACHE_OK.replace("dim=-2)", "dim=-1)")),
+            lose=("test_kv_cache",), words=("沿错误的维度拼接",), said=KEPT, breaks=("kv-dim",)),
+    Variant("cache_returns_keys_twice", cache(CACHE_OK.replace("        return self.keys[layer], self.values[layer]\n",
+                                                               "        return self.keys[layer], self.keys[layer]\n")),
+            lose=("test_kv_cache",), words=("V",), said=KEPT, breaks=("kv-returns-all",)),
+    Variant("cache_length_none_when_empty", cache(CACHE_OK.replace(
+        "        return 0 if self.keys[layer] is None else self.keys[layer].shape[-2]\n",
+        "        if self.keys[layer] is not None:\n            return self.keys[layer].shape[-2]\n")),
+            lose=("test_kv_cache",), words=("返回 0",), said=KEPT, breaks=("kv-length-empty",)),
+    Variant("cache_length_default_last_layer", cache(CACHE_OK.replace("def length(self, layer=0):", "def length(self, layer=-1):")),
+            lose=("test_kv_cache",), words=("length(layer=0)",), said=KEPT, breaks=("kv-length-default",)),
+    Variant("cache_list_aliasing", cache("""class KVCache:
+    def __init__(self, n_layer=1):
+        self.k = [[]] * n_layer
+        self.v = [[]] * n_layer
+
+    def length(self, layer=0):
+        return sum(x.shape[-2] for x in self.k[layer])
+
+    def append(self, layer, k, v):
+        self.k[layer].append(k)
+        self.v[layer].append(v)
+        return torch.cat(self.k[layer], dim=-2), torch.cat(self.v[layer], dim=-2)
+"""), lose=("test_kv_cache",), words=("共用",), said=KEPT, breaks=("kv-layers-independent",)),
+    Variant("step_layer_default_last", step(STEP_OK.replace("def cached_attention_step(x_t, weights, cache, layer=0):",
+                                                            "def cached_attention_step(x_t, weights, cache, layer=-1):")),
+            lose=("test_cached_step",), words=("layer 的默认值是 0",), breaks=("step-layer-default",)),
+    Variant("step_squeezes_everything", step(STEP_OK.replace('.reshape(B, 1, d) @ weights["w_o"]',
+                                                             '.reshape(B, 1, d).squeeze() @ weights["w_o"]')),
+            lose=("test_cached_step",), words=("(B, 1, d)",), breaks=("step-shape",)),
+    Variant("step_result_cast_to_float32", step(STEP_OK.replace(
+        '    return (p @ V).transpose(1, 2).reshape(B, 1, d) @ weights["w_o"]\n',
+        '    out = (p @ V).transpose(1, 2).reshape(B, 1, d) @ weights["w_o"]\n    return out.float()\n')),
+            lose=("test_cached_step",), words=("dtype",), breaks=("step-dtype",)),
+    Variant("step_query_from_w_k", step(STEP_OK.replace('q = heads(h @ weights["w_q"])', 'q = heads(h @ weights["w_k"])')),
+            lose=("test_cached_step",), words=("w_q",), breaks=("step-qkv",)),
+    Variant("step_heads_interleaved", step(STEP_OK.replace("return a.view(B, 1, n_head, d_k).transpose(1, 2)",
+                                                           "return a.view(B, 1, d_k, n_head).permute(0, 3, 1, 2)")),
+            lose=("test_cached_step",), words=("头",), breaks=("step-heads",)),
+    Variant("step_excludes_itself", step(STEP_OK.replace(
+        "    p = torch.softmax(q @ K.transpose(-2, -1) / math.sqrt(d_k), dim=-1)\n    return (p @ V)",
+        "    if K.shape[-2] > 1:                                  # attend to the past tokens\n"
+        "        K, V = K[..., :-1, :], V[..., :-1, :]\n"
+        "    p = torch.softmax(q @ K.transpose(-2, -1) / math.sqrt(d_k), dim=-1)\n    return (p @ V)")),
+            lose=("test_cached_step",), words=("没有看它自己",), breaks=("step-append-first",)),
+    Variant("step_w_o_transposed", step(STEP_OK.replace('@ weights["w_o"]', '@ weights["w_o"].T')),
+            lose=("test_cached_step",), words=("w_o",), breaks=("step-merge-wo",)),
+    Variant("step_scaled_by_sqrt_d", step(STEP_OK.replace("/ math.sqrt(d_k)", "/ math.sqrt(d)")),
+            lose=("test_cached_step",), words=("√d_k",), breaks=("step-equals-full",)),
+    Variant("kv_batch_default_none", {"kv_bytes": KV_HEAD.replace("batch=1", "batch=None")
+                                      + "    return 2 * n_layer * n_tokens * n_kv_head * d_k * bytes_per_value * batch\n"},
+            lose=("test_kv_bytes",), words=("默认值",), breaks=("kvb-defaults",)),
+    Variant("kv_head_width_from_kv_heads", kv("    return 2 * n_layer * n_tokens * n_kv_head * (d_model // n_kv_head) * bytes_per_value * batch\n"),
+            lose=("test_kv_bytes",), words=("d_model / n_head",), breaks=("kvb-kv-heads",)),
+    Variant("online_bmm", online(ONLINE_OK.replace("s = q @ kb.transpose(-2, -1) * scale",
+                                                   "s = torch.bmm(q, kb.transpose(1, 2)) * scale")
+                                 .replace("o = alpha * o + p @ vb", "o = alpha * o + torch.bmm(p, vb)")),
+            lose=("test_online_softmax",), words=("批量维",), breaks=("osa-batch-dims",)),
+    Variant("online_scaled_by_d_v", online(ONLINE_OK.replace("scale = 1.0 / math.sqrt(q.shape[-1])",
+                                                             "scale = 1.0 / math.sqrt(v.shape[-1])")),
+            lose=("test_online_softmax",), words=("√d_v",), breaks=("osa-formula",)),
+    Variant("online_one_key_at_a_time", online(ONLINE_OK.replace("for start in range(0, n_k, block_size):",
+                                                                 "for start in range(n_k):                        # one key per step")
+                                               .replace("start:start + block_size", "start:start + 1")),
+            lose=("test_online_softmax",), words=("block_size",), breaks=("osa-block-size",)),
+    Variant("online_causal_hides_diagonal", online(ONLINE_OK.replace("masked_fill(cols > rows,", "masked_fill(cols >= rows,")),
+            lose=("test_online_softmax",), words=("对角线",), breaks=("osa-causal",)),
+    Variant("online_mask_by_block_start", online(ONLINE_OK.replace("masked_fill(cols > rows,", "masked_fill(start > rows,")),
+            lose=("test_online_softmax",), words=("块内也要屏蔽",), breaks=("osa-causal-in-block",)),
+]

@@ -396,3 +396,107 @@ WAIVED: dict[str, str] = {}
 
 WIDGET = dict(cell="inside.head_explorer(model", labels=("层", "头", "文本", "前一个 token 得分"), ipywidgets=True,
               keep=("inside.Config()", "inside.train_toy("), edits={"TOY_STEPS = 1000": "TOY_STEPS = 100"})
+
+# A second way to break each rule of the ledger (issue 49): another realistic wrong answer per rule.
+BUGS += [
+    Variant("prev_keys_taken_as_rows", prev("    return attn.transpose(-2, -1).diagonal(-1, -2, -1).mean(dim=(1, 3))\n"),
+            lose=P, words=("query 和 key 的位置反了",), breaks=("prev-query-key",)),
+    Variant("prev_flattened", prev("    return attn.diagonal(-1, -2, -1).mean(dim=(1, 3)).flatten()\n"),
+            lose=P, words=("压成了一维",), breaks=("prev-shape",)),
+    Variant("prev_all_earlier_positions", prev("    return attn.tril(-1).sum(-1)[..., 1:].mean(dim=(1, 3))\n"),
+            lose=P, words=("所有位置的权重都加起来了",), breaks=("prev-i-to-i-1",)),
+    Variant("prev_first_sequence_only", prev("    return attn[:, 0].diagonal(-1, -2, -1).mean(dim=-1)\n"),
+            lose=P, words=("第一条序列",), breaks=("prev-batch",)),
+    Variant("prev_from_position_2", prev("    return attn.diagonal(-1, -2, -1)[..., 1:].mean(dim=(1, 3))\n"),
+            lose=P, words=("i = 2…7",), breaks=("prev-positions",)),
+    Variant("prev_pads_position_0", prev('''    d = attn.diagonal(-1, -2, -1)
+    first = attn[..., :1, 0]                              # position 0 on itself, so that every position counts
+    return torch.cat([first, d], dim=-1).mean(dim=(1, 3))
+'''), lose=P, words=("位置 0 也算进了平均",), breaks=("prev-skip-0",)),
+    Variant("prev_percent", prev("    return 100 * attn.diagonal(-1, -2, -1).mean(dim=(1, 3))\n"),
+            lose=P, words=("0 和 1 之间",), breaks=("prev-perfect-1",)),
+    Variant("ind_before_earlier_occurrence", ind("    i = torch.arange(period + 1, n)\n"
+                                                 "    return attn[..., i, i - period - 1].mean(dim=(1, 3))\n"),
+            lose=I, words=("你的结果正好是",), breaks=("ind-offset",)),
+    Variant("ind_transposed", ind("    i = torch.arange(period, n)\n"
+                                  "    return attn[..., i, i - period + 1].mean(dim=(1, 3)).T\n"),
+            lose=I, words=("层和头的顺序反了",), breaks=("ind-shape",)),
+    Variant("ind_first_sequence_only", ind("    i = torch.arange(period, n)\n"
+                                           "    return attn[:, 0, :, i, i - period + 1].mean(dim=-1)\n"),
+            lose=I, words=("第一条序列",), breaks=("ind-batch",)),
+    Variant("ind_skips_first_of_repeat", ind("    i = torch.arange(period + 1, n)\n"
+                                             "    return attn[..., i, i - period + 1].mean(dim=(1, 3))\n"),
+            lose=I, words=("在 i = 5…7 上的平均",), breaks=("ind-positions",)),
+    Variant("ind_divides_by_n", ind("    i = torch.arange(period, n)\n"
+                                    "    return attn[..., i, i - period + 1].sum(dim=-1).mean(dim=1) / n\n"),
+            lose=I, words=("平均要除以",), breaks=("ind-average",)),
+    Variant("ind_assumes_two_copies", ind("    half = n // 2                                  # the block, then its copy\n"
+                                          "    i = torch.arange(period, min(n, period + half))\n"
+                                          "    return attn[..., i, i - period + 1].mean(dim=(1, 3))\n"),
+            lose=I, words=("你的结果正好是",), breaks=("ind-repeats",)),
+    Variant("ind_zeros_instead_of_error", {"induction_score": '''def induction_score(attn, period):
+    n = attn.shape[-1]
+    if not 1 <= period < n:
+        return torch.zeros(attn.shape[0], attn.shape[2])          # no repeat: nothing to score
+    i = torch.arange(period, n)
+    return attn[..., i, i - period + 1].mean(dim=(1, 3))
+'''}, lose=I, words=("没有抛出 ValueError",), breaks=("ind-valueerror",)),
+    Variant("abl_heads_as_one_pair", abl('''def ablate_heads(model, heads, x, y):
+    layer, head = heads
+    def zero_head(module, inputs, output):
+        output = output.clone()
+        output[:, head] = 0.0
+        return output
+    handle = model.blocks[layer].attn.heads.register_forward_hook(zero_head)
+    try:
+        with torch.no_grad():
+            return model(x, y)[1].item()
+    finally:
+        handle.remove()
+'''), lose=A, words=("(layer, head) 二元组的列表",), breaks=("abl-pairs",)),
+    Variant("abl_centres_the_head", abl(ABL_OK.replace("output[:, head] = 0.0",
+                                                       "output[:, head] -= output[:, head].mean(dim=(0, 1), keepdim=True)")),
+            lose=A, words=("只减去了它的平均值",), breaks=("abl-zero",)),
+    Variant("abl_batch_axis", abl(ABL_OK.replace("output[:, head] = 0.0", "output[head] = 0.0")),
+            lose=A, words=("去掉的是第 h 条序列",), breaks=("abl-head-index",)),
+    Variant("abl_returns_perplexity", abl(ABL_OK.replace("    return loss.item()\n", "    return math.exp(loss.item())\n")),
+            lose=A, words=("困惑度",), breaks=("abl-loss",)),
+    Variant("abl_returns_numpy", abl(ABL_OK.replace("    return loss.item()\n", "    return loss.detach().numpy()\n")),
+            lose=A, words=("Python float",), breaks=("abl-float",)),
+    Variant("abl_zeroed_weights_on_a_copy", abl('''import copy
+
+
+def ablate_heads(model, heads, x, y):
+    m = copy.deepcopy(model)                           # the caller's model is never touched
+    dh = m.config.d_model // m.config.n_head
+    with torch.no_grad():
+        for layer, head in heads:
+            m.blocks[layer].attn.c_proj.weight[:, head * dh:(head + 1) * dh] = 0.0
+        return m(x, y)[1].item()
+'''), lose=A, words=("没有挂任何钩子",), breaks=("abl-hooks",)),
+    Variant("abl_zeroes_value_weights", abl('''def ablate_heads(model, heads, x, y):
+    d, dh = model.config.d_model, model.config.d_model // model.config.n_head
+    with torch.no_grad():
+        for layer, head in heads:
+            rows = slice(2 * d + head * dh, 2 * d + (head + 1) * dh)      # head's value rows of c_attn
+            model.blocks[layer].attn.c_attn.weight[rows] = 0.0
+            model.blocks[layer].attn.c_attn.bias[rows] = 0.0
+        return model(x, y)[1].item()
+'''), lose=A, words=("改了模型的权重",), breaks=("abl-weights",)),
+    Variant("abl_model_to_double", abl(ABL_HEAD.replace("    handles = []\n", "    model.double()                                   # more precise\n"
+                                                        "    handles = []\n") + HOOK + RUN),
+            lose=A, words=("转换成了别的 dtype",), breaks=("abl-unchanged",)),
+    Variant("abl_removes_last_hook_only", abl(ABL_HEAD + HOOK + RUN.replace(
+        "        for handle in handles:\n            handle.remove()\n", "        handles[-1].remove()\n")),
+            lose=A, words=("钩子没有移除",), breaks=("abl-remove",)),
+    Variant("abl_removes_in_else", abl(ABL_HEAD + HOOK + '''    try:
+        with torch.no_grad():
+            _, loss = model(x, y)
+    except RuntimeError:
+        raise
+    else:
+        for handle in handles:
+            handle.remove()
+    return loss.item()
+'''), lose=A, words=("finally",), breaks=("abl-finally",)),
+]

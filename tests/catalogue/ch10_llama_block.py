@@ -228,7 +228,7 @@ BUGS = [
             lose=("test_repeat_kv",), words=("token 轴",), said=KEPT_REPEAT, breaks=("repeat-shape",)),
     Variant("repeat_kv_no_grad", rep('''    with torch.no_grad():
         return x.repeat_interleave(n_rep, dim=1)
-'''), lose=("test_repeat_kv",), words=("断开了计算图",), said=KEPT_REPEAT),
+'''), lose=("test_repeat_kv",), words=("断开了计算图",), said=KEPT_REPEAT, breaks=("repeat-autograd",)),
     # LlamaAttention
     Variant("rope_on_v", att(ATT_OK.replace("q, k = apply_rope(q, pos, self.base), apply_rope(k, pos, self.base)",
                                             "q, k, v = (apply_rope(a, pos, self.base) for a in (q, k, v))")),
@@ -420,6 +420,147 @@ BUGS = [
     Variant("ffn_reads_normed_input", block('''        h = self.attn_norm(x)
         return x + self.attn(h) + self.ffn(self.ffn_norm(h))
 '''), lose=("test_llama_block",), words=("self.ffn 的输入是 ffn_norm(attn_norm(x))",), breaks=("block-ffn-residual",)),
+    # ---- a second way to break each rule that had one breaking case
+    Variant("rms_default_eps_none", {"rms_norm": RMS_HEAD.replace("eps=1e-6", "eps=None")
+                                     + "    eps = 1e-5 if eps is None else eps\n"
+                                     + "    return x * torch.rsqrt((x ** 2).mean(-1, keepdim=True) + eps) * weight\n" + RMS_TAIL},
+            lose=("test_rms_norm",), words=("eps 的默认值", "1e-6"), said=KEPT_RMS, breaks=("rms-eps-default",)),
+    Variant("rms_eps_machine_epsilon", rms("    return x / torch.sqrt((x ** 2).mean(-1, keepdim=True) + torch.finfo(x.dtype).eps) * weight\n"),
+            lose=("test_rms_norm",), words=("没有用参数 eps",), said=KEPT_RMS, breaks=("rms-eps-used",)),
+    Variant("rms_einsum_three_axes", rms('''    ms = torch.einsum("bnd,bnd->bn", x, x)[..., None] / x.shape[-1]
+    return x / torch.sqrt(ms + eps) * weight
+'''), lose=("test_rms_norm",), words=("允许",), said=KEPT_RMS, breaks=("rms-any-leading-dims",)),
+    Variant("rms_norm_over_axis_1", rms("    return x * torch.rsqrt(x.norm(dim=1, keepdim=True) ** 2 / x.shape[1] + eps) * weight\n"),
+            lose=("test_rms_norm",), words=("错误的维度",), said=KEPT_RMS, breaks=("rms-last-axis",)),
+    Variant("rms_mul_in_place", rms('''    x.mul_(torch.rsqrt((x * x).mean(-1, keepdim=True) + eps))
+    return x.mul_(weight)
+'''), lose=("test_rms_norm",), words=("输入 x 被改了",), said=KEPT_RMS, breaks=("rms-new-tensor",)),
+    Variant("rms_flattened_rows", rms('''    rows = x.reshape(-1, x.shape[-1])
+    return rows / torch.sqrt((rows * rows).mean(-1, keepdim=True) + eps) * weight
+'''), lose=("test_rms_norm",), words=("形状",), said=KEPT_RMS, breaks=("rms-shape",)),
+    Variant("rms_computes_in_float64", rms('''    h = x.double()
+    return h / torch.sqrt((h * h).mean(-1, keepdim=True) + eps) * weight.double()
+'''), lose=("test_rms_norm",), words=("dtype",), said=KEPT_RMS, breaks=("rms-dtype",)),
+    Variant("swiglu_hf_names", {"swiglu": SWIGLU_INIT.replace("self.gate =", "self.gate_proj =").replace(
+        "self.up =", "self.up_proj =").replace("self.down =", "self.down_proj =")
+        + "        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))\n"},
+            lose=("test_swiglu",), words=("self.gate、self.up、self.down",), said=KEPT_SWIGLU, breaks=("swiglu-names",)),
+    Variant("swiglu_hidden_4d", {"swiglu": SWIGLU_INIT.replace("d_ff, bias", "4 * d, bias").replace(
+        "nn.Linear(d_ff, d,", "nn.Linear(4 * d, d,") + "        return self.down(F.silu(self.gate(x)) * self.up(x))\n"},
+            lose=("test_swiglu",), words=("d_ff",), said=KEPT_SWIGLU, breaks=("swiglu-shapes",)),
+    Variant("swiglu_bias_on_down", {"swiglu": SWIGLU_INIT.replace("nn.Linear(d_ff, d, bias=False)", "nn.Linear(d_ff, d)")
+                                    + "        return self.down(F.silu(self.gate(x)) * self.up(x))\n"},
+            lose=("test_swiglu",), words=("bias",), said=KEPT_SWIGLU, breaks=("swiglu-no-bias",)),
+    Variant("swiglu_extra_layernorm", {"swiglu": SWIGLU_INIT.replace("        self.down = nn.Linear(d_ff, d, bias=False)\n",
+                                                                      "        self.down = nn.Linear(d_ff, d, bias=False)\n"
+                                                                      "        self.norm = nn.LayerNorm(d_ff)\n")
+                                       + "        return self.down(self.norm(F.silu(self.gate(x)) * self.up(x)))\n"},
+            lose=("test_swiglu",), words=("3·d·d_ff",), said=KEPT_SWIGLU, breaks=("swiglu-no-other-params",)),
+    Variant("swiglu_flattens_batch", swiglu("        return self.down(F.silu(self.gate(x)) * self.up(x)).reshape(-1, x.shape[-1])\n"),
+            lose=("test_swiglu",), words=("形状",), said=KEPT_SWIGLU, breaks=("swiglu-shape",)),
+    Variant("repeat_kv_detached", rep("    return x.detach().repeat_interleave(n_rep, dim=1)\n"),
+            lose=("test_repeat_kv",), words=("断开了计算图",), said=KEPT_REPEAT, breaks=("repeat-autograd",)),
+    Variant("attention_runtimeerror", att(ATT_OK.replace('raise ValueError(f"bad shapes', 'raise RuntimeError(f"bad shapes')),
+            lose=("test_llama_attention",), words=("ValueError", "RuntimeError"), said=KEPT_ATTENTION, breaks=("attn-valueerror",)),
+    Variant("attention_valueerror_one_value", att(ATT_OK.replace(
+        '        if d % n_head or n_head % n_kv_head or (d // n_head) % 2:\n'
+        '            raise ValueError(f"bad shapes: d={d}, n_head={n_head}, n_kv_head={n_kv_head}")\n',
+        '        if d % n_head:\n            raise ValueError(f"n_head={n_head} does not divide the width")\n'
+        '        if n_head % n_kv_head or (d // n_head) % 2:\n'
+        '            raise ValueError(f"bad shapes: d={d}, n_head={n_head}, n_kv_head={n_kv_head}")\n')),
+            lose=("test_llama_attention",), words=("相关的值",), said=KEPT_ATTENTION, breaks=("attn-error-values",)),
+    Variant("attention_checks_d_by_kv_heads", att(ATT_OK.replace("if d % n_head or", "if d % n_kv_head or")),
+            lose=("test_llama_attention",), words=("没有抛出 ValueError", "d % n_head"), said=KEPT_ATTENTION,
+            breaks=("attn-error-d-heads",)),
+    Variant("attention_checks_kv_not_more", att(ATT_OK.replace("n_head % n_kv_head", "n_kv_head > n_head")),
+            lose=("test_llama_attention",), words=("没有抛出 ValueError", "n_head % n_kv_head"), said=KEPT_ATTENTION,
+            breaks=("attn-error-kv-heads",)),
+    Variant("attention_checks_d_even", att(ATT_OK.replace("(d // n_head) % 2", "d % 2")),
+            lose=("test_llama_attention",), words=("奇数", "ValueError"), said=KEPT_ATTENTION, breaks=("attn-error-odd",)),
+    Variant("attention_fused_qkv", att(ATT_INIT.replace(
+        "        self.q_proj = nn.Linear(d, d, bias=False)\n        self.k_proj = nn.Linear(d, n_kv_head * self.d_k, bias=False)\n"
+        "        self.v_proj = nn.Linear(d, n_kv_head * self.d_k, bias=False)\n",
+        "        self.qkv = nn.Linear(d, d + 2 * n_kv_head * self.d_k, bias=False)\n") + '''        kv = self.h_kv * self.d_k
+        q, k, v = self.qkv(x).split([d, kv, kv], dim=-1)
+        q = q.view(B, N, self.h, self.d_k).transpose(1, 2)
+        k = k.view(B, N, self.h_kv, self.d_k).transpose(1, 2)
+        v = v.view(B, N, self.h_kv, self.d_k).transpose(1, 2)
+        pos = torch.arange(N)
+        q, k = apply_rope(q, pos, self.base), apply_rope(k, pos, self.base)
+        k, v = repeat_kv(k, self.h // self.h_kv), repeat_kv(v, self.h // self.h_kv)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o_proj(y.transpose(1, 2).reshape(B, N, d))
+'''), lose=("test_llama_attention",), words=("四个投影要叫",), said=KEPT_ATTENTION, breaks=("attn-names",)),
+    Variant("attention_kv_width_heads_only", att(ATT_OK.replace(
+        "self.k_proj = nn.Linear(d, n_kv_head * self.d_k, bias=False)", "self.k_proj = nn.Linear(d, n_kv_head, bias=False)").replace(
+        "self.v_proj = nn.Linear(d, n_kv_head * self.d_k, bias=False)", "self.v_proj = nn.Linear(d, n_kv_head, bias=False)")),
+            lose=("test_llama_attention",), words=("n_kv_head·d_k",), said=KEPT_ATTENTION, breaks=("attn-proj-shapes",)),
+    Variant("attention_bias_on_o_proj", att(ATT_OK.replace("self.o_proj = nn.Linear(d, d, bias=False)",
+                                                           "self.o_proj = nn.Linear(d, d)")),
+            lose=("test_llama_attention",), words=("bias",), said=KEPT_ATTENTION, breaks=("attn-no-bias",)),
+    Variant("attention_frequencies_as_parameter", att(ATT_OK.replace(
+        "        self.o_proj = nn.Linear(d, d, bias=False)\n",
+        "        self.o_proj = nn.Linear(d, d, bias=False)\n"
+        "        self.inv_freq = nn.Parameter(base ** (-torch.arange(0, self.d_k, 2) / self.d_k))\n")),
+            lose=("test_llama_attention",), words=("还有别的参数",), said=KEPT_ATTENTION, breaks=("attn-no-other-params",)),
+    Variant("attention_returns_weights_too", att(ATT_OK.replace('''        y = torch.softmax(s, dim=-1) @ v
+        return self.o_proj(y.transpose(1, 2).reshape(B, N, d))
+''', '''        p = torch.softmax(s, dim=-1)
+        return self.o_proj((p @ v).transpose(1, 2).reshape(B, N, d)), p
+''')), lose=("test_llama_attention",), words=("元组",), said=KEPT_ATTENTION, breaks=("attn-output-shape",)),
+    Variant("attention_split_interleaved", att(ATT_OK.replace(".view(B, N, self.h, self.d_k).transpose(1, 2)",
+                                                              ".view(B, N, self.d_k, self.h).permute(0, 3, 1, 2)")
+                                              .replace(".view(B, N, self.h_kv, self.d_k).transpose(1, 2)",
+                                                       ".view(B, N, self.d_k, self.h_kv).permute(0, 3, 1, 2)")),
+            lose=("test_llama_attention",), words=("交错",), said=KEPT_ATTENTION, breaks=("attn-split",)),
+    Variant("attention_base_overwritten", att(ATT_OK.replace("self.d_k, self.base = n_head, n_kv_head, d // n_head, base",
+                                                             "self.d_k, self.base = n_head, n_kv_head, d // n_head, 10000.0")),
+            lose=("test_llama_attention",), words=("self.base",), said=KEPT_ATTENTION, breaks=("attn-rope-base",)),
+    Variant("rope_hf_rotate_half", att(ATT_OK.replace(
+        "q, k = apply_rope(q, pos, self.base), apply_rope(k, pos, self.base)",
+        '''from transformers.models.llama.modeling_llama import rotate_half
+        inv = 1.0 / self.base ** (torch.arange(0, self.d_k, 2, dtype=torch.float64) / self.d_k)
+        ang = torch.outer(pos.double(), inv)
+        emb = torch.cat([ang, ang], dim=-1)
+        cos, sin = emb.cos().to(q.dtype), emb.sin().to(q.dtype)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin''')),
+            lose=("test_llama_attention",), words=("rotate-half",), said=KEPT_ATTENTION, breaks=("attn-rope-adjacent",)),
+    Variant("rope_on_k_and_v", att(ATT_OK.replace(
+        "q, k = apply_rope(q, pos, self.base), apply_rope(k, pos, self.base)",
+        "q = apply_rope(q, pos, self.base)\n        k, v = [apply_rope(a, pos, self.base) for a in (k, v)]")),
+            lose=("test_llama_attention",), words=("v 上",), said=KEPT_ATTENTION, breaks=("attn-rope-not-v",)),
+    Variant("attention_divided_by_d_k", att(ATT_OK.replace("/ math.sqrt(self.d_k)", "/ self.d_k")),
+            lose=("test_llama_attention",), words=("√d_k",), said=KEPT_ATTENTION, breaks=("attn-scale",)),
+    Variant("attention_softmax_over_heads", att(ATT_OK.replace("torch.softmax(s, dim=-1)", "torch.softmax(s, dim=1)")),
+            lose=("test_llama_attention",), words=("dim=-1",), said=KEPT_ATTENTION, breaks=("attn-softmax",)),
+    Variant("heads_merged_interleaved", att(ATT_OK.replace("y.transpose(1, 2).reshape(B, N, d)", "y.permute(0, 2, 3, 1).reshape(B, N, d)")),
+            lose=("test_llama_attention",), words=("交错",), said=KEPT_ATTENTION, breaks=("attn-merge",)),
+    Variant("attention_output_through_q_proj", att(ATT_OK.replace("return self.o_proj(y.transpose(1, 2).reshape(B, N, d))",
+                                                                  "return self.q_proj(y.transpose(1, 2).reshape(B, N, d))")),
+            lose=("test_llama_attention",), words=("o_proj",), said=KEPT_ATTENTION, breaks=("attn-o-proj",)),
+    Variant("block_default_base_llama3", block('''        x = x + self.attn(self.attn_norm(x))
+        return x + self.ffn(self.ffn_norm(x))
+''', init=BLOCK_INIT.replace("eps=1e-6, base=10000.0", "eps=1e-6, base=500000.0")),
+            lose=("test_llama_block",), words=("默认值",), breaks=("block-defaults",)),
+    Variant("block_gpt_names", {"llama_block": BLOCK_INIT.replace("self.attn_norm", "self.ln1").replace(
+        "self.ffn_norm", "self.ln2").replace("self.ffn =", "self.mlp =") + '''        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+'''}, lose=("test_llama_block",), words=("块的四个子模块要叫",), breaks=("block-names",)),
+    Variant("block_base_hard_coded", block('''        x = x + self.attn(self.attn_norm(x))
+        return x + self.ffn(self.ffn_norm(x))
+''', init=BLOCK_INIT.replace("LlamaAttention(d, n_head, n_kv_head, base)", "LlamaAttention(d, n_head, n_kv_head, 10000.0)")),
+            lose=("test_llama_block",), words=("base 没有传给",), breaks=("block-attn-base",)),
+    Variant("block_norm_object_shared", block('''        x = x + self.attn(self.attn_norm(x))
+        return x + self.ffn(self.ffn_norm(x))
+''', init=BLOCK_INIT.replace("self.ffn_norm = RMSNorm(d, eps)", "self.ffn_norm = self.attn_norm")),
+            lose=("test_llama_block",), words=("同一个",), breaks=("block-two-norms",)),
+    Variant("block_d_ff_rounded_8d_3", block('''        x = x + self.attn(self.attn_norm(x))
+        return x + self.ffn(self.ffn_norm(x))
+''', init=BLOCK_INIT.replace("SwiGLU(d, d_ff)", "SwiGLU(d, 8 * d // 3)")),
+            lose=("test_llama_block",), words=("SwiGLU(d, d_ff)",), breaks=("block-ffn",)),
+    Variant("block_norms_swapped_with_order", block('''        x = x + self.ffn(self.attn_norm(x))
+        return x + self.attn(self.ffn_norm(x))
+'''), lose=("test_llama_block",), words=("顺序反了",), breaks=("block-order",)),
 ]
 
 CORRECT = [

@@ -372,3 +372,145 @@ def check_widget(target, text):
     """The explorer starts at 1024: its line names the number, and a heatmap is drawn."""
     assert "1024 → 模型输出" in text, text
     assert target.locator("img").count() >= 1, "ch11: no heatmap in the widget"
+
+# A second way to break each rule of the ledger (issue 49): another realistic wrong answer per rule.
+SELF_ATTN = "x = x + self.self_attn(a, a, a, key_padding_mask=blocked, need_weights=False)[0]"
+DEC_SELF = "y = y + self.self_attn(a, a, a, attn_mask=future, need_weights=False)[0]"
+BUGS += [
+    Variant("pad_ready_for_attention", edit("padding_mask", (PAD_RET, f"({PAD_RET})[:, None, None, :]")),
+            lose=("test_padding_mask",), words=("多了维度",), breaks=("pad-shape",)),
+    Variant("pad_uint8", edit("padding_mask", (PAD_RET, f"({PAD_RET}).byte()")),
+            lose=("test_padding_mask",), words=("torch.bool",), breaks=("pad-bool",)),
+    Variant("pad_no_new_axes", edit("padding_mask", (PAD_RET, "torch.arange(n) < lengths")),
+            lose=("test_padding_mask",), words=("各加一个维度",), breaks=("pad-rule",)),
+    Variant("pad_torch_convention", edit("padding_mask", (PAD_RET, f"~({PAD_RET})   # True = blocked, as torch wants")),
+            lose=("test_padding_mask",), words=("掩码反了",), breaks=("pad-true-real",)),
+    Variant("cross_returns_out_only", edit("cross_attention", ("return weights @ v, weights", "return weights @ v")),
+            lose=("test_cross_attention",), words=("(out, weights)",), breaks=("cross-returns-pair",)),
+    Variant("cross_everything_from_memory", edit("cross_attention", ("q, k, v = x @ w_q, memory @ w_k, memory @ w_v",
+                                                                     "q, k, v = memory @ w_q, memory @ w_k, memory @ w_v")),
+            lose=("test_cross_attention",), words=("query 也取自 memory",), breaks=("cross-q-from-x",)),
+    Variant("cross_is_self_attention", edit("cross_attention", ("q, k, v = x @ w_q, memory @ w_k, memory @ w_v",
+                                                                "q, k, v = x @ w_q, x @ w_k, x @ w_v")),
+            lose=("test_cross_attention",), words=("key 和 value 也取自 x",), breaks=("cross-kv-from-memory",)),
+    Variant("cross_scaled_by_sqrt_d_v", edit("cross_attention", ("math.sqrt(q.shape[-1])", "math.sqrt(v.shape[-1])")),
+            lose=("test_cross_attention",), words=("√d_v",), breaks=("cross-scale",)),
+    Variant("cross_mask_where_the_wrong_way", edit("cross_attention", (CROSS_MASK,
+            'scores = torch.where(memory_mask[:, None, :], float("-inf"), scores)')),
+            lose=("test_cross_attention",), words=("memory_mask 用反了",), breaks=("cross-mask-true-real",)),
+    Variant("cross_mask_any_crashes_on_none", edit("cross_attention", ("    if memory_mask is not None:\n",
+                                                                       "    if memory_mask.any():\n")),
+            lose=("test_cross_attention",), words=("memory_mask=None", "允许"), breaks=("cross-mask-none",)),
+    Variant("cross_mask_rows_and_columns", edit("cross_attention", (CROSS_MASK,
+            'scores = scores.masked_fill(~(memory_mask[:, :, None] & memory_mask[:, None, :]), float("-inf"))')),
+            lose=("test_cross_attention",), words=("行和列都",), breaks=("cross-mask-keys",)),
+    Variant("cross_mask_fills_zero", edit("cross_attention", (CROSS_MASK,
+            "scores = scores.masked_fill(~memory_mask[:, None, :], 0.0)")),
+            lose=("test_cross_attention",), words=("−∞",), breaks=("cross-mask-before-softmax",)),
+    Variant("cross_softmax_batch_axis", edit("cross_attention", ("torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=0)")),
+            lose=("test_cross_attention",), words=("softmax 沿错误的维度",), breaks=("cross-softmax-last",)),
+    Variant("cross_out_from_raw_memory", edit("cross_attention", ("return weights @ v, weights", "return weights @ memory, weights")),
+            lose=("test_cross_attention",), words=("没有经过 w_v",), breaks=("cross-weights-out",)),
+    Variant("cross_sdpa_imported_under_another_name", {"cross_attention": '''from torch.nn.functional import scaled_dot_product_attention as attend
+
+
+def cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None):
+    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+    m = None if memory_mask is None else memory_mask[:, None, :]
+    w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + (0 if m is None else (~m) * -1e9), -1)
+    return attend(q, k, v, attn_mask=m), w
+'''}, lose=("test_cross_attention",), words=("scaled_dot_product_attention",), breaks=("cross-no-sdpa",)),
+    Variant("enc_norm_without_affine", edit("encoder_layer", ("self.norm1 = nn.LayerNorm(d)", "self.norm1 = nn.LayerNorm(d, elementwise_affine=False)")),
+            lose=("test_encoder_layer",), words=("参数个数不对",), breaks=("enc-modules",)),
+    Variant("enc_batch_first_false", edit("encoder_layer", ("nn.MultiheadAttention(d, h, batch_first=True)",
+                                                            "nn.MultiheadAttention(d, h, batch_first=False)")),
+            lose=("test_encoder_layer",), words=("batch_first=True",), breaks=("enc-batch-first",)),
+    Variant("enc_gelu_tanh", edit("encoder_layer", ("nn.GELU()", 'nn.GELU(approximate="tanh")')),
+            lose=("test_encoder_layer",), words=("激活函数不对",), breaks=("enc-gelu",)),
+    Variant("enc_ffn_width_d", edit("encoder_layer", ("nn.Linear(d, d_ff), nn.GELU(), nn.Linear(d_ff, d)",
+                                                      "nn.Linear(d, d), nn.GELU(), nn.Linear(d, d)")),
+            lose=("test_encoder_layer",), words=("隐藏宽度是参数 d_ff",), breaks=("enc-ffn-width",)),
+    Variant("enc_dropout_in_ffn", edit("encoder_layer", ("nn.Linear(d, d_ff), nn.GELU(), nn.Linear(d_ff, d)",
+                                                         "nn.Linear(d, d_ff), nn.GELU(), nn.Dropout(0.1), nn.Linear(d_ff, d)")),
+            lose=("test_encoder_layer",), words=("dropout",), breaks=("enc-no-dropout",)),
+    Variant("enc_learned_residual_weight", edit("encoder_layer", (
+        "        self.ffn = nn.Sequential(nn.Linear(d, d_ff), nn.GELU(), nn.Linear(d_ff, d))\n",
+        "        self.ffn = nn.Sequential(nn.Linear(d, d_ff), nn.GELU(), nn.Linear(d_ff, d))\n"
+        "        self.alpha = nn.Parameter(torch.ones(1))              # a learned residual weight\n"), (
+        "return x + self.ffn(self.norm2(x))", "return x + self.alpha * self.ffn(self.norm2(x))")),
+            lose=("test_encoder_layer",), words=("参数个数不对",), breaks=("enc-no-other-params",)),
+    Variant("enc_mask_negated_twice", edit("encoder_layer", ("else ~src_mask", "else ~src_mask.logical_not()")),
+            lose=("test_encoder_layer",), words=("填充掩码反了",), breaks=("enc-mask-true-real",)),
+    Variant("enc_mask_any_crashes_on_none", edit("encoder_layer", ("blocked = None if src_mask is None else ~src_mask",
+                                                                   "blocked = ~src_mask if src_mask.any() else None")),
+            lose=("test_encoder_layer",), words=("src_mask=None", "允许"), breaks=("enc-mask-none",)),
+    Variant("enc_norm_after_attention", edit("encoder_layer", (
+        "        a = self.norm1(x)\n        " + SELF_ATTN + "\n",
+        "        x = x + self.norm1(self.self_attn(x, x, x, key_padding_mask=blocked, need_weights=False)[0])\n")),
+            lose=("test_encoder_layer",), words=("norm1 放在了自注意力之后",), breaks=("enc-prenorm",)),
+    Variant("enc_padding_as_attn_mask", edit("encoder_layer", ("key_padding_mask=blocked, need_weights=False",
+                                                               "attn_mask=blocked, need_weights=False")),
+            lose=("test_encoder_layer",), words=("填充掩码传给了 attn_mask",), breaks=("enc-key-padding",)),
+    Variant("enc_float_causal_mask", edit("encoder_layer", ("key_padding_mask=blocked, need_weights=False",
+            "key_padding_mask=blocked, need_weights=False,\n"
+            "                           attn_mask=torch.full((x.shape[1], x.shape[1]), float('-inf')).triu(1)")),
+            lose=("test_encoder_layer",), words=("编码器里加了因果掩码",), breaks=("enc-no-causal",)),
+    Variant("enc_ffn_residual_from_normed", edit("encoder_layer", ("        return x + self.ffn(self.norm2(x))",
+                                                                   "        h = self.norm2(x)\n        return h + self.ffn(h)")),
+            lose=("test_encoder_layer",), words=("残差加的是 norm2(x)",), breaks=("enc-ffn-residual",)),
+    Variant("dec_cross_reuses_self_attn", edit("decoder_layer", (
+        "        self.cross_attn = nn.MultiheadAttention(d, h, batch_first=True)\n", ""), (
+        "self.cross_attn(a, memory, memory,", "self.self_attn(a, memory, memory,")),
+            lose=("test_decoder_layer",), words=("子模块的名字",), breaks=("dec-modules",)),
+    Variant("dec_mask_any_crashes_on_none", edit("decoder_layer", ("blocked = None if memory_mask is None else ~memory_mask",
+                                                                   "blocked = ~memory_mask if memory_mask.any() else None")),
+            lose=("test_decoder_layer",), words=("memory_mask=None", "允许"), breaks=("dec-mask-none",)),
+    Variant("dec_is_causal_alone", edit("decoder_layer", ("attn_mask=future, need_weights=False", "is_causal=True, need_weights=False")),
+            lose=("test_decoder_layer",), words=("is_causal=True 只是一个提示",), breaks=("dec-causal",)),
+    Variant("dec_mask_of_64_sliced", edit("decoder_layer", (CAUSAL, "torch.ones(64, 64, dtype=torch.bool).triu(1)[:n_t, :n_t]")),
+            lose=("test_decoder_layer",), words=("固定的大小",), breaks=("dec-mask-in-forward",)),
+    Variant("dec_cross_reads_itself", edit("decoder_layer", (CROSS_CALL, CROSS_CALL.replace("(a, memory, memory,", "(a, a, a,")
+                                                             .replace("key_padding_mask=blocked, ", ""))),
+            lose=("test_decoder_layer",), words=("key 和 value 应是 memory",), breaks=("dec-cross-inputs",)),
+    Variant("dec_memory_mask_not_negated", edit("decoder_layer", ("else ~memory_mask", "else memory_mask")),
+            lose=("test_decoder_layer",), words=("memory_mask 用反了",), breaks=("dec-cross-mask",)),
+    Variant("dec_ffn_before_cross", edit("decoder_layer", (
+        "        a = self.norm2(y)\n        y = y + " + CROSS_CALL + "[0]\n        return y + self.ffn(self.norm3(y))",
+        "        y = y + self.ffn(self.norm3(y))\n        a = self.norm2(y)\n        return y + " + CROSS_CALL + "[0]")),
+            lose=("test_decoder_layer",), words=("FFN 放在了交叉注意力之前",), breaks=("dec-order",)),
+    Variant("dec_no_self_residual", edit("decoder_layer", (DEC_SELF, DEC_SELF.replace("y = y + ", "y = "))),
+            lose=("test_decoder_layer",), words=("自注意力周围没有残差",), breaks=("dec-residuals",)),
+    Variant("greedy_returns_list", edit("greedy_decode", ("return tgt[:, 1:]", "return tgt[:, 1:].tolist()")),
+            lose=("test_greedy_decode",), words=("LongTensor",), breaks=("greedy-long",)),
+    Variant("greedy_one_step_too_many", edit("greedy_decode", ("for _ in range(max_len):", "for _ in range(1, max_len + 2):")),
+            lose=("test_greedy_decode",), words=("max_len 差一位",), breaks=("greedy-max-len",)),
+    Variant("greedy_drops_first_token", edit("greedy_decode", ("return tgt[:, 1:]", "return tgt[:, 2:]")),
+            lose=("test_greedy_decode",), words=("第一个生成的 token",), breaks=("greedy-no-bos",)),
+    Variant("greedy_fills_bos_after_eos", edit("greedy_decode", ("torch.full_like(nxt, eos), nxt)", "torch.full_like(nxt, bos), nxt)")),
+            lose=("test_greedy_decode",), words=("没有一直填 eos",), breaks=("greedy-eos-after",)),
+    Variant("greedy_while_short", {"greedy_decode": '''def greedy_decode(model, src, src_lengths, max_len, bos, eos):
+    src_mask = padding_mask(src_lengths, src.shape[1])
+    memory = model.encode(src, src_mask)
+    tgt = torch.full((src.shape[0], 1), bos, dtype=torch.long)
+    done = torch.zeros(src.shape[0], dtype=torch.bool)
+    while not done.all() and tgt.shape[1] < max_len:
+        nxt = model.decode(tgt, memory, src_mask)[:, -1].argmax(-1)
+        nxt = torch.where(done, torch.full_like(nxt, eos), nxt)
+        tgt = torch.cat([tgt, nxt[:, None]], dim=1)
+        done = done | (nxt == eos)
+    return tgt[:, 1:]
+'''}, lose=("test_greedy_decode",), words=("max_len 差一位",), breaks=("greedy-stop-all",)),
+    Variant("greedy_mask_from_pad_id", edit("greedy_decode", ("src_mask = padding_mask(src_lengths, src.shape[1])",
+                                                              "src_mask = src != 0                                  # <pad> is 0")),
+            lose=("test_greedy_decode",), words=("没有用 src_lengths",), breaks=("greedy-src-mask",)),
+    Variant("greedy_encodes_again_at_the_end", edit("greedy_decode", ("    return tgt[:, 1:]",
+                                                                      "    memory = model.encode(src, src_mask)        # (unused)\n"
+                                                                      "    return tgt[:, 1:]")),
+            lose=("test_greedy_decode",), words=("编码器跑了不止一次",), breaks=("greedy-encode-once",)),
+    Variant("greedy_starts_with_eos", edit("greedy_decode", ("torch.full((B, 1), bos, dtype=torch.long", "torch.full((B, 1), eos, dtype=torch.long")),
+            lose=("test_greedy_decode",), words=("tgt 的开头不是 bos",), breaks=("greedy-start-bos",)),
+    Variant("greedy_feeds_last_token_only", edit("greedy_decode", ("model.decode(tgt, memory", "model.decode(tgt[:, -1:], memory")),
+            lose=("test_greedy_decode",), words=("只把最后一个 token 喂给了解码器",), breaks=("greedy-feed-back",)),
+    Variant("greedy_argmax_of_mean", edit("greedy_decode", ("[:, -1].argmax(-1)", ".mean(1).argmax(-1)")),
+            lose=("test_greedy_decode",), words=("最后一个位置",), breaks=("greedy-last-argmax",)),
+]

@@ -1,8 +1,10 @@
-"""The attention sublayer that ch05's Block is built from, given read-only.
+"""The attention sublayer that chapter 5's Block is built from, given read-only.
 
-It wraps PyTorch's own ``nn.MultiheadAttention`` (causal), so it gives nothing
-of ch03's exercise away: the point of ch05 is what goes *around* attention
-(LayerNorm, residuals, the feed-forward network).
+It wraps PyTorch's own ``nn.MultiheadAttention`` (causal), so that chapter 5
+is about what goes *around* attention (LayerNorm, residuals, the feed-forward
+network). Chapter 5 hands it out in its own folder, next to the notebook
+(``from block_attention import CausalAttention``), after chapter 3, whose
+exercise is the same attention written by hand.
 """
 from __future__ import annotations
 
