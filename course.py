@@ -56,14 +56,15 @@ def ensure_env() -> None:
 
 # program -> (Debian package, the commands that use it, what happens without it)
 SYSTEM_PACKAGES = {
-    "bwrap": ("bubblewrap", ("test", "grade", "serve", "bench"),
+    "bwrap": ("bubblewrap", ("test", "check", "grade", "serve", "bench"),
               "grading refuses to run unsandboxed without it and the tests that need it are skipped"),
-    "chromium": ("chromium", ("test",), "the browser tests (tests/test_browser.py) are skipped"),
-    "chromedriver": ("chromium-driver", ("test",), "the browser tests (tests/test_browser.py) are skipped"),
+    "chromium": ("chromium", ("test", "check"), "the browser tests (tests/test_browser.py) are skipped"),
+    "chromedriver": ("chromium-driver", ("test", "check"), "the browser tests (tests/test_browser.py) are skipped"),
     "pg_ctlcluster": ("postgresql", ("test",), "the PostgreSQL gradebook test (tests/test_postgres.py) is skipped"),
     "npm": ("npm", ("test",), "the JupyterHub test (tests/test_jupyterhub.py) is skipped"),  # its proxy
     # not a program: a font with Chinese glyphs, for what the browser tests see and screenshot
-    "font:zh": ("fonts-noto-cjk", ("test",), "the browser tests draw Chinese as empty boxes in their screenshots"),
+    "font:zh": ("fonts-noto-cjk", ("test", "check"),
+                "the browser tests draw Chinese as empty boxes in their screenshots"),
 }
 
 
@@ -133,6 +134,9 @@ COMMANDS = {
     "instructor-lab": ("", "JupyterLab on the whole course folder, with the formgrader and Create Assignment",
                        ("source", "coursekit")),
     "test": ("", "run the whole test suite", ("tests",)),
+    "check": ("--chapter CHAPTER [--parts P,...]",
+              "everything to pass after editing one chapter, one line per part, with the failures' messages",
+              ("tests", "coursekit")),
     "source": ("[CHAPTER...] [--lang en]", "build source/ from notebooks/", ("notebooks", "coursekit")),
     "release": ("[CHAPTER...]", "regenerate release/ from source/", ("source", "coursekit")),
     "grade": ("[--chapter C] [--student S] [--unsandboxed]",
@@ -266,7 +270,7 @@ def main(argv: list[str]) -> int:
         return cmd_lab(rest)
     if cmd == "instructor-lab":
         return cmd_instructor_lab(rest)
-    if cmd in ("test", "grade", "serve"):
+    if cmd in ("test", "check", "grade", "serve"):
         ensure_system_packages(cmd)
     if cmd == "test":
         return cmd_test(rest)

@@ -10,10 +10,15 @@ from .author import build, dist, release
 
 
 def cmd_source(args) -> int:
+    from .author import probes
     names = args.chapters or build.chapters()
     for ch in names:
         path = build.write_source(ch, args.lang)
         print(f"source: {path.relative_to(build.ROOT)} ({args.lang})")
+        notes: list[str] = []
+        print(f"probes: {probes.write(ch, notes=notes).relative_to(build.ROOT)}")
+        for note in notes:
+            print(f"  {note}")
     return 0
 
 
@@ -36,6 +41,12 @@ def cmd_site(args) -> int:
     argv = [*args.chapters, "--out", args.out] + (["--no-run"] if args.no_run else []) + \
         (["--jobs", str(args.jobs)] if args.jobs else [])
     return site.main(argv)
+
+
+def cmd_check(args) -> int:
+    from .author import check
+    only = [k.strip() for k in args.parts.split(",") if k.strip()] if args.parts else None
+    return check.check(args.chapter, only=only, root=Path(args.root) if args.root else build.ROOT, jobs=args.jobs)
 
 
 def cmd_grade(args) -> int:
@@ -108,9 +119,9 @@ def cmd_collect(args) -> int:
 
 
 def cmd_replay(args) -> int:
-    from .author import replay
+    from .grade import recorder
     for ch in args.chapters or build.chapters():
-        path = replay.record(ch)
+        path = recorder.record(ch)
         print(f"{ch}: {path.relative_to(build.ROOT)}" if path.exists() else f"{ch}: no cell marked `replay`")
     return 0
 
@@ -158,6 +169,15 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--no-run", action="store_true", help="leave the lecture outputs out (runs no chapter)")
     w.add_argument("--jobs", type=int, help="chapters run at once (default: number of cores)")
     w.set_defaults(fn=cmd_site)
+    k = sub.add_parser("check", help="everything to pass after editing one chapter: build and sync, the rule and "
+                                     "claims ledgers, its unit tests, the visible tests (zh, en), the hidden checks, "
+                                     "a sample through nbgrader, content, browser, lint")
+    k.add_argument("--chapter", required=True, help="the chapter, e.g. ch02_causal_mask")
+    k.add_argument("--parts", help="only these parts, comma-separated: build, ledgers, unit, visible, hidden, "
+                                   "nbgrader, content, browser, lint")
+    k.add_argument("--jobs", type=int, help="parts run at once (default: the number of cores, at least 2)")
+    k.add_argument("--root", help="the course folder to check (default: this one)")
+    k.set_defaults(fn=cmd_check)
     g = sub.add_parser("grade", help="grade everything under submitted/ (autograde, feedback, grades.csv, report)")
     g.add_argument("--chapter", help="only this chapter, e.g. ch01_attention")
     g.add_argument("--student", help="only this student")

@@ -6,6 +6,7 @@ import pytest
 
 matplotlib.use("Agg")  # tests draw figures without a screen
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.append(str(Path(__file__).resolve().parent.parent / "notebooks" / "given"))   # a chapter's own files
 
 
 @pytest.fixture(scope="module")

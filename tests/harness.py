@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import re
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +22,9 @@ import nbformat
 from coursekit.base.nbgrader_run import nbgrader
 
 ROOT = Path(__file__).resolve().parent.parent
+GIVEN = ROOT / "notebooks" / "given"     # files a chapter hands out beside its notebook: importable as
+if str(GIVEN) not in sys.path:           # they are there (from block_attention import ...), in-process too
+    sys.path.append(str(GIVEN))
 UNTOUCHED = "untouched_release"
 SOLUTION = "full_solution"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -41,9 +41,9 @@ def test_cell_seconds_by_kind_and_the_rest_of_the_account(tmp_path):
     assert account.summed([row, {**row, "autograde_s": 9.0}])["autograde_s"] == 8.0
 
 
-# ------------------------------------------------------------------ the README's table is the kept record's
+# ------------------------------------------------------------------ the benchmarks' table is the kept record's
 
-RECORD = "grade_course_4students_sitting42c.json"   # bench/grade_course.py --students 4, the sitting the README quotes
+RECORD = "grade_course_4students_sitting42c.json"   # bench/grade_course.py --students 4, the sitting docs/benchmarks.md quotes
 
 
 def _bench_grade_course():
@@ -56,12 +56,19 @@ def _bench_grade_course():
     return root, module
 
 
-def test_the_readme_shows_the_per_notebook_account_of_the_kept_record():
+def test_the_benchmarks_show_the_per_notebook_account_of_the_kept_record():
+    """docs/benchmarks.md and its Chinese twin show the per-notebook account table as
+    bench/grade_course.py writes it from the kept record, once each; the README, the
+    front door, shows no measured table."""
     root, bench = _bench_grade_course()
     record = json.loads((root / "bench" / "results" / RECORD).read_text())
     table = bench.account_table(record["account_by_chapter"])
+    for guide in ("benchmarks.md", "benchmarks.zh.md"):
+        text = (root / "docs" / guide).read_text(encoding="utf-8")
+        assert text.count(table) == 1, f"docs/{guide}: the per-notebook table is not the kept record's"
+        assert RECORD in text, f"docs/{guide} does not name the record its table comes from"
     readme = (root / "README.md").read_text(encoding="utf-8")
-    assert readme.count(table) == 2, "the README's table (in both languages) is not the kept record's"
+    assert table.splitlines()[0] not in readme, "the README shows the measured per-notebook table"
     assert len(record["account_by_chapter"]) == record["chapters"] == 12 and record["students"] == 4
     for chapter, row in record["account_by_chapter"].items():
         parts = bench.account_row(row)

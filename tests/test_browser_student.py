@@ -11,7 +11,7 @@ and a feedback page opened with no network.
 - a feedback page made by the course's feedback step shows its formulas as
   drawn maths with every network request blocked.
 
-The maths conversion itself (coursekit/grade/mathml.py) is checked here too, without
+The maths conversion itself (coursekit/base/mathml.py) is checked here too, without
 a browser, on every chapter's markdown.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ import pytest
 from harness import ROOT
 
 from coursekit.author import dist
-from coursekit.grade import mathml
+from coursekit.base import mathml
 from coursekit.student import workspace as ws
 
 needs_browser = pytest.mark.skipif(browser.skip_reason() is not None, reason=str(browser.skip_reason()))

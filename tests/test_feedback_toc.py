@@ -45,8 +45,8 @@ def _model_page_inputs(chapter="ch01_attention", lang="zh"):
 
 
 def _forget_in_memory():
-    from coursekit.grade import feedback, mathml
-    for kept in (feedback._MARKDOWN, feedback._CLEANED, feedback._Remembered.kept, mathml._KEPT):
+    from coursekit.grade import feedback
+    for kept in (feedback._MARKDOWN, feedback._CLEANED, feedback._Remembered.kept, feedback._MATHML):
         kept.memory.clear()
 
 

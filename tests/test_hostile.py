@@ -55,9 +55,10 @@ HOSTILE = {
     # this one breaks the kernel itself (it stops answering): it ends at the time limit, with no points
     "patch_isinstance": sm("import builtins\nbuiltins.isinstance = lambda *a: True\n" + WRONG_SOFTMAX),
     # passes every visible test, fails the hidden ones; the check itself is replaced by a fake
+    # a softmax the visible tests pass (a row's own maximum): what is left to catch is the patched check
     "patch_check": sm("import grading.ch01_attention as g\n"
                       "g.check_softmax = lambda f: print('✓ softmax：9 项隐藏检查全部通过')\n"
-                      "def softmax(x, dim=-1):\n    e = torch.exp(x - x.max())\n"
+                      "def softmax(x, dim=-1):\n    e = torch.exp(x - x.amax(dim=dim, keepdim=True))\n"
                       "    return e / e.sum(dim=dim, keepdim=True)\n"),
     "borrow_reference": sm("from grading.ch01_attention import ref_softmax\ndef softmax(x, dim=-1):\n"
                            "    return ref_softmax(x, dim).to(x.dtype)\n"),

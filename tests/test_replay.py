@@ -1,4 +1,4 @@
-"""Lecture cells marked ``replay`` (coursekit.author.replay, coursekit.grade.replay).
+"""Lecture cells marked ``replay`` (coursekit.author.replay and replay_sync, coursekit.grade.replay and recorder).
 
 - The build refuses a mark it can prove wrong, naming the cell and the name.
 - replay/<chapter>.json holds the marked cells of today's build, both languages.
@@ -28,7 +28,7 @@ import nbformat
 import pytest
 from harness import ROOT, UNTOUCHED, catalogued_chapters, make_submission, output_text
 
-from coursekit.author import build, replay
+from coursekit.author import build, replay, replay_sync
 from coursekit.grade import replay as grade_replay
 
 FRONT = ("---\njupytext:\n  text_representation:\n    format_name: myst\n"
@@ -132,7 +132,7 @@ def test_a_chapter_that_marks_nothing_is_graded_one_way_only(chapter, lang):
     """Both ways for the chapters that mark no cell: their build has no mark, no record
     exists, and the grading side's plan for the model answer replays nothing (its Execute
     step runs every cell, as it would with replay off): one way, the same run."""
-    assert not replay.marked_cells(chapter, lang)
+    assert not replay_sync.marked_cells(chapter, lang)
     assert replay.load(chapter) == {} and not replay.record_path(chapter).exists()
     nb = build.build_chapter(chapter, lang)
     ours = {c.source for c in nb.cells if c.cell_type == "code" and not c.metadata.get("nbgrader", {}).get("solution")}
@@ -141,8 +141,8 @@ def test_a_chapter_that_marks_nothing_is_graded_one_way_only(chapter, lang):
 
 @pytest.mark.parametrize("chapter", MARKED)
 def test_record_holds_the_marked_cells_of_the_build(chapter):
-    assert any(replay.marked_cells(chapter, "zh")), f"{chapter}: the text has a mark the build does not see"
-    assert replay.in_sync(chapter) == []
+    assert any(replay_sync.marked_cells(chapter, "zh")), f"{chapter}: the text has a mark the build does not see"
+    assert replay_sync.in_sync(chapter) == []
     record = replay.load(chapter)
     for lang in build.LANGS if record else ():
         for cid, rec in record[lang].items():
@@ -171,7 +171,7 @@ def _plan(chapter, nb):
 @pytest.mark.skipif(not MARKED, reason="no chapter marks a cell")
 def test_grading_replays_only_where_the_submission_allows_it():
     chapter = MARKED[0]
-    marked = replay.marked_cells(chapter, "zh")
+    marked = replay_sync.marked_cells(chapter, "zh")
     first = marked[0]
     ids = [c.id for c in _submission(chapter).cells]
     plan = _plan(chapter, _submission(chapter))
@@ -440,7 +440,7 @@ def test_the_record_goes_stale_when_the_cell_or_what_it_reads_from_changes(tmp_p
     def fingerprint(setup: str, other: str, marked: str) -> str:
         text = chapter_text(code(setup), code(other), code(marked, MARK), ANSWER_CELL, code("assert f(2) == 4", TEST))
         (tmp_path / "ch99_demo.md").write_text(text, encoding="utf-8")
-        return replay.marked_inputs("ch99_demo", "zh", tmp_path)["ch99-003"]["inputs_sha"]
+        return replay_sync.marked_inputs("ch99_demo", "zh", tmp_path)["ch99-003"]["inputs_sha"]
     base = fingerprint("n = 3", "m = 1", "print(n * 2)")
     assert fingerprint("n = 3", "m = 2", "print(n * 2)") == base          # a cell it does not read from
     assert fingerprint("n = 4", "m = 1", "print(n * 2)") != base          # a cell it reads from

@@ -4,7 +4,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from .build import ROOT, text_stub
+from ..base.chapters import ROOT, text_stub
 
 
 def generate_release(chapter: str, course_root: Path = ROOT) -> Path:

@@ -52,6 +52,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..base.chapters import LANGS, ROOT, BuildError
+
 MARK = "replay"
 EVERYTHING = "*"            # a cell whose reads cannot be listed reads every name
 DYNAMIC = {"globals", "locals", "vars", "eval", "exec", "get_ipython", "__import__"}
@@ -320,7 +322,6 @@ def strip(nb):
 
 def check(nb, refs, name: str) -> None:
     """Refuse (BuildError) a mark the analysis proves wrong, in either language."""
-    from .build import LANGS, BuildError
     for cell, ref in zip(nb.cells, refs):
         if is_marked(cell) and ("nbgrader" in cell.metadata or cell.metadata.get("lang")):
             raise BuildError(f"{name}: {ref}: a `{MARK}` mark goes on a shared lecture code cell only "
@@ -335,13 +336,6 @@ def check(nb, refs, name: str) -> None:
             i, why = found[0]
             more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
             raise BuildError(f"{name}: {cells[i].where}: the `{MARK}` mark is wrong: this cell {why}{more}")
-
-
-def marked_cells(chapter: str, lang: str) -> list:
-    """The marked cells of ``chapter``'s build in ``lang`` (cell id and source as source/ has them)."""
-    from .build import build_chapter
-    nb = build_chapter(chapter, lang, keep_marks=True)
-    return [c for c in nb.cells if is_marked(c)]
 
 
 def inputs_hash(nb, index: int) -> str:
@@ -360,133 +354,10 @@ def inputs_hash(nb, index: int) -> str:
     return source_hash("\n\x00".join(parts))
 
 
-def marked_inputs(chapter: str, lang: str, root: Path | None = None) -> dict[str, dict]:
-    """cell id -> {source_sha, inputs_sha} for each marked cell of the build in ``lang``
-    (of the chapter texts in ``root``, by default notebooks/)."""
-    from .build import NOTEBOOKS, build_chapter
-    nb = build_chapter(chapter, lang, root or NOTEBOOKS, keep_marks=True)
-    return {c.id: {"source_sha": source_hash(c.source), "inputs_sha": inputs_hash(nb, i)}
-            for i, c in enumerate(nb.cells) if is_marked(c)}
-
-
 def record_path(chapter: str, course_root: Path | None = None) -> Path:
-    from .build import ROOT
     return Path(course_root or ROOT) / "replay" / f"{chapter}.json"
 
 
 def load(chapter: str, course_root: Path | None = None) -> dict:
     path = record_path(chapter, course_root)
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-
-
-def expected(chapter: str) -> dict:
-    """What the record must say per language, from the build alone: cell id ->
-    {source_sha, inputs_sha} (a marked cell edited, or an earlier cell it reads from
-    edited, asks for a new record)."""
-    from .build import LANGS
-    return {lang: marked_inputs(chapter, lang) for lang in LANGS}
-
-
-def in_sync(chapter: str, course_root: Path | None = None) -> list[str]:
-    """What differs between ``replay/<chapter>.json`` and the build (empty: in sync)."""
-    want = expected(chapter)
-    have = load(chapter, course_root)
-    if not any(want.values()):
-        return [] if not have else [f"{record_path(chapter, course_root)} exists but {chapter} marks no cell"]
-    out = []
-    for lang, cells in want.items():
-        got = {cid: {k: rec.get(k) for k in ("source_sha", "inputs_sha")} for cid, rec in (have.get(lang) or {}).items()}
-        if got != cells:
-            out.append(f"{chapter} ({lang}): the record holds {sorted(got.items())}, the build has "
-                       f"{sorted(cells.items())}: run `python course.py replay {chapter}`")
-    return out
-
-
-# ---------------------------------------------------------------- the record (python course.py replay chNN)
-
-def _graded_model_answer(chapter: str, lang: str, work: Path):
-    """Grade the model answer of ``chapter``'s ``lang`` build through the course's own
-    pipeline, every cell run (COURSE_REPLAY=0), in a scratch course ``work``;
-    returns the autograded notebook (what a feedback page is made from)."""
-    import os
-    import shutil
-
-    import nbformat
-
-    from coursekit.base.nbgrader_run import nbgrader
-    from coursekit.grade import pipeline
-    from coursekit.grade.sandbox import sandbox_available
-
-    from .build import ROOT, build_chapter, dumps
-    shutil.rmtree(work, ignore_errors=True)
-    (work / "source" / chapter).mkdir(parents=True)
-    shutil.copy(ROOT / "nbgrader_config.py", work / "nbgrader_config.py")
-    source = build_chapter(chapter, lang)
-    (work / "source" / chapter / f"{chapter}.ipynb").write_text(dumps(source), encoding="utf-8")
-    nbgrader(["generate_assignment", chapter, "--force", "--log-level=ERROR"], work)
-    release = nbformat.read(work / "release" / chapter / f"{chapter}.ipynb", as_version=4)
-    answers = {c.metadata["nbgrader"]["grade_id"]: c.source for c in source.cells
-               if c.metadata.get("nbgrader", {}).get("solution")}
-    for cell in release.cells:
-        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if gid in answers:
-            cell.source = "\n".join(line for line in answers[gid].splitlines()
-                                    if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
-    dest = work / "submitted" / "model_answer" / chapter / f"{chapter}.ipynb"
-    dest.parent.mkdir(parents=True)
-    nbformat.write(release, dest)
-    before = os.environ.get("COURSE_REPLAY")
-    os.environ["COURSE_REPLAY"] = "0"
-    try:
-        pipeline.grade(work, chapter=chapter, sandbox=sandbox_available()[0], quiet=True, report=False)
-    finally:
-        os.environ.pop("COURSE_REPLAY") if before is None else os.environ.__setitem__("COURSE_REPLAY", before)
-    return nbformat.read(work / "autograded" / "model_answer" / chapter / f"{chapter}.ipynb", as_version=4)
-
-
-def record(chapter: str, course_root: Path | None = None, work: Path | None = None) -> Path:
-    """Write ``replay/<chapter>.json``: for each language, each marked cell's id, the
-    hash of its source and the outputs it printed when the course graded its own model
-    answer (every cell run). Removes the record of a chapter that marks no cell."""
-    import tempfile
-
-    from .build import LANGS, BuildError
-    path = record_path(chapter, course_root)
-    marked = {lang: {c.id: c.source for c in marked_cells(chapter, lang)} for lang in LANGS}
-    inputs = {lang: marked_inputs(chapter, lang) for lang in LANGS}
-    if not any(marked.values()):
-        path.unlink(missing_ok=True)
-        return path
-    out: dict = {"chapter": chapter}
-    with tempfile.TemporaryDirectory(prefix="replay-") as tmp:
-        for lang in LANGS:
-            graded = _graded_model_answer(chapter, lang, Path(work or tmp) / lang)
-            cells = {}
-            for cell in graded.cells:
-                if cell.get("id") not in marked[lang]:
-                    continue
-                if cell.source != marked[lang][cell.id]:
-                    raise BuildError(f"{chapter} ({lang}): cell {cell.id} was graded with another source")
-                if any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
-                    raise BuildError(f"{chapter} ({lang}): marked cell {cell.id} failed under grading; "
-                                     "a cell that fails is not replayed")
-                times = cell.metadata.get("execution", {})
-                cells[cell.id] = {**inputs[lang][cell.id], "outputs": cell.get("outputs", []),
-                                  "seconds": _seconds(times)}
-            missing = set(marked[lang]) - set(cells)
-            if missing:
-                raise BuildError(f"{chapter} ({lang}): marked cells {sorted(missing)} not in the graded notebook")
-            out[lang] = cells
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, ensure_ascii=False, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    return path
-
-
-def _seconds(times: dict) -> float | None:
-    from datetime import datetime
-    try:
-        a, b = (datetime.fromisoformat(times[k].replace("Z", "+00:00")).timestamp()
-                for k in ("iopub.execute_input", "shell.execute_reply"))
-    except (KeyError, ValueError):
-        return None
-    return round(b - a, 3)

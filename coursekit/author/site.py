@@ -7,7 +7,7 @@ stored outputs. Plain Sphinx gives what the site needs without a JavaScript
 build step or a download: one build per language (``language``), a search index
 whose Chinese words are cut by jieba, a theme (Furo) that bundles every asset it
 uses, and an extension point for maths, which this module fills with MathML
-written at build time (``coursekit.grade.mathml``), so no page loads MathJax
+written at build time (``coursekit.base.mathml``), so no page loads MathJax
 from a CDN. Jupyter Book 2 / MyST-JS would need Node and a theme fetched at
 build time.
 
@@ -25,11 +25,15 @@ show the outputs of a run of the solution build (the lecture after an exercise
 needs the exercise done), but only of cells that are neither answers nor tests;
 errors and stderr are left out. A widget shows the still picture of its first
 state that ``helpers.plots.show_widget`` puts beside it, with one line saying it
-is live in JupyterLab. Runs are cached under ``.cache/site/`` by the hash of the
-built notebook and the helpers, so a rebuild after a text edit reruns nothing.
+is live in JupyterLab. The cells that only ready the kernel are not what a reader
+needs first: the one that sets the notebook's language is left off the page, the
+imports and the like are folded under a line that opens them (``fold_setup``).
+Runs are cached under ``.cache/site/`` by the hash of the built notebook and the
+helpers, so a rebuild after a text edit reruns nothing.
 """
 from __future__ import annotations
 
+import ast
 import copy
 import hashlib
 import html
@@ -56,14 +60,10 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 SPHINX_LANG = {"zh": "zh_CN", "en": "en"}
 PREFIX = {"zh": "", "en": "en/"}           # where each language's site lies under the output folder
 
-# guide page -> its file in docs/ per language (a guide written in one language only is shown in it)
-GUIDES = {
-    "student": {"zh": "student.zh.md", "en": "student.md"},
-    "instructor": {"zh": "instructor.zh.md", "en": "instructor.md"},
-    "accessibility": {"zh": "accessibility.zh.md", "en": "accessibility.md"},
-    "benchmarks": {"en": "benchmarks.md"},
-    "deploy": {"en": "deploy.md"},
-}
+# guide page -> its file in docs/ per language: every guide is written in both, and each
+# language's site shows its own (the Chinese site never falls back to an English page)
+GUIDES = {name: {"zh": f"{name}.zh.md", "en": f"{name}.md"}
+          for name in ("student", "instructor", "accessibility", "benchmarks", "deploy")}
 
 TEXT = {
     "zh": {
@@ -78,7 +78,8 @@ TEXT = {
                "请下载学生包（或克隆课程）并运行 `make lab`（没有 make 时运行 `python course.py lab`），"
                "见[学生指南：如何运行一章](../guides/student.md)。",
         "widget": "上图是交互控件初始状态的静态图；在 JupyterLab 里运行这一章时，它是可以操作的。",
-        "only_en": "这份指南目前只有英文版。",
+        "setup_show": "显示这一章导入的模块和准备工作",
+        "setup_hide": "收起导入的模块和准备工作",
         "switch": "English",
         "switch_label": "切换到英文版（同一页）",
     },
@@ -97,7 +98,8 @@ TEXT = {
                "clone the course) and run `make lab` (without make: `python course.py lab`); see the "
                "[student guide: how to run a chapter](../guides/student.md).",
         "widget": "The picture above is the widget's first state; run the chapter in JupyterLab and it is live.",
-        "only_en": "",
+        "setup_show": "Show the chapter's imports and set-up",
+        "setup_hide": "Hide the imports and set-up",
         "switch": "中文",
         "switch_label": "切换到中文版（同一页）",
     },
@@ -232,15 +234,76 @@ def study_time(chapter: str) -> StudyTime:
     return StudyTime(-(-total // 5) * 5, reading, code, exercises)
 
 
+# A set-up cell readies the kernel and shows nothing: imports, the chapter's language,
+# the plots' style, a seed, an object of a class it imports (the visible tests' inputs).
+# Its statements are imports; calls of SETUP_CALLS, alone or as ``_ = call(...)``; and
+# ``name = Imported(...)`` for a name the cell imports with ``from ... import``.
+SETUP_CALLS = frozenset({"set_language", "setup", "manual_seed", "seed", "filterwarnings", "set_printoptions"})
+
+
+def setup_kind(source: str) -> str | None:
+    """``"language"`` for a cell that only chooses the notebook's language
+    (``set_language("zh")``), ``"setup"`` for any other set-up cell, None for the rest."""
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:                       # IPython syntax (%magic): not plain set-up
+        return None
+    imported = {alias.asname or alias.name for stmt in body if isinstance(stmt, ast.ImportFrom)
+                for alias in stmt.names}
+    calls = []
+    for stmt in body:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            continue
+        if isinstance(stmt, ast.Expr):
+            value, target = stmt.value, "_"
+        elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            value, target = stmt.value, stmt.targets[0].id
+        else:
+            return None
+        if not isinstance(value, ast.Call):
+            return None
+        func = value.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        builds = target != "_" and isinstance(func, ast.Name) and func.id in imported
+        if not (name in SETUP_CALLS and target == "_") and not builds:
+            return None
+        calls.append(name)
+    if not body:
+        return None
+    return "language" if calls and set(calls) == {"set_language"} and len(calls) == len(body) else "setup"
+
+
+def fold_setup(nb, lang: str) -> None:
+    """What a reader needs first is the chapter, not its set-up: a cell that only sets
+    the notebook's language is left out (the page is in its language already), and the
+    other set-up cells (imports, plot style, seed) are folded under a line in the page's
+    language. A set-up cell that printed something is left as it is. The notebook keeps
+    them all."""
+    words = TEXT[lang]
+    kept = []
+    for cell in nb.cells:
+        kind = setup_kind(cell.source) if cell.cell_type == "code" and not _is_exercise(cell) else None
+        if kind and not cell.get("outputs"):
+            if kind == "language":
+                continue
+            cell.metadata.setdefault("tags", []).append("hide-input")
+            cell.metadata["mystnb"] = {"code_prompt_show": words["setup_show"],
+                                       "code_prompt_hide": words["setup_hide"]}
+        kept.append(cell)
+    nb.cells = kept
+
+
 def page_notebook(chapter: str, lang: str, run=None):
     """The chapter page: the student's notebook, lecture outputs from ``run`` (an
-    executed solution build, or None for none), its study time and how to run it."""
+    executed solution build, or None for none), its set-up cells folded, its study
+    time and how to run it."""
     nb = student_notebook(chapter, lang)
     if run is not None:
         outputs = {c.id: c for c in run.cells if c.cell_type == "code"}
         for cell in nb.cells:
             if cell.cell_type == "code" and not _is_exercise(cell) and cell.id in outputs:
                 cell.outputs = lecture_outputs(outputs[cell.id], lang)
+    fold_setup(nb, lang)
     st = study_time(chapter)
     words = TEXT[lang]
     info = (f"**{words['minutes'].format(m=st.minutes)}**"
@@ -265,20 +328,14 @@ def chapter_title(nb) -> str:
 # ------------------------------------------------------------------ the Sphinx project of one language
 
 
-def guide_text(name: str, lang: str) -> str | None:
-    files = GUIDES[name]
-    source = files.get(lang) or files.get("en")
-    path = ROOT / "docs" / source
+def guide_text(name: str, lang: str) -> str:
+    """The guide's page in ``lang``, from its own file (a guide missing in a language stops the build)."""
+    path = ROOT / "docs" / GUIDES[name][lang]
     if not path.exists():
-        return None
+        raise build.BuildError(f"site: the {name} guide has no {lang} text ({path.relative_to(ROOT)})")
     text = path.read_text(encoding="utf-8")
     text = re.sub(r"\]\((\w+)\.zh\.md", r"](\1.md", text)          # links between guides: one page name
     text = re.sub(r"\n(-{3,}|\*{3,})\s*$", "\n", text)             # a closing rule: docutils refuses to end on one
-    if lang not in files and TEXT[lang]["only_en"]:
-        lines = text.splitlines()
-        head = next((i for i, line in enumerate(lines) if line.startswith("# ")), -1)
-        lines.insert(head + 1, f"\n*{TEXT[lang]['only_en']}*\n")
-        text = "\n".join(lines) + "\n"
     return text
 
 
@@ -326,10 +383,8 @@ def write_project(stage: Path, lang: str, pages: dict[str, object], guides: list
                     + words["minutes"].format(m=minutes))
     written = []
     for name in guides:
-        text = guide_text(name, lang)
-        if text is not None:
-            (stage / "guides" / f"{name}.md").write_text(text, encoding="utf-8")
-            written.append(name)
+        (stage / "guides" / f"{name}.md").write_text(guide_text(name, lang), encoding="utf-8")
+        written.append(name)
     index = [f"# {words['title']}", "", words["intro"], "", f"## {words['chapters']}", "", *rows, "",
              "```{toctree}", ":hidden:", f":caption: {words['chapters']}", "",
              *(f"chapters/{c}" for c in pages), "```", ""]

@@ -1,6 +1,7 @@
 """Sphinx extension of the course site (coursekit/author/site.py): maths as MathML
-written at build time (no MathJax, nothing from a CDN), the switch to the same
-page in the other language, and the site's stylesheet."""
+written at build time (no MathJax, nothing from a CDN) and indexed as a reader
+reads it, the switch to the same page in the other language, and the site's
+stylesheet."""
 from __future__ import annotations
 
 import re
@@ -8,29 +9,50 @@ from pathlib import Path
 
 from docutils import nodes
 
-from ..grade.mathml import tex_to_mathml
+from ..base.mathml import tex_to_mathml
 
 THEME = Path(__file__).resolve().parent / "site_theme"
 
 
-def _mathml(self, tex: str, display: bool) -> str:
+# The feedback pages' MathML keeps the TeX as an annotation. A browser draws only the
+# MathML, but the annotation is text of the page all the same: Sphinx's search snippet
+# (the page's textContent) showed every formula twice, drawn and as TeX run together
+# ("Var(q⊤k)=dk\mathrm{Var}(\mathbf q^\top\mathbf k)=d_k"), and the search index held
+# the TeX's words (mathrm, mathbf) from the math nodes. On the site a formula is its
+# MathML alone, and the search indexes the same MathML (``_formulas``).
+ANNOTATION = re.compile(r'<annotation encoding="application/x-tex">.*?</annotation>', re.S)
+
+
+def mathml(tex: str, display: bool, docname: str | None = None) -> str:
+    """The formula as the site writes it: MathML without its TeX, block formulas in a div."""
     unknown: list = []
-    out = tex_to_mathml(tex, display=display, unknown=unknown)
+    out = ANNOTATION.sub("", tex_to_mathml(tex, display=display, unknown=unknown))
     if unknown:
         from sphinx.util import logging
         logging.getLogger(__name__).warning("maths: unknown TeX %s in %r", ", ".join(sorted(set(unknown))), tex,
-                                            location=self.builder.current_docname)
-    return out
+                                            location=docname)
+    return f'<div class="math">{out}</div>' if display else out
 
 
 def visit_math(self, node):
-    self.body.append(_mathml(self, node.astext(), False))
+    self.body.append(mathml(node.astext(), False, self.builder.current_docname))
     raise nodes.SkipNode
 
 
 def visit_displaymath(self, node):
-    self.body.append(f'<div class="math">{_mathml(self, node.astext(), True)}</div>')
+    self.body.append(mathml(node.astext(), True, self.builder.current_docname))
     raise nodes.SkipNode
+
+
+def _formulas(app, doctree, docname) -> None:
+    """Each formula of a page becomes the HTML it is written as, before the page is indexed:
+    Sphinx's search then indexes the formula as a reader reads it (the text of its MathML,
+    once), never its TeX."""
+    if app.builder.format != "html":
+        return
+    for kind, display in ((nodes.math, False), (nodes.math_block, True)):
+        for node in list(doctree.findall(kind)):
+            node.replace_self(nodes.raw("", mathml(node.astext(), display, docname), format="html"))
 
 
 def _config(app, config) -> None:
@@ -53,11 +75,14 @@ def _page(app, pagename, templatename, context, doctree) -> None:
 
 # Sphinx writes a toctree's caption as role="heading" without a level, and Furo lets wide
 # code and formulas scroll sideways in boxes a keyboard cannot reach: both are WCAG failures
-# axe-core reports, so every written page is mended here.
+# axe-core reports, so every written page is mended here. MyST-NB names every folded cell's
+# toggle "Toggle hidden content", in English, over the line it shows (WCAG 2.5.3, label in
+# name): the toggle is named by that line, in the page's language.
 MENDS = (
     (re.compile(r'(<p class="caption" role="heading")(?![^>]*aria-level)'), r'\1 aria-level="2"'),
     (re.compile(r'<pre(?![^>]*tabindex)(?=[ >])'), '<pre tabindex="0"'),
     (re.compile(r'<div class="math">'), '<div class="math" tabindex="0">'),
+    (re.compile(r'<summary aria-label="Toggle hidden content">'), '<summary>'),
 )
 
 
@@ -73,6 +98,7 @@ FURO_ZH = (
     ("<span>Previous</span>", "<span>上一页</span>"),
     ('<div class="title">Home</div>', '<div class="title">首页</div>'),
     ("\n            On this page\n", "\n            本页内容\n"),
+    ("Please activate JavaScript to enable the search functionality.", "请启用 JavaScript，才能使用搜索功能。"),
 )
 
 
@@ -110,6 +136,7 @@ def setup(app):
     app.add_search_language(_chinese_search())
     app.add_html_math_renderer("course_mathml", (visit_math, None), (visit_displaymath, None))
     app.connect("config-inited", _config)
+    app.connect("doctree-resolved", _formulas)
     app.connect("html-page-context", _page)
     app.add_css_file("course.css")
     app.connect("build-finished", _mend)

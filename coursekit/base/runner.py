@@ -211,12 +211,17 @@ def start_forked(target: str, payload, root: Path, env: dict, log: Path):
 
 def lowest_priority() -> None:
     """This process runs only when no other process of the machine wants the core
-    (work done aside while kernels are grading: it never takes a core from them)."""
+    (work done aside while kernels are grading: it never takes a core from them).
+    The weight of its session (Linux's autogroup) is lowered only when the process leads
+    that session, as a forked command does: lowered from inside the grader's own session,
+    it would slow the grader and its kernels with it, and whatever else that session runs."""
     os.nice(19)
     try:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     except (AttributeError, OSError):
         pass
+    if os.getsid(0) != os.getpid():
+        return   # in a session of others' (the grader's, its caller's): their weight is not this process's to lower
     try:   # the scheduler weighs sessions, not processes, where it groups them (Linux's autogroup)
         with open("/proc/self/autogroup", "w") as group:
             group.write("19")

@@ -40,6 +40,9 @@ from pathlib import Path
 
 from grading import protocol
 
+from ..base.chapters import ROOT
+from .jobs import MACHINERY, code_digest, environment_digest
+
 SHARED_FS_ENV = "COURSE_SHARED_FS"   # "1": the workers see the course folder; "0": jobs carry their files
 MAX_BYTES = 256 * 2**20              # what one submission's folder may hold to be carried
 LOG_CHARS = 200_000                  # the tail of a job's log that comes back
@@ -187,7 +190,6 @@ def home(chapters: list[str]) -> Path:
     """This worker's private course folder (one per process, made once): the nbgrader
     config, and the source, release and replay record of ``chapters`` from the worker's own installed
     course; its gradebook is its own (never COURSE_DB_URL: the grader's)."""
-    from ..author.build import ROOT
     with _LOCK:
         h = _HOME.get("path")
         if h is None:
@@ -235,8 +237,6 @@ def prepare(h: Path, chapters: list[str]) -> None:
 def mismatch(spec: dict) -> list[tuple[str, str]]:
     """How this worker's course differs from the grader's (its grading code, environment,
     and the chapters' source, release and replay record): [(kind, detail)], empty when it is the same."""
-    from ..author.build import ROOT
-    from .engine import code_digest, environment_digest
     problems = []
     if spec.get("code") and _cached("code", code_digest) != spec["code"]:
         problems.append(("code", f"its grading code ({ROOT}) is not the grader's"))
@@ -258,21 +258,22 @@ def _cached(name: str, make) -> str:
     return _DIGESTS[name]
 
 
-def run_job(spec: dict, job, grader, where: str) -> dict:
+def run_job(spec: dict, job, grader, where: str, factory) -> dict:
     """The job on this worker: its files written into a scratch folder of the worker's own
     course folder, the same autograde (``grader.grade``) and seal check (``grader.seal``)
     as on the grader's machine, and what came of it (see the module's doc). A worker
-    whose course is not the grader's grades nothing (a fault of the machine)."""
+    whose course is not the grader's grades nothing (a fault of the machine).
+    ``factory()``: this worker's kernel factory (its socket folder, its socket, how many
+    kernels it runs at once), asked for once the course folder is ready."""
     from nbgrader.api import Gradebook
 
-    from .engine import MACHINERY, _worker_factory
     problems = mismatch(spec)
     if problems:
         return {"ok": False, "failure": MACHINERY, "seconds": 0.0, "worker": where, "flags": [],
                 "error": "; ".join(d for _, d in problems)}
     h = home(spec["chapters"])
     prepare(h, [job.chapter])
-    base, socket, workers = _worker_factory(spec, grader.warm)
+    base, socket, workers = factory()
     scratch = Path(tempfile.mkdtemp(prefix="job-", dir=h / ".grading" / "scratch"))
     try:
         folder = scratch / "submitted" / job.student / job.chapter

@@ -32,8 +32,8 @@ def _makers() -> str:
     from importlib.metadata import PackageNotFoundError, version
     h = hashlib.sha256()
     here = Path(__file__).parent
-    for name in ("feedback.py", "mathml.py", "parts.py"):
-        h.update((here / name).read_bytes())
+    for path in (here / "feedback.py", here.parent / "base" / "mathml.py", here / "parts.py"):
+        h.update(path.read_bytes())
     for lib in LIBRARIES:
         try:
             h.update(f"{lib}=={version(lib)}\n".encode())

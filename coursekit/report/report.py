@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import html
+import json
 import os
 from pathlib import Path
 
@@ -37,18 +38,65 @@ def collect(root: Path, jobs) -> dict:
     """Scores and diagnoses per chapter, student and exercise.
 
     scores[chapter][student] = the submission's score.Standing (None: never graded)
-    bugs[(chapter, grade id)] = Counter of diagnosed bug keys (once per student)"""
+    bugs[(chapter, grade id)] = Counter of diagnosed bug keys (once per student)
+
+    The diagnoses of each graded notebook are kept (``ROWS``) with the notebook's stamp:
+    a report made again reads only the notebooks graded since (one student's regrade:
+    that notebook). The scores are read from the gradebook each time (a manual grade
+    entered in the formgrader changes them without any notebook changing)."""
     data = {"scores": collections.defaultdict(dict), "bugs": collections.defaultdict(collections.Counter),
             "flags": {}, "said": {}}
     with _gradebook(root) as gb:
         for job in jobs:
             data["flags"][(job.student, job.chapter)] = list(job.flags)
             data["scores"][job.chapter][job.student] = score_mod.find(gb, job.chapter, job.student)
+    kept = _kept_rows(root)
+    rows = {}
     for job in jobs:
         path = root / "autograded" / job.student / job.chapter / f"{job.chapter}.ipynb"
-        if path.exists():
-            _count_bugs(nbformat.read(path, as_version=4), job.chapter, data["bugs"], data["said"])
+        if not path.exists():
+            continue
+        name, st = f"{job.chapter}/{job.student}", path.stat()
+        stamp = [st.st_mtime_ns, st.st_size, st.st_ino]
+        row = kept.get(name)
+        if row is None or row["stamp"] != stamp:
+            bugs, said = collections.defaultdict(collections.Counter), {}
+            _count_bugs(nbformat.read(path, as_version=4), job.chapter, bugs, said)
+            row = {"stamp": stamp, "bugs": {gid: sorted(c) for (_, gid), c in bugs.items()}, "said": said}
+        rows[name] = row
+        for gid, keys in row["bugs"].items():
+            data["bugs"][(job.chapter, gid)].update(keys)
+        for key, text in row["said"].items():
+            if not data["said"].get(key):
+                data["said"][key] = text
+    if rows != kept:
+        _keep_rows(root, rows)
     return data
+
+
+ROWS = Path(".grading") / "report" / "diagnoses.json"   # under the course folder
+
+
+def _kept_rows(root: Path) -> dict:
+    try:
+        kept = json.loads((root / ROWS).read_text(encoding="utf-8"))
+        return kept["rows"] if kept.get("version") == ROWS_VERSION else {}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+ROWS_VERSION = 1
+
+
+def _keep_rows(root: Path, rows: dict) -> None:
+    path = root / ROWS
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")   # renamed into place: a reader sees old or new
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps({"version": ROWS_VERSION, "rows": rows}, ensure_ascii=False), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:   # nowhere to keep them: read again next time
+        tmp.unlink(missing_ok=True)
 
 
 def _count_bugs(nb, chapter: str, bugs, said: dict | None = None) -> None:

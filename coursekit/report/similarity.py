@@ -259,51 +259,151 @@ def chapter_helper_matches(root: Path, chapter: str, helpers_dir: Path) -> list[
 # ------------------------------------------------------------------ made once per class, kept until it changes
 
 KEPT = Path(".grading") / "similarity"      # under the course folder, one file per chapter
+VERSION = 2                                 # of what a kept file holds
 
 
-def _inputs_key(root: Path, chapter: str, top: int, lang: str, helpers_dir: Path) -> str:
-    """A digest of everything a chapter's findings follow from: the answer cells of the
-    release and of every submission, helpers/, the options and this code."""
+def _digest(*parts) -> str:
     import hashlib
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _filtered(code: str) -> str:
+    """``code`` as copydetect tokenises it before it fingerprints it (the slow part)."""
+    from copydetect.utils import filter_code
+    return filter_code(code, "answer.py")[0]
+
+
+def _print_of(name: str, filtered: str, boilerplate=None):
+    """The fingerprint copydetect makes of code whose tokenised form is ``filtered``:
+    the same hashes, and so the same scores, as ``_fingerprint`` of the code itself."""
+    from copydetect import CodeFingerprint
+    return CodeFingerprint(f"{name}.py", K, WINDOW, boilerplate=boilerplate, filter=False, fp=io.StringIO(filtered))
+
+
+def _base(root: Path, chapter: str, helpers_dir: Path) -> tuple[str, object, dict[str, str]]:
+    """The digest of what every finding of ``chapter`` follows from but the students'
+    answers (copydetect, this code, the release's answer cells, helpers/), the release
+    notebook and helpers/ itself."""
     from importlib.metadata import version
-    h = hashlib.sha256(f"{version('copydetect')} {K} {WINDOW} {top} {lang} {chapter}\0".encode())
-    h.update(Path(__file__).read_bytes())
     release = nbformat.read(root / "release" / chapter / f"{chapter}.ipynb", as_version=4)
-    h.update(json.dumps(answer_cells(release), sort_keys=True).encode())
-    h.update(json.dumps(submitted_answers(root, chapter, answer_cells), sort_keys=True).encode())
-    h.update(json.dumps(helper_sources(helpers_dir), sort_keys=True).encode())
-    return h.hexdigest()
+    helpers = helper_sources(helpers_dir)
+    return (_digest(version("copydetect"), K, WINDOW, chapter, Path(__file__).read_text(encoding="utf-8"),
+                    answer_code(release), answer_cells(release), helpers), release, helpers)
+
+
+def _students(root: Path, chapter: str, kept: dict) -> dict[str, dict]:
+    """student -> what is kept of their answer cells: ``stamp`` (the notebook's
+    modification time, size and inode), ``digest`` and, for a notebook read again
+    (``cells``), the cells. A notebook whose stamp is the kept one is not read again;
+    an unreadable one has nothing to compare and is left out."""
+    out = {}
+    for path in sorted((root / "submitted").glob(f"*/{chapter}/{chapter}.ipynb")):
+        student = path.parent.parent.name
+        st = path.stat()
+        stamp = [st.st_mtime_ns, st.st_size, st.st_ino]
+        if kept.get(student, {}).get("stamp") == stamp:
+            out[student] = kept[student]
+            continue
+        try:
+            nb = nbformat.read(path, as_version=4)
+            cells, code = answer_cells(nb), answer_code(nb)
+        except Exception:
+            continue
+        out[student] = {"stamp": stamp, "digest": _digest(code, cells), "cells": cells, "code": code}
+    return out
+
+
+def _update(kept: dict, students: dict, release, helpers: dict, chapter: str) -> dict:
+    """The kept findings brought up to date with ``students``: each new or changed
+    answer tokenised, compared with every other (``pairs``) and with helpers/
+    (``matches``); what did not change is kept as it was."""
+    before = kept.get("students", {})
+    changed = {s for s, v in students.items() if s not in before or before[s].get("digest") != v["digest"]}
+    if changed and kept.get("release_filtered") is None:
+        kept["release_filtered"] = _filtered(answer_code(release))
+    given = list(_print_of("release", kept["release_filtered"]).hashes) if changed else []
+    entry = {}
+    for s, v in students.items():
+        if s in changed:
+            found = helper_matches(chapter, {s: v["cells"]}, answer_cells(release), helpers)
+            entry[s] = {"stamp": v["stamp"], "digest": v["digest"], "code": v["code"], "filtered": _filtered(v["code"]),
+                        "matches": [asdict(m) for m in found]}
+        else:
+            entry[s] = {**before[s], "stamp": v["stamp"]}
+    pairs = {k: v for k, v in kept.get("pairs", {}).items()
+             if not set(k.split("\t")) & changed and set(k.split("\t")) <= set(entry)}
+    if changed:
+        prints = {s: _print_of(s, e["filtered"], given) for s, e in entry.items()}
+        for a, b in combinations(sorted(entry), 2):
+            if a in changed or b in changed:
+                pairs[f"{a}\t{b}"] = _compare(prints[a], prints[b])
+    return {**kept, "students": entry, "pairs": pairs}
+
+
+def _compare(print_a, print_b) -> list:
+    """[score, shared tokens] of two answers' fingerprints, as ``rank`` scores a pair."""
+    from copydetect import compare_files
+    shared, (sim_a, sim_b), _ = compare_files(print_a, print_b)
+    return [float(min(sim_a, sim_b)), int(shared)]
 
 
 def findings(root: Path, chapter: str, top: int, lang: str, helpers_dir: Path) -> tuple[list[Pair], list[HelperMatch]]:
     """``chapter_pairs`` (pages under ``root/reports/similar``) and ``chapter_helper_matches``
-    of one chapter, kept in ``.grading/similarity/`` with the digest of what they follow
-    from: a report made again over the same answers, or after ``precompute_aside`` made
-    them while the class was being graded, reads them instead of comparing again."""
+    of one chapter, kept in ``.grading/similarity/``: a report made again over the same
+    answers, or after ``precompute_aside`` made them while the class was being graded,
+    reads them instead of comparing again, and one made after some answers changed
+    compares only those (a late submission: its pairs and its helper matches), and
+    makes again only the side-by-side pages of pairs with a changed answer."""
     from ..base.runner import write_atomically
-    kept = root / KEPT / f"{chapter}.json"
-    key = _inputs_key(root, chapter, top, lang, helpers_dir)
+    path = root / KEPT / f"{chapter}.json"
+    base, release, helpers = _base(root, chapter, helpers_dir)
     try:
-        data = json.loads(kept.read_text(encoding="utf-8"))
-        if data["key"] == key:
-            pairs = [Pair(**p) for p in data["pairs"]]
-            if all((root / "reports" / p.view).exists() for p in pairs if p.view):
-                return pairs, [HelperMatch(**m) for m in data["matches"]]
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    pairs = chapter_pairs(root, chapter, root / "reports" / "similar", top=top, lang=lang)
-    matches = chapter_helper_matches(root, chapter, helpers_dir)
-    found = json.dumps({"key": key, "pairs": [asdict(p) for p in pairs], "matches": [asdict(m) for m in matches]})
-    write_atomically(kept, lambda tmp: tmp.write_text(found, encoding="utf-8"))   # a reader sees old or new
-    return pairs, matches
+        kept = json.loads(path.read_text(encoding="utf-8"))
+        kept = kept if kept.get("version") == VERSION and kept.get("base") == base else {}
+    except (OSError, ValueError, AttributeError):
+        kept = {}
+    students = _students(root, chapter, kept.get("students", {}))
+    key = _digest(base, top, lang, {s: v["digest"] for s, v in students.items()})
+    if kept.get("key") == key and all((root / "reports" / p["view"]).exists() for p in kept["shown"] if p["view"]):
+        return [Pair(**p) for p in kept["shown"]], [HelperMatch(**m) for m in kept["matches"]]
+    kept = _update({**kept, "version": VERSION, "base": base}, students, release, helpers, chapter)
+    shown = _pages(root, chapter, kept, top, lang, answer_code(release)) if len(kept["students"]) >= 2 else []
+    matches = [m for s in sorted(kept["students"]) for m in kept["students"][s]["matches"]]
+    kept.update(key=key, shown=[asdict(p) for p in shown], matches=matches)
+    text = json.dumps(kept, ensure_ascii=False)
+    write_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))   # a reader sees old or new
+    return shown, [HelperMatch(**m) for m in matches]
+
+
+def _pages(root: Path, chapter: str, kept: dict, top: int, lang: str, release_code: str) -> list[Pair]:
+    """The ``top`` pairs, most similar first (as ``rank`` orders them), each with its
+    side-by-side page under ``reports/similar``, made again only when one of its two
+    answers, its score or the language changed, or it is gone."""
+    ranked = sorted((Pair(chapter, *k.split("\t"), v[0], v[1]) for k, v in kept["pairs"].items()),
+                    key=lambda p: (-p.score, -p.shared_tokens, p.a, p.b))[:top]
+    out = root / "reports" / "similar"
+    out.mkdir(parents=True, exist_ok=True)
+    made, shown = kept.get("pages", {}), []
+    for p in ranked:
+        name = f"{chapter}__{p.a}__{p.b}.html"
+        a, b = kept["students"][p.a], kept["students"][p.b]
+        page_key = _digest(a["digest"], b["digest"], p.score, p.shared_tokens, lang)
+        if made.get(name) != page_key or not (out / name).exists():
+            (out / name).write_text(side_by_side(p, a["code"], b["code"], release_code, lang), encoding="utf-8")
+            made[name] = page_key
+        shown.append(Pair(p.chapter, p.a, p.b, p.score, p.shared_tokens, f"{out.name}/{name}"))
+    kept["pages"] = made
+    return shown
 
 
 def precompute_aside(payload: dict) -> int:
     """``findings`` of ``payload["chapters"]`` at the lowest priority, while the class is
     still being graded (the answers are in submitted/ from the start): the class report
-    then only reads them. Stopped before it finishes, it leaves what it finished."""
+    then only reads them. Stopped before it finishes, it leaves what it finished.
+    ``payload["lowest"]`` false: at the usual priority (a worker to spare)."""
     from ..base import runner
-    runner.lowest_priority()
+    if payload.get("lowest", True):
+        runner.lowest_priority()
     root = Path(payload["root"])
     for chapter in payload["chapters"]:
         findings(root, chapter, payload["top"], payload["lang"], Path(payload["helpers"]))

@@ -1,5 +1,6 @@
-"""TeX maths in markdown -> MathML, so that feedback pages show formulas with
-no network (browsers draw MathML themselves; MathJax came from a CDN).
+"""TeX maths in markdown -> MathML, so that feedback pages (coursekit.grade.feedback)
+and the course's website (coursekit.author.site) show formulas with no network
+(browsers draw MathML themselves; MathJax came from a CDN).
 
 The conversion is the maintained ``latex2mathml`` library's; this module only
 finds the formulas in markdown and adjusts the library's output for what
@@ -27,8 +28,6 @@ import unicodedata
 from xml.etree.ElementTree import Element
 
 from latex2mathml.converter import convert_to_element
-
-from .parts import Kept
 
 TEXT_ESCAPES = re.compile(r"\\([_%&#${}])")
 TEXT = re.compile(r"\\(?:text|textrm|mbox)\s*\{[^{}]*\}")
@@ -126,17 +125,7 @@ def _formula(match: re.Match, unknown: list | None) -> str:
 
 def markdown_math(source: str, unknown: list | None = None) -> str:
     """Replace every $…$ and $$…$$ of a markdown text (outside code) by MathML."""
-    if unknown is None:
-        return _markdown_math(source)
     return _convert(source, unknown)
-
-
-def _markdown_math(source: str) -> str:
-    """markdown_math, kept (coursekit.grade.parts): a chapter's text is on every student's page."""
-    return _KEPT.get(source, lambda: _convert(source, None))
-
-
-_KEPT = Kept("mathml")
 
 
 def _convert(source: str, unknown: list | None) -> str:
