@@ -12,7 +12,7 @@ endif
 override LANG := C.UTF-8
 export LANG
 
-.PHONY: help env lab instructor-lab test source release dist site grade serve collect return bench bench-train
+.PHONY: help env lab instructor-lab test check source release dist site grade serve collect return bench bench-train
 
 help:
 	@$(PY) course.py help
@@ -28,6 +28,10 @@ instructor-lab:  ## JupyterLab on the whole course folder (formgrader, Create As
 
 test:     ## the whole test suite
 	$(PY) course.py test
+
+# make check CHAPTER=ch02_causal_mask [PARTS=visible,ledgers]
+check:    ## everything to pass after editing one chapter: one line per part, then the failures' own messages
+	$(PY) course.py check $(if $(CHAPTER),--chapter $(CHAPTER)) $(if $(PARTS),--parts $(PARTS))
 
 source:   ## notebooks/ -> source/  (LANG=zh|en)
 	$(PY) course.py source --lang $(COURSE_LANG)
