@@ -8,6 +8,8 @@ one worker. Screenshots of each step go to tests/artifacts/browser/.
   step the calculator through its five stages and toggle the mask (the numbers
   on the page must equal ``helpers.ch02_causal_mask.calculator``), then nbgrader's Validate;
 - the untouched release fails Validate;
+- a hint stays folded until opened, and a wrong answer's visible test shows its
+  evidence and names the mistake in the grader's words;
 - every chapter's main widget renders, with no JavaScript error from widget code;
 - the instructor path: the formgrader lists the course's assignments, and the
   Create Assignment panel shows a source cell's nbgrader metadata.
@@ -174,6 +176,40 @@ def test_untouched_release_fails_validate(page, lab):
     assert dialog.locator(".validation-failed").count() == 1, text
     assert "Success" not in text
     assert "The following cell failed:" in text and "NotImplementedError" in text
+
+
+def test_a_hint_stays_folded_until_opened_and_a_wrong_answer_shows_its_evidence(page, lab):
+    """The hints under an exercise are folded in JupyterLab; opening one shows it.
+    A wrong answer (no 1/√d_k in exercise 4) run as a student runs it shows the
+    largest difference, the rows around it and the grader's words for that mistake,
+    with no internal token on the screen."""
+    release, source = read_nb("release", CH02), read_nb("source", CH02)
+    wrong = make_submission(release, source, {"attention": catalogue(CH02).ATT_HEAD
+                                              + catalogue(CH02).ATT_OK.replace(" / math.sqrt(q.shape[-1])", "")})
+    path = f"wrong/{CH02}/{CH02}.ipynb"
+    (lab.root / path).parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(wrong, lab.root / path)
+    nb = browser.Notebook(page, lab, path)
+
+    hint = nb.panel.locator(".jp-RenderedMarkdown details").first
+    hint.scroll_into_view_if_needed()
+    summary = hint.locator("summary")
+    assert summary.inner_text().startswith("提示 1"), summary.inner_text()
+    body = hint.locator("p").first
+    assert hint.get_attribute("open") is None and not body.is_visible()
+    browser.shot(hint, "ch02_hint_folded")
+    summary.click()
+    page.wait_for_function("d => d.open", arg=hint.element_handle())
+    assert body.is_visible() and body.inner_text().strip()
+    browser.shot(hint, "ch02_hint_opened")
+
+    nb.run_all(timeout_ms=180_000)
+    test = index_of(release, 'with exercise(4, "causal_self_attention")')
+    shown = nb.output_text(test)
+    browser.shot(nb.cell(test), "ch02_wrong_answer_evidence")
+    assert "最大的差是" in shown and "期望" in shown and "实际" in shown and "^" in shown, shown
+    assert "诊断：分数没有除以 √d_k" in shown, shown
+    assert "[bug:" not in shown and "CheckFailed" not in shown and "Traceback" not in shown, shown
 
 
 def _untouched_copy(lab) -> str:

@@ -1,9 +1,15 @@
-"""Every command the README lists (both languages) still exists and takes the options shown.
+"""The README is a front door: what the course is, the chapters, the two commands, where
+to read more, in both languages; and every command it lists still exists.
+
+Each language's part fits on two screens and holds no measured table or figure
+(those live in docs/benchmarks.md, with their records); each guide it points to
+exists in both languages, and the Chinese part points to the Chinese ones.
 
 A `make X VAR=…` is a target of the Makefile whose recipe uses each variable shown; a
 `python course.py X …` is one of course.py's commands, and the options shown parse
 with the command's own parser (coursekit.cli) or are the ones course.py passes on; a
-`python bench/….py --opt` is a file that defines the option. Placeholders (`FROM=…`,
+`python bench/….py --opt`, in the README or a guide beside the figure it made, is a
+file that defines the option. Placeholders (`FROM=…`,
 `[--send]`, `path`) are read as a value of the right kind.
 """
 from __future__ import annotations
@@ -20,6 +26,12 @@ from coursekit import cli
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 MAKEFILE = (ROOT / "Makefile").read_text(encoding="utf-8")
 SHOWN = sorted(set(re.findall(r"`((?:make|python) [^`]+)`", README)))
+# the benchmark commands the README and the guides give beside the figures they made
+TEXTS = [README] + [p.read_text(encoding="utf-8") for p in sorted((ROOT / "docs").glob("*.md"))]
+BENCH = sorted({" ".join(c.split()) for text in TEXTS for c in re.findall(r"`(python bench/[^`]+)`", text)})
+SCREENS = 70          # lines a language's part may take: about two screens
+# a measured figure: a time, a rate or a ratio, written with its unit
+MEASURED = re.compile(r"\d+(?:[.,]\d+)?\s*(?:ms|s|min|minutes?|seconds?|hours?|秒|分钟|小时|×|倍|tokens/s)(?![A-Za-z])")
 
 
 def course_py():
@@ -83,7 +95,7 @@ def test_each_course_py_command_exists_and_takes_the_options_shown(shown):
         pytest.fail(f"`{shown}`: the command's parser refuses these options ({exc})")
 
 
-@pytest.mark.parametrize("shown", [c for c in SHOWN if re.match(r"python bench/", c)])
+@pytest.mark.parametrize("shown", BENCH)
 def test_each_bench_command_is_a_script_with_the_options_shown(shown):
     words = shlex.split(shown)[1:]
     script = ROOT / words[0]
@@ -100,3 +112,52 @@ def test_this_test_refuses_a_command_that_is_gone():
         recipe("grade-everything")
     with pytest.raises(SystemExit):
         cli.parser().parse_args(["grade", "--chapters", "ch01_attention"])
+
+
+# ------------------------------------------------------------------ a front door, not a report
+
+
+def parts(text: str = README) -> dict[str, list[str]]:
+    """The README's English part (up to the rule before the Chinese section) and its Chinese part."""
+    lines = text.splitlines()
+    zh = lines.index("## 中文说明")
+    end = max(i for i in range(zh) if lines[i].strip() == "---")
+    return {"en": lines[:end], "zh": lines[zh:]}
+
+
+def measured(lines: list[str]) -> list[str]:
+    """Lines that hold a measured figure, or a table row of numbers."""
+    found = []
+    for line in lines:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.lstrip().startswith("|") else []
+        numbers = [c for c in cells if re.fullmatch(r"[\d.,]+", c)]
+        if len(numbers) >= 2 or MEASURED.search(re.sub(r"`[^`]*`", "", line)):
+            found.append(line)
+    return found
+
+
+def test_each_language_fits_on_two_screens_and_holds_no_measured_figure():
+    for lang, lines in parts().items():
+        assert len(lines) <= SCREENS, f"the README's {lang} part is {len(lines)} lines (at most {SCREENS})"
+        assert measured(lines) == [], f"measured figures in the README's {lang} part (docs/benchmarks.md holds them)"
+
+
+def test_the_measure_finds_a_table_and_a_timing():
+    assert measured(["| ch01 | 0.88 | 0.09 |", "the first build took 23 min on 2 cores", "快 4.55 倍"]) == \
+        ["| ch01 | 0.88 | 0.09 |", "the first build took 23 min on 2 cores", "快 4.55 倍"]
+    assert measured(["PyTorch 2.13 CPU, nbgrader 0.9.6", "| `ch01_attention` | attention |",
+                     "`make bench-train TEXT=path SECONDS=92`"]) == []
+
+
+def test_both_parts_list_every_chapter_and_point_to_every_guide_in_their_language():
+    from coursekit.author import build
+    from coursekit.author.site import GUIDES
+
+    for lang, lines in parts().items():
+        text = "\n".join(lines)
+        for chapter in build.chapters():
+            assert f"| `{chapter}` |" in text, f"the README's {lang} part has no row for {chapter}"
+        for files in GUIDES.values():
+            for f in files.values():
+                assert (ROOT / "docs" / f).is_file(), f"docs/{f} is missing"
+            assert f"](docs/{files[lang]})" in text, f"the README's {lang} part does not point to docs/{files[lang]}"
