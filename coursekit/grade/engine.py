@@ -38,13 +38,17 @@ Where the jobs run (``from_environment``):
   environment, and for jobs that carry their files its chapters' source and
   release, the sandbox, the fork server, one forked kernel's preflight);
   one that cannot is refused by name with its fix, and with none left the run
-  stops before any job.
+  stops before any job. The probes are waited for together: a worker that
+  leaves the cluster meanwhile is refused as soon as the scheduler no longer
+  lists it, and once one has passed in t seconds the others have
+  max(PROBE_FLOOR, PROBE_FACTOR * t) in all (not PROBE_TIMEOUT while one is ready).
 
 Failures: a worker killed mid-notebook takes its nbgrader process and kernel
 with it (coursekit.base.runner ends a command with its fork server; the factory is
 bubblewrap's child with ``--die-with-parent``), and the scheduler gives the job
-to another worker, so the notebook is graded once. A job that fails outside
-the student's kernel (``MACHINERY``: an exception in the worker, its sandbox or
+to another worker, so the notebook is graded once (a job that only workers no
+longer in the cluster may run goes to a live one within LOOK seconds). A job
+that fails outside the student's kernel (``MACHINERY``: an exception in the worker, its sandbox or
 nbgrader's start) goes to a worker that has not failed it; when none is left it
 is given no score and the run stops, naming the fault (never a student's zero). A scheduler that goes away
 stops the run with what finished kept in the ledger: running it again grades
@@ -54,254 +58,36 @@ pipeline scores it as the empty release, as without Dask).
 The engine sends notebooks and keeps the ledger; grading one is the
 pipeline's, which hands the engine what its jobs run (a ``Grader``:
 coursekit.grade.pipeline.GRADER), so that this module needs nothing of it.
+What runs on a worker is coursekit.grade.worker's; the jobs, their keys and the
+ledger are coursekit.grade.jobs'.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from grading import protocol
 
 from ..report.flags import Flag
+from . import carried as carried_mod
 from .intake import Job
+from .jobs import MACHINERY, Grader, Ledger, code_digest, environment_digest, job_key
+from .worker import CourseWorker, _as_plugin, grade_notebook, probe_worker
+
+__all__ = ["Engine", "Grader", "Ledger", "MACHINERY", "from_environment", "job_key", "code_digest",
+           "environment_digest"]
 
 SCHEDULER_ENV = "COURSE_DASK_SCHEDULER"
 ENGINE_ENV = "COURSE_ENGINE"
 MODES = ("dask", "processes", "threads")
-TABLE = "course_finished_job"
-LOG = "engine"                     # .grading/engine/: what the jobs did (autograded.jsonl)
-MACHINERY = "machinery"            # a job that failed outside the student's kernel: never a score
 PROBE_TIMEOUT = 300                # seconds a worker has to prove it can grade (its kernel factory starts)
+PROBE_FLOOR, PROBE_FACTOR = 60, 3  # once one has in t s, the others have max(PROBE_FLOOR, PROBE_FACTOR * t) in all
+POLL = 1.0                         # seconds between looks at the probes (and at which workers are still there)
+LOOK = 5.0                         # seconds between looks, while jobs run, at which workers are still there
 
-
-def job_key(job: Job) -> str:
-    """The job's key: the reuse step's hash of what its grade depends on, with who and which chapter
-    (two students may hand in the same bytes)."""
-    text = f"{job.key}\n{job.chapter}\n{job.student}"
-    return hashlib.sha256(text.encode()).hexdigest()[:40]
-
-
-@dataclass(frozen=True)
-class Grader:
-    """What the engine's jobs run, given by the grading pipeline (coursekit.grade.pipeline.GRADER).
-    Each is a module-level name, which Dask sends to the workers by reference."""
-    warm: type          # a worker's kernel factory: .start(root, sandbox, chapters) -> .base, .socket(say), .close()
-    grade: Callable     # on a worker: (spec, job, base, socket, workers) -> the run that autograded ``job``
-    check: Callable     # in the grader: (run, job, gradebook) -> None, the seal check of a graded notebook
-    #                     (``job.sealed`` True once done; left False, the seal check step does it)
-    probe: Callable | None = None   # on a worker: (spec, base, socket) -> None or why one graded kernel failed
-    seal: Callable | None = None    # on a worker whose jobs carry their files: (run, job, gradebook) -> None,
-    #                                 the seal check there, failing closed (coursekit.grade.carried)
-
-
-# ------------------------------------------------------------------ the ledger
-
-class Ledger:
-    """The table of finished jobs in the gradebook's database: key -> the job's
-    result (its flags, time and outcome), written once per key."""
-
-    def __init__(self, url: str):
-        self.url = url
-        self._engine = None
-        self._table = None
-
-    def _db(self, create: bool):
-        """The database, or None when it does not exist yet and ``create`` is false
-        (a SQLite gradebook is not created by looking into it)."""
-        if self._engine is not None:
-            return self._engine
-        if self.url.startswith("sqlite:///") and not create and not Path(self.url[len("sqlite:///"):]).exists():
-            return None
-        from sqlalchemy import Column, Float, MetaData, String, Table, Text, create_engine
-        from sqlalchemy.exc import SQLAlchemyError
-        args = {"connect_args": {"timeout": 60}} if self.url.startswith("sqlite") else {"pool_pre_ping": True}
-        engine = create_engine(self.url, future=True, **args)
-        meta = MetaData()
-        self._table = Table(TABLE, meta, Column("key", String(64), primary_key=True),
-                            Column("chapter", String(128)), Column("student", String(256)),
-                            Column("result", Text), Column("finished_at", Float))
-        for attempt in range(3):   # two graders creating the table at once: one of them wins
-            try:
-                meta.create_all(engine, checkfirst=True)
-                break
-            except SQLAlchemyError:
-                if attempt == 2:
-                    raise
-                time.sleep(0.2 * (attempt + 1))
-        self._engine = engine
-        return engine
-
-    def finished(self, keys: list[str]) -> dict[str, dict]:
-        """key -> recorded result, for the keys the ledger holds."""
-        from sqlalchemy import select
-        db = self._db(create=False)
-        if db is None or not keys:
-            return {}
-        out = {}
-        with db.connect() as con:
-            for i in range(0, len(keys), 500):
-                rows = con.execute(select(self._table.c.key, self._table.c.result)
-                                   .where(self._table.c.key.in_(keys[i:i + 500])))
-                out.update({k: json.loads(r) for k, r in rows})
-        return out
-
-    def record(self, key: str, job: Job, result: dict) -> bool:
-        """Write ``key`` once; False when it was there already (the job had finished before)."""
-        from sqlalchemy.exc import IntegrityError
-        db = self._db(create=True)
-        try:
-            with db.begin() as con:
-                con.execute(self._table.insert().values(key=key, chapter=job.chapter, student=job.student,
-                                                        result=json.dumps(result), finished_at=time.time()))
-            return True
-        except IntegrityError:
-            return False
-
-    def forget(self, keys: list[str]) -> None:
-        db = self._db(create=False)
-        if db is None or not keys:
-            return
-        with db.begin() as con:
-            for i in range(0, len(keys), 500):
-                con.execute(self._table.delete().where(self._table.c.key.in_(keys[i:i + 500])))
-
-    def count(self) -> int:
-        from sqlalchemy import func, select
-        db = self._db(create=False)
-        if db is None:
-            return 0
-        with db.connect() as con:
-            return con.execute(select(func.count()).select_from(self._table)).scalar()
-
-    def close(self) -> None:
-        if self._engine is not None:
-            self._engine.dispose()
-            self._engine = None
-
-
-# ------------------------------------------------------------------ on a worker
-
-class CourseWorker:
-    """A Dask worker plugin: the course's sandboxed kernel factory, started once
-    per worker (when the plugin is registered) and kept warm between jobs."""
-
-    idempotent = True   # registering it again (the next run) keeps the warm factory
-
-    def __init__(self, root: str, sandbox: bool, chapters: list[str], warm_type: type, first: list[str] = ()):
-        self.root, self.sandbox, self.chapters, self.warm_type = root, sandbox, chapters, warm_type
-        self.first = list(first)   # jobs that carry their files: the chapters whose assignments to make now
-        self.warm = None
-        self._lock = threading.Lock()
-
-    def __getstate__(self) -> dict:   # sent to the workers: the settings, not this process's factory
-        return {"root": self.root, "sandbox": self.sandbox, "chapters": self.chapters, "warm_type": self.warm_type,
-                "first": self.first}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["root"], state["sandbox"], state["chapters"], state["warm_type"], state.get("first", ()))
-
-    @property
-    def name(self) -> str:
-        text = json.dumps([self.root, self.sandbox])
-        return "course-grader-" + hashlib.sha256(text.encode()).hexdigest()[:12]
-
-    def setup(self, worker=None) -> None:
-        root = self.root
-        if not root:   # jobs that carry their files: the worker's own course folder (coursekit.grade.carried)
-            from . import carried
-            home = carried.home(self.chapters)
-            root = str(home)
-            if self.first:   # the run's chapters' assignments, made while the kernel factory starts
-                threading.Thread(target=_quietly, args=(carried.prepare, home, self.first), daemon=True).start()
-        self.warm = self.warm_type.start(Path(root), self.sandbox, self.chapters)
-
-    def teardown(self, worker=None) -> None:
-        if self.warm is not None:
-            self.warm.close()
-            self.warm = None
-
-    def factory(self) -> tuple[Path, str | None]:
-        """(the worker's socket folder, its factory's socket or None: kernels start one by one)."""
-        with self._lock:
-            if self.warm is None:
-                self.setup()
-            return self.warm.base, self.warm.socket(say=lambda *a: None)
-
-
-def _quietly(fn, *args) -> None:
-    try:
-        fn(*args)
-    except Exception:  # noqa: BLE001 (the job or the probe that needs it does it again and says why)
-        pass
-
-
-def _as_plugin(plugin: CourseWorker):
-    """The plugin as Dask's WorkerPlugin (imported only where Dask is)."""
-    from distributed.diagnostics.plugin import WorkerPlugin
-
-    class Plugin(CourseWorker, WorkerPlugin):
-        pass
-    out = Plugin(plugin.root, plugin.sandbox, plugin.chapters, plugin.warm_type, plugin.first)
-    return out
-
-
-_FALLBACK: dict[str, CourseWorker] = {}
-
-
-def _worker_factory(spec: dict, warm_type: type) -> tuple[Path, str | None, int]:
-    """Where this job's kernel comes from: the grader's own factory when the job
-    runs on its machine, else this worker's (the plugin's). Also how many
-    kernels this worker runs at once."""
-    if spec.get("base"):
-        return Path(spec["base"]), spec.get("zygote"), spec["workers"]
-    from distributed import get_worker
-    worker = get_worker()
-    plugin = worker.plugins.get(spec["plugin"])
-    if plugin is None:   # registered after this worker joined, or not at all: one of its own
-        plugin = _FALLBACK.setdefault(spec["plugin"], CourseWorker(spec["root"], spec["sandbox"], spec["chapters"],
-                                                                   warm_type))
-    base, socket = plugin.factory() if spec["warm"] else (plugin.factory()[0], None)
-    return base, socket, max(1, worker.state.nthreads)
-
-
-def grade_notebook(spec: dict, grader: Grader) -> dict:
-    """The job: nbgrader's autograde of one notebook (a scratch copy on the
-    course's filesystem), in the sandbox, with a warm kernel (``grader.grade``).
-    Returns its outcome."""
-    job = Job(spec["chapter"], spec["student"], flags=[Flag.from_json(f) for f in spec.get("flags", [])])
-    where = _where()
-    try:
-        if spec.get("carried"):   # the worker shares nothing with the grader
-            from . import carried
-            return carried.run_job(spec, job, grader, where)
-        base, socket, workers = _worker_factory(spec, grader.warm)
-        run = grader.grade(spec, job, base, socket, workers)
-    except Exception as exc:  # noqa: BLE001 (outside the student's kernel: the worker, its sandbox, nbgrader's start)
-        import traceback
-        return {"ok": False, "failure": MACHINERY, "seconds": 0.0, "worker": where, "flags": [],
-                "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-3000:]}
-    if job.ok and run.graded_path(job).exists():
-        line = json.dumps({"key": spec["key"], "chapter": job.chapter, "student": job.student, "worker": where,
-                           "pid": os.getpid(), "at": time.time()})
-        folder = run.state / LOG
-        folder.mkdir(exist_ok=True)
-        fd = os.open(folder / "autograded.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            os.write(fd, (line + "\n").encode())
-        finally:
-            os.close(fd)
-    return {"ok": job.ok, "failure": job.failure, "seconds": job.seconds, "worker": where,
-            "flags": [f.to_json() for f in job.flags]}
-
-
-# ------------------------------------------------------------------ a worker's proof that it can grade
 
 # what a refused worker is told to do, one sentence each
 FIXES = {
@@ -316,80 +102,11 @@ FIXES = {
     "kernel": "run python3 course.py grade --check on this worker's machine: its graded kernel did not start "
               "(the sandbox, the environment's Python, the course folder)",
     "probe": "look at this worker's own log: the probe itself failed or did not answer",
+    "left": "look at this worker's log and machine (killed, out of memory, its machine or network gone); "
+            "it gets no job in this run, and the next run probes it again",
     "machinery": "look at the worker's log: the job failed outside the student's kernel (the worker, its sandbox "
                  "or nbgrader), so no score was given",
 }
-
-
-def code_digest() -> str:
-    """The grading code this process runs (wherever the course is installed): grading/,
-    helpers/, coursekit/ and nbgrader_config.py, by their names and bytes, not their path."""
-    from ..author.build import ROOT
-    from .reuse import digest_paths
-    return digest_paths([ROOT / "grading", ROOT / "helpers", ROOT / "coursekit", ROOT / "nbgrader_config.py"])
-
-
-def environment_digest() -> str:
-    """Python and every installed distribution with its version (not where they are
-    installed, nor the course's own)."""
-    from .reuse import environment_digest as digest
-    return digest(where=False, exclude=frozenset({"transformer_course"}))
-
-
-def probe_worker(spec: dict, grader: Grader) -> dict:
-    """On a worker, before it gets a job: its grading code and environment are the
-    grader's (``spec["code"]``, ``spec["env"]``), its sandbox works, it may start the
-    fork server, and one graded kernel forked from its factory runs a chapter's
-    preflight (``grader.probe``). Returns its name, address and problems: [(kind, detail)]."""
-    from . import carried
-    problems: list[tuple[str, str]] = carried.mismatch(spec)
-    if spec["sandbox"]:
-        from .sandbox import sandbox_available
-        ok, why = sandbox_available()
-        if not ok:
-            problems.append(("sandbox", why))
-    if not problems:
-        try:
-            from ..base import runner
-            runner.warm_up()
-        except Exception as exc:  # noqa: BLE001
-            problems.append(("fork", f"it cannot start the fork server ({type(exc).__name__}: {exc})"))
-    if not problems and spec.get("carried"):   # its own course folder, each chapter's assignment in its gradebook
-        try:
-            home = carried.home(spec["chapters"])
-            carried.prepare(home, spec["chapters"])
-            spec = {**spec, "root": str(home)}
-        except Exception as exc:  # noqa: BLE001
-            problems.append(("code", f"its own course cannot grade these chapters ({type(exc).__name__}: {exc})"))
-    if not problems and grader.probe is not None:
-        try:
-            base, socket, _ = _worker_factory(spec, grader.warm)
-            if spec["warm"] and socket is None:
-                problems.append(("kernel", "its warm kernel factory did not start"))
-            else:
-                why = grader.probe(spec, base, socket)
-                if why is not None:
-                    lines = [x for x in why.splitlines() if x.strip()]
-                    problems.append(("kernel", "its graded kernel failed: " + " | ".join(lines[-3:])))
-        except Exception as exc:  # noqa: BLE001
-            problems.append(("kernel", f"{type(exc).__name__}: {exc}"))
-    return {"worker": _where(), "name": _name(), "problems": problems}
-
-
-def _name() -> str:
-    try:
-        from distributed import get_worker
-        return str(get_worker().name)
-    except (ImportError, ValueError):
-        return f"pid {os.getpid()}"
-
-
-def _where() -> str:
-    try:
-        from distributed import get_worker
-        return get_worker().address
-    except (ImportError, ValueError):
-        return f"pid {os.getpid()}"
 
 
 # ------------------------------------------------------------------ in the grader
@@ -400,7 +117,6 @@ class Engine:
 
     def __init__(self, grader: Grader, address: str | None = None, workers: int = 1, processes: bool = False,
                  carried: bool | None = None):
-        from . import carried as carried_mod
         self.grader = grader
         self.address, self.workers, self.processes = address, max(1, workers), processes
         # jobs that carry their files (coursekit.grade.carried): a remote cluster's by default
@@ -410,6 +126,7 @@ class Engine:
         self._lock = threading.Lock()
         self._registered: set[str] = set()
         self._allowed: list[str] = []   # the workers that proved they can grade (``admit``)
+        self._sent_to: dict[str, list[str]] = {}   # a job's key -> the workers it may run on
 
     @property
     def remote(self) -> bool:
@@ -481,9 +198,8 @@ class Engine:
                 "cell_timeout": run.cell_timeout, "flags": [f.to_json() for f in job.flags], "plugin": plugin,
                 "chapters": chapters}
         if self.carried:   # the worker shares nothing: the submission's files and what it must agree with
-            from . import carried
             digests = self.digests(run, chapters)
-            spec.update(root="", scratch="", carried=True, files=carried.pack(run, job), code=digests["code"],
+            spec.update(root="", scratch="", carried=True, files=carried_mod.pack(run, job), code=digests["code"],
                         env=digests["env"], chapter_digests={job.chapter: digests["chapter_digests"][job.chapter]})
         elif not self.remote:   # this machine: the run's own factory and socket folder
             spec.update(base=str(run.base), zygote=run.zygote_socket, workers=run.workers)
@@ -491,19 +207,22 @@ class Engine:
 
     def digests(self, run, chapters: list[str]) -> dict:
         """The grader's grading code, environment and chapters, as a worker must have them."""
-        from . import carried
         if not self._digests:
             self._digests = {"code": code_digest(), "env": environment_digest()}
         known = self._digests.setdefault("chapter_digests", {})
         for ch in chapters:
             if ch not in known:
-                known[ch] = carried.chapter_digest(run.root, ch)
+                known[ch] = carried_mod.chapter_digest(run.root, ch)
         return self._digests
 
     def worker_names(self) -> dict[str, str]:
-        """The cluster's workers now: address -> name."""
-        info = self.client.scheduler_info(n_workers=-1) if _takes_n_workers(self.client) else \
-            self.client.scheduler_info()
+        """The cluster's workers now, as the scheduler says when asked: address -> name. (Not the
+        client's ``scheduler_info()``: that returns its cached copy, which the client's own periodic
+        update may have just replaced with one that lists no worker, or kept when the scheduler did
+        not answer; the grader then took live workers for gone.)"""
+        client = self.client
+        ask = client.scheduler.identity
+        info = client.sync(ask, n_workers=-1) if _takes_n_workers(client) else client.sync(ask)
         return {addr: str(w.get("name", addr)) for addr, w in info.get("workers", {}).items()}
 
     def admit(self, run, chapters: list[str], plugin: str | None) -> list[str]:
@@ -520,25 +239,14 @@ class Engine:
             spec.update(root="", carried=True,
                         chapter_digests={ch: self.digests(run, chapters)["chapter_digests"][ch] for ch in chapters})
         tag = os.urandom(4).hex()
+        names = self.worker_names()
         futures = {addr: self.client.submit(probe_worker, spec, self.grader, workers=[addr], allow_other_workers=False,
                                             pure=False, key=f"probe-{tag}-{addr}")
-                   for addr in self.worker_names()}
-        names = self.worker_names()
+                   for addr in names}
         good, refused = [], []
-        deadline = time.monotonic() + PROBE_TIMEOUT
-        for addr, fut in futures.items():
-            name = names.get(addr, addr)
-            try:
-                result = fut.result(timeout=max(1.0, deadline - time.monotonic()))
-                problems = [tuple(p) for p in result["problems"]]
-                name = result.get("name") or name      # as the worker names itself (--name)
-            except Exception as exc:  # noqa: BLE001 (a worker that went, or whose probe did not answer)
-                if _cluster_gone(exc) and not self.worker_names():
-                    raise
-                fut.cancel()
-                problems = [("probe", f"{type(exc).__name__}: {exc}")]
+        for addr, (name, problems) in self._probed(futures).items():
             if problems:
-                refused.append(_refusal(name, addr, problems))
+                refused.append(_refusal(name or names.get(addr, addr), addr, problems))
             else:
                 good.append(addr)
         for line in refused:
@@ -550,26 +258,89 @@ class Engine:
                                  "\n  Nothing was scored: no grades, no feedback, no grades.csv.")
         return good
 
-    def _as_done(self, futures: dict, run, plugin, send):
-        """(future, job) as each of ``futures`` finishes (they are popped; ``send`` may add
-        more meanwhile). Jobs go only to workers that proved they can grade; when none of
-        them is left (killed, or restarted by its nanny under a new address) the workers
-        there are now prove themselves and the jobs still waiting go to them."""
+    def _probed(self, futures: dict) -> dict:
+        """address -> (the name the worker gives itself or None, its problems), for each probe of
+        ``futures``, all looked at together every POLL seconds. A worker is done with when its probe
+        answers; when it is no longer in the cluster (killed, its machine gone: refused at once); or
+        when its time is up: PROBE_TIMEOUT, but once one worker has passed its probe in t seconds (its
+        cold start) the others have max(PROBE_FLOOR, PROBE_FACTOR * t) in all, so that one that does
+        not answer never holds the run for the whole PROBE_TIMEOUT while another is ready."""
         from distributed import wait
+        start, limit, first = time.monotonic(), PROBE_TIMEOUT, None
+        out, waiting = {}, dict(futures)
+        while waiting:
+            try:
+                wait(list(waiting.values()), timeout=POLL, return_when="FIRST_COMPLETED")
+            except TimeoutError:
+                pass
+            took = time.monotonic() - start
+            for addr in [a for a, f in waiting.items() if f.done()]:
+                out[addr] = self._answer(waiting.pop(addr))
+                if first is None and not out[addr][1]:
+                    first, limit = took, min(PROBE_TIMEOUT, max(PROBE_FLOOR, PROBE_FACTOR * took))
+            live = self.worker_names() if waiting else {}
+            for addr in [a for a in waiting if a not in live]:
+                waiting.pop(addr).cancel()
+                out[addr] = (None, [("left", f"it left the cluster during its probe, {took:.0f} s after it began")])
+            if waiting and took >= limit:
+                why = f"its probe did not answer in {took:.0f} s" + \
+                    (f" (another worker passed its own in {first:.0f} s)" if first is not None else "")
+                for addr in list(waiting):
+                    waiting.pop(addr).cancel()
+                    out[addr] = (None, [("probe", why)])
+        return out
+
+    def _answer(self, fut) -> tuple[str | None, list[tuple[str, str]]]:
+        """A finished probe: (the name the worker gives itself, its problems)."""
+        try:
+            result = fut.result()
+            return result.get("name"), [tuple(p) for p in result["problems"]]
+        except Exception as exc:  # noqa: BLE001 (a worker that went, or whose probe failed)
+            if _cluster_gone(exc) and not self.worker_names():
+                raise
+            return None, [("probe", f"{type(exc).__name__}: {exc}")]
+
+    def _as_done(self, futures: dict, run, plugin, send):
+        """(job, its outcome) as each of ``futures`` finishes (they are popped; ``send`` may add
+        more meanwhile). Every LOOK seconds it looks at the workers there are: a job that waits
+        for workers that all left the cluster (one it was sent to alone, killed) comes back as a
+        fault of the machine, which sends it to a live worker (``_Taking.elsewhere_or_fault``);
+        when none of the workers that proved they can grade is left (killed, or restarted by its
+        nanny under a new address), those there now prove themselves and the jobs go to them."""
+        from distributed import wait
+        looked = time.monotonic()
         while futures:
             try:
-                wait(list(futures), timeout=5, return_when="FIRST_COMPLETED")
+                wait(list(futures), timeout=LOOK, return_when="FIRST_COMPLETED")
             except TimeoutError:
-                if not set(self._allowed) & set(self.worker_names()):
-                    chapters = sorted({j.chapter for j in futures.values()})
-                    self._allowed = self.admit(run, chapters, plugin)
-                    for fut, job in list(futures.items()):
-                        fut.cancel()
-                        futures.pop(fut)
-                        send(job, self._allowed)
-                continue
+                pass
             for fut in [f for f in futures if f.done()]:
-                yield fut, futures.pop(fut)
+                self._sent_to.pop(fut.key, None)
+                yield futures.pop(fut), _outcome(fut)
+            if futures and time.monotonic() - looked >= LOOK:
+                looked = time.monotonic()
+                yield from self._stranded(futures, run, plugin, send)
+
+    def _stranded(self, futures: dict, run, plugin, send):
+        """(job, a fault of the machine) for each job of ``futures`` that only workers no longer
+        in the cluster may run; none of the workers that proved themselves left: see ``_as_done``."""
+        live = self.worker_names()
+        if not set(self._allowed) & set(live):
+            self._allowed = self.admit(run, sorted({j.chapter for j in futures.values()}), plugin)
+            for fut, job in list(futures.items()):
+                fut.cancel()
+                futures.pop(fut)
+                self._sent_to.pop(fut.key, None)
+                send(job, self._allowed)
+            return
+        for fut, job in list(futures.items()):
+            where = self._sent_to.get(fut.key) or []
+            if where and not set(where) & set(live) and not fut.done():
+                fut.cancel()
+                futures.pop(fut)
+                self._sent_to.pop(fut.key, None)
+                yield job, {"ok": False, "failure": MACHINERY, "seconds": 0.0, "flags": [], "worker": where[0],
+                            "error": f"{', '.join(where)} left the cluster before the job was done"}
 
     def autograde(self, run, jobs: list[Job]):
         """Grade ``jobs`` on the cluster; yield each as it is done, its seals
@@ -581,31 +352,12 @@ class Engine:
         is left, it is not yielded, gets no score, and once the others are done the
         run stops (GradingStopped) naming the fault: nothing after this step runs,
         so no feedback is made and no class file written."""
-        from nbgrader.api import Gradebook
-
-        from .preflight import INFRASTRUCTURE, GradingStopped
-        from .reuse import TRANSIENT
-        ledger = Ledger(protocol.gradebook_url(run.root))
-        gb = None
+        from .preflight import GradingStopped
+        taking = _Taking(self, run, Ledger(protocol.gradebook_url(run.root)))
         try:
-            for job in jobs:
-                if job.key is None:   # no reuse step ran: a key of this run only
-                    job.key = os.urandom(16).hex()
-            keys = {job_key(j): j for j in jobs}
-            if run.regrade:
-                ledger.forget(list(keys))
-            done = ledger.finished(list(keys))
             todo = []
-            for k, job in keys.items():
-                if k in done and run.graded_path(job).exists():   # finished before: kept as it was
-                    rec = done[k]
-                    job.ok, job.failure, job.seconds, job.sealed = True, None, rec.get("seconds", 0.0), True
-                    for f in rec.get("flags", []):
-                        flag = Flag.from_json(f)
-                        job.flag(flag.kind, flag.detail)
-                    yield job
-                else:
-                    todo.append(job)
+            for job in taking.from_ledger(jobs, todo):
+                yield job
             if not todo:
                 return
             chapters = sorted({j.chapter for j in run.everyone})
@@ -613,67 +365,23 @@ class Engine:
             self.start()
             plugin = self._plugin(run) if self.remote or self.carried else None
             self._allowed = self.admit(run, sorted({j.chapter for j in todo}), plugin)
-            futures, tried, faults = {}, {}, []
+            futures: dict = {}
 
             def send(job: Job, where: list[str]):
                 fut = self.client.submit(grade_notebook, self._spec(run, job, plugin, chapters), self.grader,
                                          key=f"grade-{job_key(job)}-{os.urandom(3).hex()}", pure=False,
                                          workers=list(where), allow_other_workers=False)
                 futures[fut] = job
+                self._sent_to[fut.key] = list(where)
                 return fut
 
             for job in todo:
                 send(job, self._allowed)
             try:
-                for fut, job in self._as_done(futures, run, plugin, send):
-                    try:
-                        result = fut.result()
-                    except Exception as exc:  # noqa: BLE001 (the job killed its workers, or Dask gave it up)
-                        if _cluster_gone(exc):
-                            raise
-                        result = {"ok": False, "failure": MACHINERY, "seconds": 0.0, "flags": [], "worker": None,
-                                  "error": f"{type(exc).__name__}: {exc}"}
-                    elsewhere = self.remote or self.carried   # a kernel that cannot start on that worker
-                    if result["failure"] == MACHINERY or (elsewhere and result["failure"] in INFRASTRUCTURE):
-                        been = tried.setdefault(job_key(job), set())
-                        been.add(result.get("worker"))
-                        live = self.worker_names()
-                        others = [w for w in self._allowed if w not in been and w in live]
-                        if others and result.get("worker") is not None:   # another worker may run it
-                            send(job, others)
-                            continue
-                        # no worker can: no score, and the run stops
-                        workers = sorted(live.get(w, w) for w in been if w)
-                        if result["failure"] == MACHINERY:
-                            faults.append((job, result, workers))
-                            run.log(job).write_text(f"the grading job failed outside the student's kernel on "
-                                                    f"{', '.join(sorted(w for w in been if w)) or 'the cluster'}:"
-                                                    f"\n{result.get('trace') or result['error']}\n")
-                            continue
-                        if elsewhere:   # a kernel that could start on none of the workers that tried
-                            faults.append((job, {**result, "error": f"{result['failure'].replace('_', ' ')} on every "
-                                                 f"worker that tried (see {run.log(job)})"}, workers))
-                            continue
-                    job.ok, job.failure, job.seconds = result["ok"], result["failure"], result["seconds"]
-                    for f in result["flags"]:
-                        flag = Flag.from_json(f)
-                        job.flag(flag.kind, flag.detail)
-                    if "outputs" in result:   # a worker that shares nothing: the grader writes what it returned
-                        from . import carried
-                        if gb is None:
-                            gb = Gradebook(protocol.gradebook_url(run.root), protocol.COURSE_ID)
-                        carried.accept(run, job, result["outputs"], gb)
-                        if run.graded_path(job).exists() and result["outputs"].get("files"):
-                            carried.record_line(run, job, result.get("worker"))
-                    if job.ok and not job.failure and run.graded_path(job).exists():
-                        if gb is None:
-                            gb = Gradebook(protocol.gradebook_url(run.root), protocol.COURSE_ID)
-                        if not job.sealed:
-                            self.grader.check(run, job, gb)
-                        # recorded once its seals are checked: a record is a result kept as it is
-                        if job.sealed and not any(f.kind in TRANSIENT for f in job.flags):
-                            ledger.record(job_key(job), job, {"seconds": job.seconds, "worker": result.get("worker"),
-                                                              "flags": [f.to_json() for f in job.flags]})
+                for job, result in self._as_done(futures, run, plugin, send):
+                    if taking.elsewhere_or_fault(job, result, send):
+                        continue
+                    taking.take(job, result)
                     yield job
             except Exception as exc:
                 if _cluster_gone(exc):
@@ -684,12 +392,117 @@ class Engine:
             finally:
                 for fut in futures:
                     fut.cancel()
-            if faults:
-                raise GradingStopped(_fault_message(faults, len(jobs), run))
+            if taking.faults:
+                raise GradingStopped(_fault_message(taking.faults, len(jobs), run))
         finally:
-            if gb is not None:
-                gb.close()
-            ledger.close()
+            taking.close()
+
+
+def _outcome(fut) -> dict:
+    """What a finished grading job says; a job whose workers died or that Dask gave up is a fault
+    of the machine (a scheduler that went away stops the run)."""
+    try:
+        return fut.result()
+    except Exception as exc:  # noqa: BLE001 (the job killed its workers, or Dask gave it up)
+        if _cluster_gone(exc):
+            raise
+        return {"ok": False, "failure": MACHINERY, "seconds": 0.0, "flags": [], "worker": None,
+                "error": f"{type(exc).__name__}: {exc}"}
+
+
+class _Taking:
+    """What the grader does with each job's outcome in one ``Engine.autograde``: the ledger's
+    record, the gradebook (written for jobs that carry their files), the seal check, and
+    the jobs that failed in the machinery (sent elsewhere, or kept as faults)."""
+
+    def __init__(self, engine: Engine, run, ledger: Ledger):
+        self.engine, self.run, self.ledger = engine, run, ledger
+        self.gb = None
+        self.tried: dict[str, set] = {}
+        self.faults: list = []
+
+    def gradebook(self):
+        if self.gb is None:
+            from nbgrader.api import Gradebook
+            self.gb = Gradebook(protocol.gradebook_url(self.run.root), protocol.COURSE_ID)
+        return self.gb
+
+    def from_ledger(self, jobs: list[Job], todo: list[Job]):
+        """Yield the jobs the ledger holds (finished before: kept as they were); the others go to ``todo``."""
+        run = self.run
+        for job in jobs:
+            if job.key is None:   # no reuse step ran: a key of this run only
+                job.key = os.urandom(16).hex()
+        keys = {job_key(j): j for j in jobs}
+        if run.regrade:
+            self.ledger.forget(list(keys))
+        done = self.ledger.finished(list(keys))
+        for k, job in keys.items():
+            if k in done and run.graded_path(job).exists():
+                rec = done[k]
+                job.ok, job.failure, job.seconds, job.sealed = True, None, rec.get("seconds", 0.0), True
+                for f in rec.get("flags", []):
+                    flag = Flag.from_json(f)
+                    job.flag(flag.kind, flag.detail)
+                yield job
+            else:
+                todo.append(job)
+
+    def elsewhere_or_fault(self, job: Job, result: dict, send) -> bool:
+        """A job that failed in the machinery (or, on a cluster elsewhere, whose kernel could not
+        start): sent to a worker that has not failed it, or kept as a fault when none is left.
+        True when the job is not taken now."""
+        from .preflight import INFRASTRUCTURE
+        engine, run = self.engine, self.run
+        elsewhere = engine.remote or engine.carried   # a kernel that cannot start on that worker
+        if not (result["failure"] == MACHINERY or (elsewhere and result["failure"] in INFRASTRUCTURE)):
+            return False
+        been = self.tried.setdefault(job_key(job), set())
+        been.add(result.get("worker"))
+        live = engine.worker_names()
+        others = [w for w in engine._allowed if w not in been and w in live]
+        if others and result.get("worker") is not None:   # another worker may run it
+            send(job, others)
+            return True
+        # no worker can: no score, and the run stops
+        workers = sorted(live.get(w, w) for w in been if w)
+        if result["failure"] == MACHINERY:
+            self.faults.append((job, result, workers))
+            run.log(job).write_text(f"the grading job failed outside the student's kernel on "
+                                    f"{', '.join(sorted(w for w in been if w)) or 'the cluster'}:"
+                                    f"\n{result.get('trace') or result['error']}\n")
+            return True
+        if elsewhere:   # a kernel that could start on none of the workers that tried
+            self.faults.append((job, {**result, "error": f"{result['failure'].replace('_', ' ')} on every "
+                                      f"worker that tried (see {run.log(job)})"}, workers))
+            return True
+        return False
+
+    def take(self, job: Job, result: dict) -> None:
+        """The job's outcome, written: its flags; what a worker that shares nothing returned (the
+        grader writes it); its seal check; its key in the ledger once its seals are checked."""
+        from .reuse import TRANSIENT
+        run = self.run
+        job.ok, job.failure, job.seconds = result["ok"], result["failure"], result["seconds"]
+        for f in result["flags"]:
+            flag = Flag.from_json(f)
+            job.flag(flag.kind, flag.detail)
+        if "outputs" in result:   # a worker that shares nothing: the grader writes what it returned
+            carried_mod.accept(run, job, result["outputs"], self.gradebook())
+            if run.graded_path(job).exists() and result["outputs"].get("files"):
+                carried_mod.record_line(run, job, result.get("worker"))
+        if job.ok and not job.failure and run.graded_path(job).exists():
+            if not job.sealed:
+                self.engine.grader.check(run, job, self.gradebook())
+            # recorded once its seals are checked: a record is a result kept as it is
+            if job.sealed and not any(f.kind in TRANSIENT for f in job.flags):
+                self.ledger.record(job_key(job), job, {"seconds": job.seconds, "worker": result.get("worker"),
+                                                       "flags": [f.to_json() for f in job.flags]})
+
+    def close(self) -> None:
+        if self.gb is not None:
+            self.gb.close()
+        self.ledger.close()
 
 
 def _refusal(name: str, addr: str, problems: list[tuple[str, str]]) -> str:
