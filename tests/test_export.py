@@ -316,11 +316,13 @@ def test_report_lists_similar_pairs_with_the_caveat(tmp_path):
     assert "side by side" in section and (tmp_path / "reports" / "similar").is_dir()
 
 
-def test_the_similarity_findings_are_made_once_ahead_and_again_when_an_answer_changes(tmp_path, monkeypatch):
+def test_the_similarity_findings_are_made_once_ahead_and_again_only_where_an_answer_changed(tmp_path, monkeypatch):
     """The grader makes a chapter's findings while the class is graded (precompute_aside,
     at the lowest priority); the report then reads them from .grading/similarity/ instead
-    of comparing again. A changed answer (a late submission) is compared again, and a
-    side-by-side page that is gone is made again."""
+    of comparing again. A changed answer (a late submission) is compared again with each
+    other answer, and only it: the pairs of answers that did not change are kept. A
+    side-by-side page that is gone, or wanted in another language, is made again
+    without comparing anything again."""
     import nbformat
 
     import helpers
@@ -344,19 +346,23 @@ def test_the_similarity_findings_are_made_once_ahead_and_again_when_an_answer_ch
     assert similarity.precompute_aside(request) == 0
     assert (tmp_path / ".grading" / "similarity" / f"{CH}.json").exists()
     compared = []
-    real = similarity.chapter_pairs
-    monkeypatch.setattr(similarity, "chapter_pairs", lambda *a, **k: compared.append(a[1]) or real(*a, **k))
+    real = similarity._compare
+    monkeypatch.setattr(similarity, "_compare",
+                        lambda a, b: compared.append((a.filename, b.filename)) or real(a, b))
     section = report._similarity_section(tmp_path, [CH], lang="en")
     assert compared == [] and "alice ~ bob" in section          # read, not compared again
     hand_in("dave", ALICE)                                        # a late answer, copied from alice
     section = report._similarity_section(tmp_path, [CH], lang="en")
-    assert compared == [CH] and "alice ~ dave" in section
+    assert sorted(compared) == [("alice.py", "dave.py"), ("bob.py", "dave.py")]   # alice ~ bob kept
+    assert "alice ~ dave" in section and "alice ~ bob" in section
     for page in (tmp_path / "reports" / "similar").glob("*.html"):
         page.unlink()
     report._similarity_section(tmp_path, [CH], lang="en")
-    assert compared == [CH, CH] and any((tmp_path / "reports" / "similar").glob("*.html"))
+    assert len(compared) == 2 and any((tmp_path / "reports" / "similar").glob("*.html"))
     report._similarity_section(tmp_path, [CH], lang="zh")         # another language: other pages
-    assert compared == [CH, CH, CH]
+    assert len(compared) == 2
+    assert all("不是抄袭的证据" in page.read_text(encoding="utf-8")
+               for page in (tmp_path / "reports" / "similar").glob("*.html"))
 
 
 def test_an_answer_copied_from_the_courses_helpers_is_flagged_and_an_independent_one_is_not(tmp_path):

@@ -18,7 +18,8 @@ import nbformat
 import pytest
 from harness import ROOT, grading_course, make_submission
 
-from coursekit.grade import intake, pipeline, preflight, seals
+from coursekit.grade import autograde as autograde_step
+from coursekit.grade import intake, pipeline, preflight, seal_check, seals
 from coursekit.report import score
 from coursekit.report.flags import Flag, render_all
 from grading import protocol
@@ -101,6 +102,22 @@ def test_repairs_happen_on_the_scratch_copy_and_submitted_stays_byte_identical(c
     release = nbformat.read(root / "release" / CH / f"{CH}.ipynb", as_version=4)
     assert fixed["broken"] == release and fixed["empty"] == release
     assert str(jobs["broken"].flags[0]) == "not a valid notebook (NotJSONError); scored as empty"
+
+
+def test_the_code_a_chapter_hands_out_is_graded_as_released_whatever_the_submission_holds(course, tmp_path):
+    root, rel, src = course
+    given = root / "release" / CH / "given_block.py"
+    given.write_text("def block(x):\n    return x\n")
+    _submit(root, "tampered", make_submission(rel, src, None))
+    _submit(root, "without", make_submission(rel, src, None))
+    (root / "submitted" / "tampered" / CH / "given_block.py").write_text("def block(x):\n    return 'all points'\n")
+    before = _tree(root / "submitted")
+    for job in intake.discover(root):
+        folder = intake.copy_submission(root, tmp_path, job)
+        intake.repair(root, folder, job)
+        assert (folder / "given_block.py").read_text() == given.read_text(), job.student
+        assert job.flags == []
+    assert _tree(root / "submitted") == before
 
 
 def test_discover_skips_chapters_without_a_source(course):
@@ -248,8 +265,8 @@ def test_step_autograde_stops_before_scoring_anyone_as_empty(monkeypatch, course
         return job
 
     emptied = []
-    monkeypatch.setattr(pipeline, "autograde_one", broken_kernel)
-    monkeypatch.setattr(pipeline, "score_as_empty", lambda run, job: emptied.append(job))
+    monkeypatch.setattr(autograde_step, "autograde_one", broken_kernel)
+    monkeypatch.setattr(autograde_step, "score_as_empty", lambda run, job: emptied.append(job))
     with pytest.raises(SystemExit, match="stopped before scoring anyone"):
         pipeline.step_autograde(run)
     assert emptied == []
@@ -270,8 +287,8 @@ def test_one_notebook_whose_kernel_cannot_start_is_scored_as_empty_the_others_gr
         return job
 
     emptied = []
-    monkeypatch.setattr(pipeline, "autograde_one", one_broken)
-    monkeypatch.setattr(pipeline, "score_as_empty", lambda run, job: emptied.append(job.student))
+    monkeypatch.setattr(autograde_step, "autograde_one", one_broken)
+    monkeypatch.setattr(autograde_step, "score_as_empty", lambda run, job: emptied.append(job.student))
     pipeline.step_autograde(run)
     assert emptied == ["s0"]
 
@@ -676,6 +693,37 @@ def _lane_run(root: Path, students) -> tuple[pipeline.Run, list]:
     return run, jobs
 
 
+def _aside(queue, own_session: bool) -> None:
+    from coursekit.base import runner
+    if own_session:
+        os.setsid()          # as a forked command does
+    runner.lowest_priority()
+    queue.put(Path("/proc/self/autogroup").read_text())
+
+
+def test_work_aside_lowers_the_weight_of_its_own_session_only():
+    """What runs aside (the feedback lane's pages, the similarity findings) takes the lowest
+    priority. Linux weighs sessions (its autogroup) before processes: the session's weight
+    is lowered only by a process that leads its own session. Lowered from a process inside
+    the grader's session, it slowed the grader, its kernels and whatever else that session
+    ran (a test calling the work aside in-process left the suite's own session at nice 19)."""
+    import multiprocessing as mp
+    group = Path("/proc/self/autogroup")
+    if not group.exists():
+        pytest.skip("this kernel groups no sessions (no /proc/self/autogroup)")
+    before = group.read_text()
+    ctx = mp.get_context("fork")
+    queue = ctx.SimpleQueue()
+    seen = {}
+    for own in (False, True):
+        proc = ctx.Process(target=_aside, args=(queue, own))
+        proc.start()
+        proc.join(60)
+        seen[own] = queue.get()
+    assert group.read_text() == before and seen[False] == before, (before, seen)   # the session's as it was
+    assert seen[True].split()[0] != before.split()[0] and seen[True].split()[-1] == "19", seen
+
+
 def _sleeper(seconds: float) -> None:
     os.setsid()   # as a forked command is: its own process group
     import time
@@ -703,8 +751,8 @@ def test_the_lane_pages_what_finished_and_leaves_what_it_was_doing_at_the_end_to
         if job.student == "busy":
             raise RuntimeError("database is locked")
 
-    monkeypatch.setattr(pipeline, "check_seals", check)
-    monkeypatch.setattr(pipeline, "_zero_auto_scores", lambda gb, job: zeroed.append(job.student))
+    monkeypatch.setattr(seal_check, "check_seals", check)
+    monkeypatch.setattr(seal_check, "_zero_auto_scores", lambda gb, job: zeroed.append(job.student))
     monkeypatch.setattr(pipeline.figures, "fill_graded", lambda run, jobs: None)
     monkeypatch.setattr("nbgrader.api.Gradebook",
                         lambda *a: contextlib.nullcontext(SimpleNamespace(db=SimpleNamespace(rollback=lambda: None))))

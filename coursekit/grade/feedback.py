@@ -29,9 +29,9 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 
 from grading import protocol
 
+from ..base import mathml
 from ..report import score as score_mod
 from ..report.words import HTML_LANG, word
-from .mathml import markdown_math
 from .parts import Kept
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -295,6 +295,15 @@ class PageExporter(HTMLExporter):
 
 
 _MARKDOWN = Kept("markdown")
+_MATHML = Kept("mathml")
+
+
+def markdown_math(source: str) -> str:
+    """The markdown with its maths as MathML (coursekit.base.mathml), kept (coursekit.grade.parts):
+    a chapter's text is on every student's page."""
+    return _MATHML.get(source, lambda: mathml.markdown_math(source))
+
+
 _CLEANED = Kept("clean")
 _IMG = re.compile(r"<img\b(?![^>]*\balt\s*=)", re.IGNORECASE)
 

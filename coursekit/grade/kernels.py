@@ -90,10 +90,15 @@ class Zygote:
     sandbox when grading is sandboxed. ``socket`` is None when it could not
     start; kernels then start one by one, as without it."""
 
-    def __init__(self, root: Path, state: Path, base: Path, sandbox: bool, imports: list[str] = ()):
+    def __init__(self, root: Path, state: Path, base: Path, sandbox: bool, imports: list[str] = (),
+                 lean: bool = False):
         from .sandbox import zygote_command
+        from .zygote import ENV_PRELOAD
         self.socket = None
         self.base = base
+        self.lean = lean
+        self.started = time.monotonic()
+        self.ready_after: float | None = None   # seconds from its start to ready, once seen ready
         zdir = base / "zygote"
         zdir.mkdir()
         os.chmod(zdir, 0o700)
@@ -103,17 +108,44 @@ class Zygote:
         self.log = state / "logs" / f"zygote-{os.getpid()}.log"
         self.latest = state / "logs" / "zygote.log"
         env = without_grader_secrets(env_with_bin({protocol.ENV_ROOT: str(root), "PYTHONDONTWRITEBYTECODE": "1",
-                                                   protocol.ENV_ZYGOTE_IMPORTS: ",".join(imports)}))
+                                                   protocol.ENV_ZYGOTE_IMPORTS: ",".join(imports),
+                                                   ENV_PRELOAD: "lean" if lean else "full"}))
         with open(self.log, "w") as out:
             self.proc = subprocess.Popen(zygote_command(str(root), str(base), sandbox), cwd=zdir, env=env,
                                          stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def ready(self) -> bool:
+        """Whether the factory is ready now (it said so, its socket is there)."""
+        if self.socket is None and self.proc is not None and self.sock.exists() and \
+                "zygote: ready" in self.log.read_text(errors="replace"):
+            self.socket = str(self.sock)
+            self.ready_after = time.monotonic() - self.started
+        return self.socket is not None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_at_most(self, patience: float, say=print) -> str | None:
+        """The factory's socket once it is ready, waiting until ``patience`` seconds after
+        its start at most. Past that, the socket's path all the same while it is still
+        starting: a kernel started before the factory is ready starts cold
+        (coursekit.grade.sandbox finds no socket there yet), one started after is forked.
+        None, the factory closed, when it died (then every kernel starts cold)."""
+        while self.alive() and not self.ready() and time.monotonic() - self.started < patience:
+            time.sleep(0.05)
+        if self.ready():
+            return self.socket
+        if self.alive():
+            say(f"grade: note: the warm kernel factory is not ready {patience:.0f} s after its start (see "
+                f"{self.latest} once it ends); kernels start one by one until it is")
+            return str(self.sock)
+        return self.wait(say, 0)
 
     def wait(self, say=print, limit: float = 120) -> str | None:
         """The factory's socket once it is ready, or None (then kernels start cold)."""
         deadline = time.monotonic() + limit
         while time.monotonic() < deadline and self.proc is not None and self.proc.poll() is None:
-            if self.sock.exists() and "zygote: ready" in self.log.read_text(errors="replace"):
-                self.socket = str(self.sock)
+            if self.ready():
                 return self.socket
             time.sleep(0.05)
         if self.proc is not None:

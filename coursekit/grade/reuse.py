@@ -27,8 +27,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..author.build import ROOT
 from ..base import runner
+from ..base.chapters import ROOT
 from .intake import Job
 
 FOLDER = "reuse"
@@ -142,15 +142,27 @@ def graded_path(root: Path, job: Job) -> Path:
     return root / "autograded" / job.student / job.chapter / f"{job.chapter}.ipynb"
 
 
-def may_reuse(root: Path, state: Path, jobs: list[Job]) -> bool:
-    """Whether any job has a recorded key and the gradebook is there to check it
-    against (a SQLite gradebook that is gone is not created here: before the
-    preflight nothing is written)."""
+def gradebook_exists(root: Path) -> bool:
+    """Whether the course's gradebook is there to be read (a SQLite gradebook that is
+    gone is not created by reading it: before the preflight nothing is written)."""
     from grading import protocol
     url = protocol.gradebook_url(root)
-    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists():
-        return False
-    return any(record_path(state, j).exists() for j in jobs)
+    return not (url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists())
+
+
+def may_reuse(root: Path, state: Path, jobs: list[Job]) -> bool:
+    """Whether any job has a recorded key and the gradebook is there to check it against."""
+    return gradebook_exists(root) and any(record_path(state, j).exists() for j in jobs)
+
+
+def same_key(root: Path, state: Path, job: Job) -> bool:
+    """Whether ``job`` may be kept, as far as can be told without the gradebook: its key
+    (``job.key``) is the one recorded and its graded notebook and feedback are there."""
+    try:
+        rec = json.loads(record_path(state, job).read_text())
+    except (OSError, ValueError):
+        rec = {}
+    return rec.get("key") == job.key and graded_path(root, job).exists() and feedback_path(root, job).exists()
 
 
 def sort_out(root: Path, state: Path, gb, keys: Keys, jobs: list[Job]) -> tuple[list[Job], list[Job], list[Job]]:

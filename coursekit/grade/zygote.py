@@ -53,23 +53,36 @@ PRELOAD = ("torch", "numpy", "matplotlib", "matplotlib.pyplot", "matplotlib_inli
            "IPython.core.oinspect", "IPython.utils.wildcard", "coursekit.grade.kernel_boot")
 
 
+# What only some kernels import (torch._dynamo: an optimiser's first step, 2 s of the factory's
+# 4 s of imports), and every course module: a factory that forks a kernel or two for each worker
+# (a small run: ENV_PRELOAD=lean) leaves them to the kernels that need them, where each costs
+# the same time, side by side, instead of ahead of every kernel.
+ONLY_SOME = ("torch._dynamo",)
+ENV_PRELOAD = protocol.ENV_ZYGOTE + "_PRELOAD"   # "lean" or "full" (the default); never reaches a kernel
+
+
 def preload() -> None:
     """Import what every grading kernel imports (no code of a student's): the
     modules above, every course module, and the modules the release notebooks
     of the run's chapters import (ENV_ZYGOTE_IMPORTS, e.g. transformers' LLaMA);
-    then warm up what the first cells of a notebook would pay for."""
+    then warm up what the first cells of a notebook would pay for. A lean
+    factory (ENV_PRELOAD) leaves out ONLY_SOME and the course modules no
+    notebook of the run imports."""
     import importlib
     import pkgutil
 
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")   # debugpy's note on frozen modules, once a kernel
     extra = [m for m in os.environ.pop(protocol.ENV_ZYGOTE_IMPORTS, "").split(",") if m]
+    lean = os.environ.pop(ENV_PRELOAD, "full") == "lean"
     for name in (*PRELOAD, *extra):
+        if lean and name in ONLY_SOME and name not in extra:
+            continue
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001  (a missing optional module costs only time)
             pass
-    for pkg in ("helpers", "grading"):
+    for pkg in () if lean else ("helpers", "grading"):
         mod = sys.modules.get(pkg)
         if mod is None:
             continue

@@ -1,0 +1,135 @@
+"""Small runs pay only for what they use (``make grade CHAPTER=… STUDENT=one`` in a class
+graded before): the kernel factory starts before the gradebook is read, lean, and is not
+waited for longer than its start has taken here before; a one-notebook regrade reads again
+only what changed for the class report, and leaves the other students' rows as they were."""
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from harness import auto_scores, grading_course, make_submission, submit
+
+from coursekit.grade import intake, kernels, pipeline, prepare, reuse
+from coursekit.grade.sandbox import sandbox_available
+
+CH = "ch01_attention"
+SANDBOX, WHY = sandbox_available()
+WRONG = {"softmax": "def softmax(x, dim=-1):\n    e = torch.exp(x)\n    return e / e.sum(dim=dim, keepdim=True)\n"}
+
+
+def _rows(root: Path) -> dict[str, str]:
+    """The class report's row of each student."""
+    page = (root / "reports" / "class_report.html").read_text(encoding="utf-8")
+    return dict(re.findall(r"<tr><th scope='row'>(\w+)</th>(.*?)</tr>", page))
+
+
+# ------------------------------------------------------------------ the factory starts first, lean
+
+class _Factory:
+    """Stands for kernels.Zygote: notes how it was started."""
+    started: list = []
+
+    def __init__(self, root, state, base, sandbox, imports=(), lean=False):
+        self.lean, self.imports = lean, imports
+        _Factory.started.append(self)
+
+    def close(self):
+        pass
+
+
+def test_the_factory_starts_before_the_gradebook_is_read_and_lean_for_a_small_run(tmp_path, monkeypatch):
+    """A notebook whose key is not the one recorded is graded whatever the gradebook says:
+    its factory starts at once, before nbgrader is imported to read the gradebook, and a
+    run whose notebooks each have a worker gets the lean one."""
+    rel, src = grading_course(tmp_path, CH)
+    for s in ("one", "two", "three"):
+        submit(tmp_path, s, CH, make_submission(rel, src, None))
+    (tmp_path / "gradebook.db").write_bytes(b"")          # a gradebook is there
+    (tmp_path / ".grading" / "reuse").mkdir(parents=True)
+    for s in ("one", "two", "three"):                      # each graded before, with another key
+        (tmp_path / ".grading" / "reuse" / f"{CH}__{s}.json").write_text(json.dumps({"key": "old"}))
+    monkeypatch.setattr(kernels, "Zygote", _Factory)
+    monkeypatch.setitem(sys.modules, "nbgrader.api", None)   # reading the gradebook would fail here
+    _Factory.started = []
+    run = pipeline.Run(tmp_path, intake.discover(tmp_path, CH, "one"), workers=2, say=lambda *a: None)
+    run.base = tmp_path
+    prepare.step_reuse(run)
+    assert [j.student for j in run.jobs] == ["one"] and len(_Factory.started) == 1
+    assert _Factory.started[0].lean and "torch" in _Factory.started[0].imports
+    run = pipeline.Run(tmp_path, intake.discover(tmp_path, CH), workers=2, say=lambda *a: None)
+    run.base = tmp_path
+    prepare.step_reuse(run)                                  # three notebooks, two workers: the full factory
+    assert len(_Factory.started) == 2 and not _Factory.started[1].lean
+
+
+def test_a_factory_is_waited_for_a_few_times_as_long_as_it_took_before(tmp_path):
+    """The patience of the preflight: PATIENCE_FACTOR times the latest start of a factory
+    of the same kind in this course folder, PATIENCE_FLOOR at least, PATIENCE without one."""
+    run = pipeline.Run(tmp_path, [], say=lambda *a: None)
+    (tmp_path / ".grading").mkdir()
+    run.zygote = type("Z", (), {"lean": True})()
+    assert prepare.patience(run) == prepare.PATIENCE
+    (tmp_path / ".grading" / prepare.FACTORY).write_text(json.dumps({"lean": 3.0, "full": 0.5}))
+    assert prepare.patience(run) == 3 * 3.0
+    run.zygote.lean = False
+    assert prepare.patience(run) == prepare.PATIENCE_FLOOR
+
+
+# ------------------------------------------------------------------ a class graded once, then one student
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """A class of three graded once (the whole chapter), as `make grade` leaves it."""
+    if not SANDBOX:
+        pytest.skip(f"no sandbox here: {WHY}")
+    root = tmp_path_factory.mktemp("small")
+    rel, src = grading_course(root, CH)
+    for s in ("s0", "s1", "s2"):
+        submit(root, s, CH, make_submission(rel, src, None))
+    pipeline.grade(root, chapter=CH, quiet=True)
+    return root, rel, src
+
+
+@pytest.mark.autograde
+def test_a_one_notebook_regrade_reads_only_it_again_and_leaves_the_other_rows_as_they_were(graded, monkeypatch):
+    import nbformat
+    root, rel, src = graded
+    before = _rows(root)
+    read = []
+    real = nbformat.read
+    monkeypatch.setattr(nbformat, "read", lambda fp, *a, **k: (
+        read.append(Path(fp)) if isinstance(fp, (str, Path)) else None) or real(fp, *a, **k))
+    submit(root, "s1", CH, make_submission(rel, src, WRONG))            # s1 hands in a new version
+    jobs = pipeline.grade(root, chapter=CH, student="s1", quiet=True)
+    assert [(j.student, j.reused) for j in jobs] == [("s1", False)]
+    assert auto_scores(root, CH, "s1")["test_softmax"] == 0 < auto_scores(root, CH, "s0")["test_softmax"]
+    after = _rows(root)
+    assert after["s0"] == before["s0"] and after["s2"] == before["s2"]
+    assert after["s1"] != before["s1"]
+    graded_read = {p.parent.parent.name for p in read if "autograded" in p.parts}
+    assert graded_read == {"s1"}, f"the report read again the graded notebooks of {graded_read}"
+
+
+@pytest.mark.autograde
+def test_a_one_notebook_run_does_not_wait_for_a_factory_slow_to_start(graded, monkeypatch):
+    """A factory that is not ready long after its start (a hung import, a machine far busier
+    than before) is not waited for: the notebook's kernels start cold, and it is graded as
+    by a factory (before: up to two minutes of waiting, then cold kernels all the same)."""
+    from coursekit.grade import sandbox
+    root, rel, src = graded
+    (root / ".grading" / prepare.FACTORY).write_text(json.dumps({"lean": 1.0, "full": 1.0}))
+    slow = [sys.executable, "-c", "import time; time.sleep(600)"]
+    monkeypatch.setattr(sandbox, "zygote_command", lambda *a, **k: slow)
+    submit(root, "s2", CH, make_submission(rel, src, WRONG))
+    jobs = pipeline.grade(root, chapter=CH, student="s2", quiet=True)
+    waited = json.loads((root / ".grading" / "timings.json").read_text())["kernel factory start (waiting)"]
+    assert waited < prepare.PATIENCE_FLOOR + 3, f"waited {waited} s for the factory"
+    assert [(j.student, j.ok) for j in jobs] == [("s2", True)] and not jobs[0].flags, jobs
+    assert auto_scores(root, CH, "s2")["test_softmax"] == 0 < auto_scores(root, CH, "s0")["test_softmax"]
+    with contextlib.suppress(FileNotFoundError):
+        assert "zygote: ready" not in (root / ".grading" / "logs" / "zygote.log").read_text()
+    assert reuse.same_key(root, root / ".grading", jobs[0])     # its result is kept as any other
