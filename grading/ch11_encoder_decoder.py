@@ -711,6 +711,10 @@ MHA_HINTS = [
         "attn_mask=torch.ones(n_t, n_t, dtype=torch.bool).triu(1)。", "is_causal=True in nn.MultiheadAttention is only "
         "a hint; attn_mask must still be passed: attn_mask=torch.ones(n_t, n_t, dtype=torch.bool).triu(1)."))]
 LAYER_HINTS = MHA_HINTS + SUPER_HINTS + COMMON_HINTS
+# is_causal=True without attn_mask: nn.MultiheadAttention takes it as a hint only, so the output is that of no
+# causal mask at all; the visible test cannot tell the two apart from the numbers and names neither
+B_IS_CAUSAL_ALONE = _layer_bug("is_causal_without_mask", MHA_HINTS[2][1].zh, MHA_HINTS[2][1].en, ref_decoder,
+                               causal=False)
 
 
 def _build_layer(cls, d, h, d_ff, decoder, what):
@@ -1359,7 +1363,7 @@ def probes() -> list[Probe]:
               bugs=ENC_BUGS, run_bug=lambda bug: bug.impl(enc, x, src_mask)),
         Probe("encoder_none", args=(x,), reference=lambda x: ref_encoder(enc, x, None)),
         Probe("decoder", args=(y, memory, mem_mask), reference=lambda y, m, k: ref_decoder(dec, y, m, k),
-              state=_state_of(dec), bugs=DEC_BUGS, run_bug=lambda bug: bug.impl(dec, y, memory, mem_mask)),
+              state=_state_of(dec), bugs=DEC_BUGS + [B_IS_CAUSAL_ALONE], run_bug=lambda bug: bug.impl(dec, y, memory, mem_mask)),
         Probe("decoder_none", args=(y, memory), reference=lambda y, m: ref_decoder(dec, y, m, None)),
         Probe("greedy", args=(src, lengths, max_len, bos, eos),
               reference=lambda *a: ref_greedy(StandIn(eos, bos), *a), bugs=GREEDY_BUGS,
