@@ -497,10 +497,11 @@ def test_a_students_broken_tex_never_stops_the_feedback():
 WRONG_SOFTMAX = "def softmax(x, dim=-1):\n    e = torch.exp(x)\n    return e / e.sum(dim=dim, keepdim=True)\n"
 RIGHT_SOFTMAX = ("def softmax(x, dim=-1):\n    e = torch.exp(x - x.amax(dim=dim, keepdim=True))\n"
                  "    return e / e.sum(dim=dim, keepdim=True)\n")
-SAYS = {"zh": {"button": "验证", "not_done": "还没有完成：练习 1。", "wrong": "结果里出现了 nan 或 inf",
-               "hint": "先减去每行的最大值", "passed": "✓ 全部 1 个练习的测试都通过了：练习 1"},
-        "en": {"button": "Validate", "not_done": "Not done yet: exercise 1.", "wrong": "the result contains nan or inf",
-               "hint": "subtract the row maximum first", "passed": "✓ The exercise passes its tests: exercise 1"}}
+SAYS = {"zh": {"button": "验证", "not_done": "还没有完成：练习 1。", "wrong": "的 nan/inf 和期望不同",
+               "hint": "诊断：没有先减去每行的最大值", "passed": "✓ 全部 1 个练习的测试都通过了：练习 1"},
+        "en": {"button": "Validate", "not_done": "Not done yet: exercise 1.", "wrong": "differ in nan/inf from the expected",
+               "hint": "Diagnosis: you did not subtract the row maximum first",
+               "passed": "✓ The exercise passes its tests: exercise 1"}}
 NBGRADER_WORDS = re.compile(r"Validation Results|The following cell failed|Success! Your notebook|"
                             r"You did not provide a response|Traceback|expect_close\(|from helpers\.checks")
 
