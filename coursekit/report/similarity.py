@@ -22,6 +22,7 @@ from pathlib import Path
 import nbformat
 
 K = 25          # k-gram length in tokens (copydetect's default noise threshold)
+LEXER = "python"   # pygments' lexer, named: found by a file's name it is looked up among all of them (14 ms a time)
 WINDOW = 1      # winnowing window: keep every fingerprint (the answers are short)
 
 
@@ -44,7 +45,7 @@ def answer_code(nb) -> str:
 
 def _fingerprint(name: str, code: str, boilerplate=None):
     from copydetect import CodeFingerprint
-    return CodeFingerprint(f"{name}.py", K, WINDOW, boilerplate=boilerplate, fp=io.StringIO(code))
+    return CodeFingerprint(f"{name}.py", K, WINDOW, boilerplate=boilerplate, fp=io.StringIO(code), language=LEXER)
 
 
 def rank(chapter: str, answers: dict[str, str], release_code: str) -> list[Pair]:
@@ -226,7 +227,7 @@ def _helper_print(path: str, code: str):
     try:
         filtered = (cache / f"{key}.txt").read_text(encoding="utf-8")
     except (OSError, ValueError):
-        filtered, _ = filter_code(code, f"{name}.py")
+        filtered, _ = filter_code(code, f"{name}.py", LEXER)
         try:
             cache.mkdir(parents=True, exist_ok=True)
             tmp = cache / f".{key}.{os.getpid()}.tmp"
@@ -270,7 +271,7 @@ def _digest(*parts) -> str:
 def _filtered(code: str) -> str:
     """``code`` as copydetect tokenises it before it fingerprints it (the slow part)."""
     from copydetect.utils import filter_code
-    return filter_code(code, "answer.py")[0]
+    return filter_code(code, "answer.py", LEXER)[0]
 
 
 def _print_of(name: str, filtered: str, boilerplate=None):
