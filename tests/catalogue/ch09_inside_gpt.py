@@ -395,7 +395,7 @@ def ablate_heads(model, heads, x, y):
 WAIVED: dict[str, str] = {}
 
 WIDGET = dict(cell="inside.head_explorer(model", labels=("层", "头", "文本", "前一个 token 得分"), ipywidgets=True,
-              keep=("inside.Config()", "inside.train_toy("), edits={"TOY_STEPS = 1000": "TOY_STEPS = 100"})
+              keep=("config = Config()", "train_toy(model"), edits={"TOY_STEPS = 1000": "TOY_STEPS = 100"})
 
 # A second way to break each rule of the ledger (issue 49): another realistic wrong answer per rule.
 BUGS += [
