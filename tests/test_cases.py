@@ -243,7 +243,7 @@ def test_visible_from_scratch_rule_uses_the_graders_words_and_names():
 
 
 def test_expect_close_rows_line_up_and_bugs_are_named_only_on_their_fingerprint():
-    from helpers import checks
+    from helpers import checks, evidence
     expected = torch.tensor([[0.25, 0.75], [0.5, 0.5]])
     for lang in ("zh", "en"):
         set_language(lang)
@@ -251,14 +251,17 @@ def test_expect_close_rows_line_up_and_bugs_are_named_only_on_their_fingerprint(
             checks.expect_close(torch.tensor([[0.5, 0.5], [0.5, 0.5]]), expected, "w",
                                 bugs=[(torch.tensor([[0.5, 0.5], [0.5, 0.5]]), "UNIFORM"), (expected.T, "TRANSPOSED")])
         lines = str(err.value).splitlines()
-        rows = [line for line in lines if "[" in line]
-        assert len(rows) == 4, lines
-        # every row's numbers start in the same column (CJK labels take two columns a character)
-        assert len({checks._width(line[:line.rindex("[")]) for line in rows}) == 1, "\n".join(lines)
+        labels = ("期望", "实际") if lang == "zh" else ("expected", "got")
+        rows = [line for line in lines for label in labels if f" {label} " in line]
+        assert len(rows) == 2, lines
+        # the expected and the actual row's numbers start in the same column (CJK labels take two columns a character)
+        starts = {evidence._width(line[:line.index(next(x for x in line.split() if x[0] in "-0123456789."))])
+                  for line in rows}
+        assert len(starts) == 1, "\n".join(lines)
         assert "UNIFORM" in lines[-1] and "TRANSPOSED" not in str(err.value)
     set_language("en")
     with pytest.raises(checks.CheckFailed) as err:
-        checks.expect_close(torch.tensor([[0.9, 0.1], [0.5, 0.5]]), expected, "w", hint="GENERAL",
+        checks.expect_close(torch.tensor([[0.9, 0.1], [0.5, 0.5]]), expected, "w", reread="GENERAL",
                             bugs=[(torch.tensor([[0.5, 0.5], [0.5, 0.5]]), "UNIFORM")])
     assert "GENERAL" in str(err.value) and "UNIFORM" not in str(err.value)
 

@@ -372,15 +372,17 @@ def test_an_answer_copied_from_the_courses_helpers_is_flagged_and_an_independent
     report; the model answers, written apart from them, are not."""
     import inspect
     import shutil
+    import sys
 
     import nbformat
     from harness import ROOT, make_submission
 
     from coursekit.report import report
-    from helpers import ch09_inside_gpt
-    from helpers.ch05_block import block_attention
+    sys.path.insert(0, str(ROOT / "notebooks" / "given"))      # what ch05 and ch09 hand out in their own folders
+    import block_attention
+    import tiny_gpt
     copied = {
-        "ch07_gpt": {"get_batch": inspect.getsource(ch09_inside_gpt._get_batch).replace("_get_batch", "get_batch")},
+        "ch07_gpt": {"get_batch": inspect.getsource(tiny_gpt.get_batch)},
         "ch03_multi_head": {"causal_self_attention": inspect.getsource(block_attention.CausalAttention)
                             .replace("CausalAttention", "CausalSelfAttention")}}
     for ch, answer in copied.items():
@@ -392,9 +394,9 @@ def test_an_answer_copied_from_the_courses_helpers_is_flagged_and_an_independent
             nbformat.write(make_submission(rel, src, replace), tmp_path / "submitted" / student / ch / f"{ch}.ipynb")
     section = report._similarity_section(tmp_path, sorted(copied), lang="en")
     rows = section[section.index("Answers close to code the course ships"):]
-    assert "<td>copier</td><td>ch07_gpt</td><td>get_batch</td><td>helpers/ch09_inside_gpt.py</td>" in rows
+    assert "<td>copier</td><td>ch07_gpt</td><td>get_batch</td><td>release/ch09_inside_gpt/tiny_gpt.py</td>" in rows
     assert ("<td>copier</td><td>ch03_multi_head</td><td>causal_self_attention</td>"
-            "<td>helpers/ch05_block/block_attention.py</td>") in rows
+            "<td>release/ch05_block/block_attention.py</td>") in rows
     assert "honest" not in rows and rows.count("<tr>") == 3          # a header and the two copies
 
 
@@ -408,9 +410,12 @@ def test_the_helpers_tokens_kept_between_runs_flag_what_fresh_ones_flag(tmp_path
         "import inspect, json\n"
         "from pathlib import Path\n"
         "from coursekit.report import similarity\n"
+        "import sys\n"
         "from helpers import ch09_inside_gpt\n"
         "helpers = similarity.helper_sources(Path(ch09_inside_gpt.__file__).parent)\n"
-        "copied = inspect.getsource(ch09_inside_gpt._get_batch).replace('_get_batch', 'get_batch')\n"
+        "sys.path.insert(0, str(Path(ch09_inside_gpt.__file__).parent.parent / 'notebooks' / 'given'))\n"
+        "import tiny_gpt\n"
+        "copied = inspect.getsource(tiny_gpt.get_batch)\n"
         "answers = {'copier': {'get_batch': copied}, 'honest': {'get_batch': 'def get_batch(d, n):\\n    return d[:n]\\n'}}\n"
         "found = similarity.helper_matches('ch07_gpt', answers, {'get_batch': ''}, helpers)\n"
         "print(json.dumps([[m.student, m.helper, round(m.share, 9), m.shared_tokens] for m in found]))\n")
@@ -422,7 +427,7 @@ def test_the_helpers_tokens_kept_between_runs_flag_what_fresh_ones_flag(tmp_path
 
     first = flagged(1)
     kept = sorted((tmp_path / "transformer-course" / "similarity").glob("*.txt"))
-    assert [row[:2] for row in first] == [["copier", "helpers/ch09_inside_gpt.py"]] and kept
+    assert [row[:2] for row in first] == [["copier", "release/ch09_inside_gpt/tiny_gpt.py"]] and kept
     assert flagged(2) == first                      # read back, in a process that hashes differently
     biggest = max(kept, key=lambda p: p.stat().st_size)
     text = biggest.read_text(encoding="utf-8")
