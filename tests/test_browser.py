@@ -265,6 +265,9 @@ def test_chapter_widget_renders(page, lab, chapter):
     rel = f"widgets/{chapter}.ipynb"
     (lab.root / "widgets").mkdir(exist_ok=True)
     nbformat.write(nb_doc, lab.root / rel)
+    from coursekit.author import build
+    for given in build.given_files(chapter):      # what the chapter hands out beside its notebook
+        shutil.copy(given, lab.root / "widgets" / given.name)
     nb = browser.Notebook(page, lab, rel)
     not_run = nb.run_all(timeout_ms=150_000)
     assert nb.error_outputs() == [] and not_run == [], (nb.error_outputs(), not_run)
