@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from harness import ROOT, auto_scores, grading_course, make_submission, submit
 
-from coursekit.grade import pipeline
+from coursekit.grade import pipeline, results
 from coursekit.grade.sandbox import sandbox_available
 
 CH = "ch01_attention"
@@ -236,7 +236,9 @@ def _pages_the_feedback_step_makes_again(root: Path, jobs) -> dict[str, bytes]:
     for job in jobs:
         (root / "feedback" / job.student / CH / f"{CH}.html").unlink()
         job.paged = False
-    pipeline.step_feedback(pipeline.Run(root, list(jobs), workers=1, say=lambda *a: None))
+    run = pipeline.Run(root, list(jobs), workers=1, say=lambda *a: None)
+    pipeline.step_feedback(run)      # the pages are made aside; the report step waits for them
+    results.pages_made(run)
     return {j.student: (root / "feedback" / j.student / CH / f"{CH}.html").read_bytes() for j in jobs}
 
 

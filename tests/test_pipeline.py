@@ -724,6 +724,42 @@ def test_work_aside_lowers_the_weight_of_its_own_session_only():
     assert seen[True].split()[0] != before.split()[0] and seen[True].split()[-1] == "19", seen
 
 
+def _session_with_a_member(queue, told) -> None:
+    """Lead a session of its own at nice 5 and start one more process in it: reports
+    (the member's pid, the session's group) and then what the group reads once told."""
+    import subprocess
+    os.setsid()
+    group = Path("/proc/self/autogroup")
+    group.write_text("5")
+    member = subprocess.Popen(["sleep", "30"])
+    queue.put((member.pid, group.read_text()))
+    told.get()
+    queue.put(group.read_text())
+    member.kill()
+
+
+def test_usual_priority_leaves_the_weight_of_a_session_the_process_does_not_lead():
+    """Giving a process of someone else's session its usual priority back leaves
+    that session's weight alone (written there, it would change the grader's own
+    session, and a concurrent run's reading of it)."""
+    import multiprocessing as mp
+
+    from coursekit.grade import results
+    if not Path("/proc/self/autogroup").exists():
+        pytest.skip("this kernel groups no sessions (no /proc/self/autogroup)")
+    ctx = mp.get_context("fork")
+    ask, answer = ctx.SimpleQueue(), ctx.SimpleQueue()
+    leader = ctx.Process(target=_session_with_a_member, args=(answer, ask))
+    leader.start()
+    member, group = answer.get()
+    assert group.split()[-1] == "5", group
+    results.usual_priority(member)
+    ask.put("read")
+    after = answer.get()
+    leader.join(30)
+    assert after == group, (group, after)
+
+
 def _sleeper(seconds: float) -> None:
     os.setsid()   # as a forked command is: its own process group
     import time

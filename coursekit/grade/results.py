@@ -179,8 +179,9 @@ def usual_priority(pid: int) -> bool:
         os.setpriority(os.PRIO_PROCESS, pid, 0)
     except (AttributeError, OSError):   # raising a priority takes privileges this grader may not have
         return False
-    try:
-        Path(f"/proc/{pid}/autogroup").write_text("0")
+    try:   # the session's weight only where the process leads its own session, as lowest_priority lowered it
+        if os.getsid(pid) == pid:
+            Path(f"/proc/{pid}/autogroup").write_text("0")
     except OSError:
         pass
     return True
