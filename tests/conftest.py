@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -7,6 +8,19 @@ import pytest
 matplotlib.use("Agg")  # tests draw figures without a screen
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.append(str(Path(__file__).resolve().parent.parent / "notebooks" / "given"))   # a chapter's own files
+
+
+def pytest_configure(config):
+    """Under pytest-xdist each worker takes its share of the cores for PyTorch's own
+    threads: two workers each spinning two threads on two cores made the in-process
+    checks four to five times slower (tests/test_grading_inprocess.py on two workers: 532 s,
+    and 112 s with one thread each)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if os.environ.get("PYTEST_XDIST_WORKER") and workers > 1:
+        share = max(1, (os.cpu_count() or 1) // workers)
+        os.environ.setdefault("OMP_NUM_THREADS", str(share))   # the kernels and commands a test starts, too
+        import torch
+        torch.set_num_threads(share)
 
 
 @pytest.fixture(scope="module")
