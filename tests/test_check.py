@@ -145,3 +145,15 @@ def test_make_check_and_course_py_check_reach_the_command():
         check.check("ch02_causal_mask", only=["visibel"], out=io.StringIO())
     with pytest.raises(check.BuildError, match="no chapter 'ch99_nothing'"):
         check.check("ch99_nothing", out=io.StringIO())
+
+
+def test_parts_side_by_side_give_pytorch_their_share_of_the_cores(monkeypatch):
+    """Two parts at a time on two cores: each part's PyTorch gets one thread (two each
+    spun for cores the other part held); a value the shell sets is kept."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    probe = "import torch; print(torch.get_num_threads())"
+    env = check.environment(ROOT, check.Part("x", "x", []), threads=1)
+    assert subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip() == "1"
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert check.environment(ROOT, check.Part("x", "x", []), threads=1)["OMP_NUM_THREADS"] == "3"

@@ -156,10 +156,15 @@ def lint_files(chapter: str, root: Path = ROOT) -> list[str]:
 
 # ------------------------------------------------------------------ running the parts
 
-def environment(root: Path, part: Part) -> dict[str, str]:
+def environment(root: Path, part: Part, threads: int | None = None) -> dict[str, str]:
     """The part's environment: this course's code first on the path (a copy of the
-    course checks its own files), the venv's programs on PATH, Dask quiet."""
+    course checks its own files), the venv's programs on PATH, Dask quiet, and
+    PyTorch on ``threads`` threads (the part's share of the cores, unless the shell
+    says otherwise): parts run side by side, and threads spinning for a core
+    another part holds cost more than they bring."""
     env = dict(os.environ)
+    if threads:
+        env.setdefault("OMP_NUM_THREADS", str(threads))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH", "")]))
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env.setdefault("PYTHONUTF8", "1")
@@ -168,11 +173,12 @@ def environment(root: Path, part: Part) -> dict[str, str]:
     return env
 
 
-def run_part(part: Part, root: Path, log: Path) -> Outcome:
+def run_part(part: Part, root: Path, log: Path, threads: int | None = None) -> Outcome:
     start = time.monotonic()
     cpu = None
     with open(log, "w", encoding="utf-8") as out:
-        proc = subprocess.Popen(part.argv, cwd=root, env=environment(root, part), stdout=out, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(part.argv, cwd=root, env=environment(root, part, threads), stdout=out,
+                                stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
         if hasattr(os, "wait4"):      # the CPU time of the part's processes, whatever else the machine runs
             _, status, usage = os.wait4(proc.pid, 0)
@@ -390,7 +396,7 @@ def check(chapter: str, only: list[str] | None = None, root: Path = ROOT, jobs: 
         done: dict[int, Outcome] = {}
 
         def one(i: int) -> None:
-            o = run_part(todo[i], root, scratch / f"{todo[i].key}-{i}.log")
+            o = run_part(todo[i], root, scratch / f"{todo[i].key}-{i}.log", threads=max(1, cores // jobs))
             with lock:
                 done[i] = o
                 say(summary_line(o, width))
