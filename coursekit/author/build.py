@@ -39,6 +39,7 @@ from ..base.chapters import (  # noqa: F401
     BuildError,
     CellRef,
     chapters,
+    given_manifest,
     read_chapter,
     source_language,
     text_stub,
@@ -285,13 +286,11 @@ def given_files(chapter: str, notebooks: Path = NOTEBOOKS) -> list[Path]:
     code that a later chapter needs from an earlier one's answers, released only
     with the later chapter."""
     folder = Path(notebooks) / GIVEN
-    manifest = folder / "chapters.json"
-    if not manifest.exists():
-        return []
-    names = json.loads(manifest.read_text(encoding="utf-8")).get(chapter, [])
+    names = given_manifest(notebooks).get(chapter, [])
     missing = [n for n in names if not (folder / n).is_file()]
     if missing:
-        raise BuildError(f"{manifest}: {chapter} hands out {', '.join(missing)}, which {folder} does not hold")
+        raise BuildError(f"{folder / 'chapters.json'}: {chapter} hands out {', '.join(missing)}, "
+                         f"which {folder} does not hold")
     return [folder / n for n in names]
 
 

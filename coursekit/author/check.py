@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from .build import LANGS, ROOT, BuildError, chapters
+from .build import LANGS, ROOT, BuildError, chapters, given_manifest
 
 # tests of tests/test_browser.py about one chapter whose names do not carry the chapter's
 # (the others are selected by the chapter's name in their parameters)
@@ -147,10 +147,8 @@ def lint_files(chapter: str, root: Path = ROOT) -> list[str]:
     k = short(chapter)
     found = [root / "helpers" / f"{chapter}.py", root / "helpers" / chapter, root / "grading" / f"{chapter}.py",
              root / "tests" / "catalogue" / f"{chapter}.py", *sorted((root / "tests").glob(f"test_{k}*.py"))]
-    manifest = root / "notebooks" / "given" / "chapters.json"
-    if manifest.exists():
-        given = json.loads(manifest.read_text(encoding="utf-8")).get(chapter, [])
-        found += [root / "notebooks" / "given" / n for n in given if n.endswith(".py")]
+    given = given_manifest(root / "notebooks").get(chapter, [])
+    found += [root / "notebooks" / "given" / n for n in given if n.endswith(".py")]
     return [str(p.relative_to(root)) for p in found if p.exists()]
 
 

@@ -40,6 +40,17 @@ def chapters(root: Path = NOTEBOOKS) -> list[str]:
     return sorted(p.stem for p in Path(root).glob("ch[0-9][0-9]_*.md"))
 
 
+def given_manifest(notebooks: Path = NOTEBOOKS) -> dict[str, list[str]]:
+    """Which files of ``notebooks/given/`` each chapter hands out beside its notebook
+    (``chapters.json``: code a later chapter needs from an earlier one's answers);
+    empty where the course has none."""
+    manifest = Path(notebooks) / "given" / "chapters.json"
+    if not manifest.exists():
+        return {}
+    import json
+    return json.loads(manifest.read_text(encoding="utf-8"))
+
+
 def _cell_lines(text: str) -> list[int]:
     """Line number where each cell starts in a MyST file (best effort)."""
     lines = []

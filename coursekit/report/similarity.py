@@ -182,14 +182,13 @@ def helper_sources(helpers_dir: Path) -> dict[str, str]:
     """The code the course ships in helpers/ (a student has all of it), by file, and the
     earlier answers a later chapter hands out in its own folder (notebooks/given/, listed
     by chapter in chapters.json), named as the student has them: release/<chapter>/<file>."""
-    import json
+    from ..base.chapters import given_manifest
     found = {f"helpers/{p.relative_to(helpers_dir).as_posix()}": p.read_text(encoding="utf-8")
              for p in sorted(Path(helpers_dir).rglob("*.py")) if "__pycache__" not in p.parts}
-    given = Path(helpers_dir).resolve().parent / "notebooks" / "given"
-    if (given / "chapters.json").exists():
-        for chapter, names in json.loads((given / "chapters.json").read_text(encoding="utf-8")).items():
-            for name in names:
-                found[f"release/{chapter}/{name}"] = (given / name).read_text(encoding="utf-8")
+    notebooks = Path(helpers_dir).resolve().parent / "notebooks"
+    for chapter, names in given_manifest(notebooks).items():
+        for name in names:
+            found[f"release/{chapter}/{name}"] = (notebooks / "given" / name).read_text(encoding="utf-8")
     return found
 
 
