@@ -721,6 +721,9 @@ def test_work_aside_lowers_the_weight_of_its_own_session_only():
         proc.join(60)
         seen[own] = queue.get()
     assert group.read_text() == before and seen[False] == before, (before, seen)   # the session's as it was
+    if not seen[True].strip():
+        pytest.skip("the kernel gave the new session no group of its own (autogroup off or "
+                    "out of groups): there was no session weight to lower")
     assert seen[True].split()[0] != before.split()[0] and seen[True].split()[-1] == "19", seen
 
 
@@ -728,9 +731,10 @@ def _session_with_a_member(queue, told) -> None:
     """Lead a session of its own at nice 5 and start one more process in it: reports
     (the member's pid, the session's group) and then what the group reads once told."""
     import subprocess
+    from coursekit.base import runner
     os.setsid()
     group = Path("/proc/self/autogroup")
-    group.write_text("5")
+    runner.set_session_weight("self", 5)
     member = subprocess.Popen(["sleep", "30"])
     queue.put((member.pid, group.read_text()))
     told.get()
@@ -752,6 +756,10 @@ def test_usual_priority_leaves_the_weight_of_a_session_the_process_does_not_lead
     leader = ctx.Process(target=_session_with_a_member, args=(answer, ask))
     leader.start()
     member, group = answer.get()
+    if not group.strip():
+        ask.put("read")
+        leader.join(30)
+        pytest.skip("the kernel gave the new session no group of its own: no session weight to keep")
     assert group.split()[-1] == "5", group
     results.usual_priority(member)
     ask.put("read")

@@ -180,8 +180,9 @@ def usual_priority(pid: int) -> bool:
     except (AttributeError, OSError):   # raising a priority takes privileges this grader may not have
         return False
     try:   # the session's weight only where the process leads its own session, as lowest_priority lowered it
-        if os.getsid(pid) == pid:
-            Path(f"/proc/{pid}/autogroup").write_text("0")
+        leads = os.getsid(pid) == pid
     except OSError:
-        pass
+        leads = False
+    if leads:
+        runner.set_session_weight(pid, 0)
     return True
