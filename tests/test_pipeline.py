@@ -731,6 +731,7 @@ def _session_with_a_member(queue, told) -> None:
     """Lead a session of its own at nice 5 and start one more process in it: reports
     (the member's pid, the session's group) and then what the group reads once told."""
     import subprocess
+
     from coursekit.base import runner
     os.setsid()
     group = Path("/proc/self/autogroup")

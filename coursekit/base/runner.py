@@ -234,7 +234,7 @@ def set_session_weight(pid, nice: int) -> bool:
     import errno
     import time
     path = f"/proc/{pid}/autogroup"
-    for attempt in range(5):
+    for _ in range(5):
         try:
             with open(path, "w") as group:
                 group.write(str(nice))
