@@ -133,3 +133,18 @@ def test_a_one_notebook_run_does_not_wait_for_a_factory_slow_to_start(graded, mo
     with contextlib.suppress(FileNotFoundError):
         assert "zygote: ready" not in (root / ".grading" / "logs" / "zygote.log").read_text()
     assert reuse.same_key(root, root / ".grading", jobs[0])     # its result is kept as any other
+
+
+def test_starting_the_grader_builds_no_grammar_it_does_not_use():
+    """Every process that reads a notebook imports nbformat, hence jsonschema; from 4.24 on,
+    jsonschema imports rfc3987-syntax, which builds a Lark grammar at import (1.7 s of each
+    start of the grader, of nbgrader and of Jupyter's server, on these 2 cores). The pinned
+    jsonschema does not: the grader's command line starts without it, in well under a second."""
+    import subprocess
+    import time
+    code = "import sys, coursekit.cli; print(sorted(m for m in ('rfc3987_syntax', 'lark') if m in sys.modules))"
+    started = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    took = time.monotonic() - started
+    assert out.stdout.strip() == "[]", out.stdout
+    assert took < 5, f"importing the grader's command line took {took:.1f} s"
