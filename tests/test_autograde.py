@@ -2,7 +2,8 @@
 the untouched release scores zero, known bugs lose points with feedback that
 names it, and correct variants keep full marks.
 
-Every variant of every catalogue is proven in-process in both languages
+Every variant of every catalogue is proven in-process, zh and en in turn, each in
+both where one chapter's checks or the full catalogue are asked for
 (test_grading_inprocess.py: its diagnosis, and what a later exercise that
 keeps its marks says). Through the real pipeline the suite grades a sample of
 each catalogue that reaches every graded cell a bug can cost: for each test cell the first wrong answer
