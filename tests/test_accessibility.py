@@ -247,7 +247,7 @@ def test_figures_of_the_training_chapters_have_a_text_alternative_and_more_than_
     assert check(records) == []
 
 
-@pytest.mark.xdist_group("content_ch01_attention")
+@pytest.mark.xdist_group(test_content.CONTENT_GROUP)   # the chapters run there once, for all their tests
 def test_every_figure_function_is_drawn_in_both_languages(trained_figures):
     """Every function that draws a course figure (helpers.plots.figure_function)
     was drawn above, in both languages: a new figure cannot skip the checks."""

@@ -237,9 +237,14 @@ def prose(chapter: str, lang: str) -> str:
     return "\n".join(c.source for c in build.build_chapter(chapter, lang).cells if c.cell_type == "markdown")
 
 
+CONTENT_GROUP = "content"
+
+
 def same_worker(chapter: str):
-    """Tests that run a chapter share one pytest-xdist worker, so the chapter runs once per language there."""
-    return pytest.mark.xdist_group(f"content_{chapter}")
+    """Tests that run a chapter share one pytest-xdist worker, so that each chapter runs once per
+    language in the whole suite: one worker for every chapter, because the accessibility test that
+    every figure function was drawn (tests/test_accessibility.py) reads the runs of all of them."""
+    return pytest.mark.xdist_group(CONTENT_GROUP)
 
 
 @pytest.mark.parametrize("lang", build.LANGS)
