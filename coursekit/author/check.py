@@ -135,7 +135,7 @@ def parts(chapter: str, root: Path, scratch: Path) -> list[Part]:
         pytest("nbgrader", "a sample through nbgrader", ["tests/test_autograde.py"], chapter, weight=40),
         pytest("content", "content and figures", ["tests/test_content.py", "tests/test_accessibility.py"], k,
                weight=45),
-        pytest("browser", "browser", ["tests/test_browser.py"], browser, weight=60),
+        pytest("browser", "browser", ["tests/test_browser.py"], browser, only, weight=60),
         Part("lint", "lint (ruff)", [*RUFF, *lint_files(chapter, root)], weight=1, kind="ruff"),
     ]
     return [p for p in out if p is not None]
