@@ -330,3 +330,23 @@ def shot(target, name: str) -> Path:
     path = ARTIFACTS / f"{name}.png"
     target.screenshot(path=str(path))
     return path
+
+
+def widget_shows(page, chapter: str, spec: dict, target) -> None:
+    """What a chapter's main picture shows once its cell has run (``target``: the ipywidgets
+    box, or the cell's output where the picture is something else): the labels of its
+    WIDGET spec (tests/catalogue/<chapter>.py) and the numbers its ``check_widget`` computes
+    from the course's helpers, with no error from the widgets' JavaScript (``page.console``);
+    a screenshot kept as widget_<chapter>.png."""
+    import importlib
+    if spec.get("ipywidgets", True):   # the widget's own output (figure or HTML) arrives after the box
+        page.wait_for_function("w => w.querySelector('img, .widget-html-content:not(:empty)')",
+                               arg=target.element_handle())
+    shot(target, f"widget_{chapter}")
+    text = target.inner_text()
+    for label in spec["labels"]:
+        assert label in text, f"{chapter}: {label!r} not shown in the widget:\n{text[:500]}"
+    check = getattr(importlib.import_module(f"catalogue.{chapter}"), "check_widget", None)
+    if check is not None:
+        check(target, text)
+    assert page.console.from_widgets() == [], (chapter, page.console.from_widgets())

@@ -673,24 +673,6 @@ def open_chapter(page, lab, chapter: str, lang: str, run: bool):
     return nb, nb_doc, not_run
 
 
-def widget_shows(page, chapter: str, spec: dict, widget) -> None:
-    """What the chapter's main widget must show once run (tests/catalogue/<chapter>.py: WIDGET's
-    labels, and check_widget's numbers computed from the course's helpers), with no error from
-    the widgets' JavaScript; a screenshot kept. (A chapter whose main picture is not ipywidgets
-    is checked by test_browser.py's test_chapter_widget_renders.)"""
-    import importlib
-    page.wait_for_function("w => w.querySelector('img, .widget-html-content:not(:empty)')",
-                           arg=widget.element_handle())
-    browser.shot(widget, f"widget_{chapter}")
-    text = widget.inner_text()
-    for label in spec["labels"]:
-        assert label in text, f"{chapter}: {label!r} not shown in the widget:\n{text[:500]}"
-    check = getattr(importlib.import_module(f"catalogue.{chapter}"), "check_widget", None)
-    if check is not None:
-        check(widget, text)
-    assert page.console.from_widgets() == [], (chapter, page.console.from_widgets())
-
-
 def lab_check(lab_page, lang: str) -> tuple[dict, dict, list]:
     """Each chapter opened (and run, where cheap) in ``lang``: axe's findings
     inside the course's content, what each widget did under the keyboard,
@@ -714,7 +696,9 @@ def lab_check(lab_page, lang: str) -> tuple[dict, dict, list]:
             widget.wait_for()
             widget.scroll_into_view_if_needed()
             if lang == "zh":
-                widget_shows(page, chapter, spec, widget)   # before the keyboard changes it
+                # what test_browser.py's test_chapter_widget_renders checks, here where the chapter runs
+                # anyway, before the keyboard changes it
+                browser.widget_shows(page, chapter, spec, widget)
                 keyboard[chapter] = play_from_the_keyboard(page, widget)
                 if chapter == "ch02_causal_mask":
                     keyboard[chapter] += announced(page)

@@ -17,7 +17,6 @@ one worker. Screenshots of each step go to tests/artifacts/browser/.
 from __future__ import annotations
 
 import importlib
-import os
 import re
 import shutil
 
@@ -25,7 +24,7 @@ import browser
 import nbformat
 import pytest
 from catalogue.ch02_causal_mask import check_stage
-from harness import ROOT, make_submission
+from harness import ROOT, asked_chapters, make_submission
 
 pytestmark = [pytest.mark.xdist_group("browser"),
               pytest.mark.skipif(browser.skip_reason() is not None, reason=str(browser.skip_reason()))]
@@ -261,11 +260,11 @@ def test_widget_notebooks_keep_the_widget_cell_last():
 
 
 # In the whole suite, a chapter whose main widget is ipywidgets is run, and its widget checked,
-# in the Chinese JupyterLab of tests/test_accessibility.py (widget_shows, before the keyboard
-# plays it): the same notebook, cut after the widget, run once for both. Here, the chapters whose
+# in the Chinese JupyterLab of tests/test_accessibility.py (browser.widget_shows, before the
+# keyboard plays it): the same notebook, cut after the widget, run once for both. Here, the chapters whose
 # main picture is something else (a figure, the quiz's marks), which that run does not execute;
 # every chapter where one chapter's checks are asked for (COURSE_CHAPTERS, as `make check` runs them).
-@pytest.mark.parametrize("chapter", [ch for ch in CHAPTERS if os.environ.get("COURSE_CHAPTERS")
+@pytest.mark.parametrize("chapter", [ch for ch in CHAPTERS if asked_chapters()
                                      or not WIDGETS[ch].get("ipywidgets", True)])
 def test_chapter_widget_renders(page, lab, chapter):
     nb_doc, spec = widget_notebook(chapter)
@@ -282,25 +281,9 @@ def test_chapter_widget_renders(page, lab, chapter):
     if spec.get("ipywidgets", True):
         widget = out.locator(".jupyter-widgets.widget-vbox").first
         widget.wait_for()
-        # Wait for the widget's own output (figure or HTML) to arrive.
-        page.wait_for_function("w => w.querySelector('img, .widget-html-content:not(:empty)')",
-                               arg=widget.element_handle())
-        target = widget
+        browser.widget_shows(page, chapter, spec, widget)
     else:
-        target = out
-    browser.shot(target, f"widget_{chapter}")
-    text = target.inner_text()
-    for label in spec["labels"]:
-        assert label in text, f"{chapter}: {label!r} not shown in the widget:\n{text[:500]}"
-    check_values(chapter, target, text)
-    assert page.console.from_widgets() == [], page.console.from_widgets()
-
-
-def check_values(chapter: str, target, text: str) -> None:
-    """Numbers a widget shows, computed from the course's helpers by the chapter's catalogue."""
-    check = getattr(catalogue(chapter), "check_widget", None)
-    if check is not None:
-        check(target, text)
+        browser.widget_shows(page, chapter, spec, out)
 
 
 # ------------------------------------------------------------------ instructor

@@ -1,17 +1,16 @@
 """The build: chapter texts -> nbgrader source notebooks, and the rules it enforces."""
 from __future__ import annotations
 
-import os
 import textwrap
 
 import pytest
+from harness import asked_chapters
 
 from coursekit.author import build
 
 # COURSE_CHAPTERS=ch01_attention,ch02_causal_mask limits the checks that go over every chapter to those
 # (python course.py check --chapter runs this file so)
-CHAPTERS = [c for c in build.chapters()
-            if not os.environ.get("COURSE_CHAPTERS") or c in os.environ["COURSE_CHAPTERS"].split(",")]
+CHAPTERS = [c for c in build.chapters() if not asked_chapters() or c in asked_chapters()]
 
 HEADER = """---
 jupytext:

@@ -14,14 +14,13 @@ import textwrap
 import nbformat
 import pytest
 import torch
-from harness import ROOT, Variant, catalogued_chapters
+from harness import ROOT, Variant, asked_chapters, catalogued_chapters
 
 from helpers import set_language
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
 # COURSE_CHAPTERS=ch01_attention,ch02_causal_mask limits the run (and the catalogues imported) to those chapters
-CHAPTERS = [c for c in catalogued_chapters()
-            if not os.environ.get("COURSE_CHAPTERS") or c in os.environ["COURSE_CHAPTERS"].split(",")]
+CHAPTERS = [c for c in catalogued_chapters() if not asked_chapters() or c in asked_chapters()]
 
 
 def solution_namespace(chapter: str, replace: dict[str, str]) -> dict:
@@ -52,7 +51,7 @@ def run_check(chapter: str, test_id: str, ns: dict):
 # the same in both; what differs is the words): half the time of both. Both languages for each
 # entry where a chapter's own checks are asked for (COURSE_CHAPTERS, as `make check` runs them)
 # or the whole catalogue is (COURSE_FULL_CATALOGUE=1).
-BOTH_LANGUAGES = bool(os.environ.get("COURSE_CHAPTERS")) or os.environ.get("COURSE_FULL_CATALOGUE") == "1"
+BOTH_LANGUAGES = bool(asked_chapters()) or os.environ.get("COURSE_FULL_CATALOGUE") == "1"
 
 
 def languages(index: int) -> tuple[str, ...]:
