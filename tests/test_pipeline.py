@@ -724,7 +724,9 @@ def test_work_aside_lowers_the_weight_of_its_own_session_only():
     if not seen[True].strip():
         pytest.skip("the kernel gave the new session no group of its own (autogroup off or "
                     "out of groups): there was no session weight to lower")
-    assert seen[True].split()[0] != before.split()[0] and seen[True].split()[-1] == "19", seen
+    assert seen[True].split()[-1] == "19", seen
+    if before.strip():   # empty where the suite's own session sits in a cpu cgroup, not an autogroup
+        assert seen[True].split()[0] != before.split()[0], (before, seen)
 
 
 def _session_with_a_member(queue, told) -> None:
