@@ -42,6 +42,33 @@ def catalogued_chapters() -> list[str]:
     return sorted(p.stem for p in (Path(__file__).parent / "catalogue").glob("ch[0-9][0-9]_*.py"))
 
 
+FULL_CATALOGUE = os.environ.get("COURSE_FULL_CATALOGUE") == "1"
+CHAINS, CORRECT_SAMPLED = 2, 2    # per chapter, in the sample
+
+
+def catalogue(chapter: str):
+    import importlib
+    return importlib.import_module(f"catalogue.{chapter}")
+
+
+def catalogue_sample(chapter: str, whole_when_asked: bool = False) -> list:
+    """The catalogue entries of ``chapter`` that the suite runs through its costlier paths (real
+    nbgrader, both ways of replay): for each test cell the first wrong answer that loses it, the
+    first wrong answers whose feedback speaks of a later exercise (the chains), and the first
+    correct variants. Every entry where the whole catalogue is asked for (COURSE_FULL_CATALOGUE=1)
+    or, with ``whole_when_asked``, the chapter's own checks are (COURSE_CHAPTERS, as
+    `make check CHAPTER=` sets it)."""
+    cat = catalogue(chapter)
+    if FULL_CATALOGUE or whole_when_asked and chapter in asked_chapters():
+        return cat.BUGS + cat.CORRECT
+    names: list[str] = []
+    for gid in dict.fromkeys(g for v in cat.BUGS for g in v.lose):          # each test cell a bug can cost
+        names.append(next(v.name for v in cat.BUGS if gid in v.lose))
+    names += [v.name for v in cat.BUGS if any(g not in v.lose for g in v.said)][:CHAINS]
+    names += [v.name for v in cat.CORRECT][:CORRECT_SAMPLED]
+    return [v for v in cat.BUGS + cat.CORRECT if v.name in set(names)]
+
+
 @dataclass(frozen=True)
 class Variant:
     """One synthetic submission.

@@ -12,36 +12,15 @@ exercise (the chains), and the first correct variants. COURSE_FULL_CATALOGUE=1
 grades every variant through nbgrader (about 20 minutes of CPU more)."""
 from __future__ import annotations
 
-import importlib
-import os
 import re
 
 import pytest
-from harness import SOLUTION, UNTOUCHED, auto_graded_ids, catalogued_chapters, grade_class, hidden_test_lines
+from harness import (SOLUTION, UNTOUCHED, auto_graded_ids, catalogue, catalogue_sample, catalogued_chapters,
+                     grade_class, hidden_test_lines)
 
 CHAPTERS = catalogued_chapters()
 _cache: dict[str, dict] = {}
-
-
-def catalogue(chapter):
-    return importlib.import_module(f"catalogue.{chapter}")
-
-
-FULL = os.environ.get("COURSE_FULL_CATALOGUE") == "1"
-CHAINS, CORRECT_GRADED = 2, 2    # per chapter, in the sample
-
-
-def sample(chapter) -> list:
-    """The variants of the chapter graded through nbgrader (see the module's docstring)."""
-    cat = catalogue(chapter)
-    if FULL:
-        return cat.BUGS + cat.CORRECT
-    names: list[str] = []
-    for gid in dict.fromkeys(g for v in cat.BUGS for g in v.lose):          # each test cell a bug can cost
-        names.append(next(v.name for v in cat.BUGS if gid in v.lose))
-    names += [v.name for v in cat.BUGS if any(g not in v.lose for g in v.said)][:CHAINS]
-    names += [v.name for v in cat.CORRECT][:CORRECT_GRADED]
-    return [v for v in cat.BUGS + cat.CORRECT if v.name in set(names)]
+sample = catalogue_sample
 
 
 def graded(chapter, tmp_path_factory):

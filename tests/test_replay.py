@@ -5,8 +5,9 @@
 - Grading replays a marked cell only on a submission where that is safe: the
   cell's source is the course's, it reads nothing the student defines, and
   nothing after it reads what it defines.
-- Both ways: for every chapter with marks, the model answer and every catalogue
-  entry (BUGS and CORRECT) are run in-process as nbgrader would run them
+- Both ways: for every chapter with marks, the model answer and the catalogue's
+  sample (every entry, BUGS and CORRECT, under COURSE_FULL_CATALOGUE=1 or the
+  chapter's own checks) are run in-process as nbgrader would run them
   (NBGRADER_EXECUTION set), once with the marked cells executed and once with
   them replayed (left out, per the grading side's own plan for that
   submission); each test cell must end the same way with the same words.
@@ -26,7 +27,7 @@ import textwrap
 
 import nbformat
 import pytest
-from harness import ROOT, UNTOUCHED, catalogued_chapters, make_submission, output_text
+from harness import ROOT, UNTOUCHED, catalogue_sample, catalogued_chapters, make_submission, output_text
 
 from coursekit.author import build, replay, replay_sync
 from coursekit.grade import replay as grade_replay
@@ -304,8 +305,10 @@ def run_shared(runs: dict, lang: str) -> dict:
 
 
 def _variants(chapter):
-    cat = importlib.import_module(f"catalogue.{chapter}")
-    return [("model_answer", {})] + [(v.name, v.replace) for v in (*cat.BUGS, *cat.CORRECT)]
+    """The model answer and the chapter's catalogue sample (harness.catalogue_sample: every
+    test cell a wrong answer can cost, the chains, correct variants; the whole catalogue under
+    COURSE_FULL_CATALOGUE=1 or the chapter's own checks)."""
+    return [("model_answer", {})] + [(v.name, v.replace) for v in catalogue_sample(chapter, whole_when_asked=True)]
 
 
 BOTH_WAYS = [ch for ch in MARKED if ch in catalogued_chapters()]
@@ -316,7 +319,7 @@ def _en_build(chapter: str):
     return nbformat.from_dict(json.loads(build.dumps(build.build_chapter(chapter, "en"))))
 
 
-# zh: the untouched release, the model answer and every catalogue entry; en: the model
+# zh: the untouched release, the model answer and the catalogue's sample; en: the model
 # answer and the correct variants (the same code cells, the other language's record)
 @pytest.mark.parametrize("chapter,lang", [(ch, lang) for ch in BOTH_WAYS for lang in build.LANGS])
 def test_every_catalogue_entry_grades_the_same_with_marks_run_or_replayed(chapter, lang, monkeypatch):
