@@ -543,7 +543,8 @@ class CourseLab(browser.Lab):
     """JupyterLab as a student's: the course's own extension (Validate, live
     regions for the widgets, visible focus) loaded beside nbgrader's."""
 
-    extra_args = [f"--LabApp.extra_labextensions_path={LAB_EXTENSIONS}"]
+    extra_args = [f"--LabApp.extra_labextensions_path={LAB_EXTENSIONS}", "--LabApp.expose_app_in_browser=True"]
+    in_app = True     # each chapter opened in the running JupyterLab (browser.OPEN_IN_APP)
 
 
 @pytest.fixture(scope="module")

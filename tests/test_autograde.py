@@ -15,8 +15,16 @@ from __future__ import annotations
 import re
 
 import pytest
-from harness import (SOLUTION, UNTOUCHED, auto_graded_ids, catalogue, catalogue_sample, catalogued_chapters,
-                     grade_class, hidden_test_lines)
+from harness import (
+    SOLUTION,
+    UNTOUCHED,
+    auto_graded_ids,
+    catalogue,
+    catalogue_sample,
+    catalogued_chapters,
+    grade_class,
+    hidden_test_lines,
+)
 
 CHAPTERS = catalogued_chapters()
 _cache: dict[str, dict] = {}
