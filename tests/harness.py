@@ -233,43 +233,55 @@ def output_text(cell) -> str:
 def grade_class(chapter: str, variants: list[Variant], workdir: Path) -> dict[str, Result]:
     """Autograde every variant (plus the untouched release and the full
     solution) in one grading run; return their results by name."""
+    return grade_classes({chapter: variants}, workdir)[chapter]
+
+
+def grade_classes(variants: dict[str, list[Variant]], workdir: Path) -> dict[str, dict[str, Result]]:
+    """Autograde, for each chapter, every variant of it (plus the untouched release and
+    the full solution) in one grading run of all the chapters, as a class that hands in
+    several chapters is graded; return each chapter's results by name."""
     from nbgrader.api import Gradebook
 
-    setup_course(workdir, chapter)
-    release_nb = nbformat.read(workdir / "release" / chapter / f"{chapter}.ipynb", as_version=4)
-    source_nb = nbformat.read(workdir / "source" / chapter / f"{chapter}.ipynb", as_version=4)
-    subs = {UNTOUCHED: make_submission(release_nb, source_nb, None, fill=False),
-            SOLUTION: make_submission(release_nb, source_nb, None)}
-    for v in variants:
-        if v.name in subs:
-            raise ValueError(f"duplicate variant name {v.name}")
-        subs[v.name] = make_submission(release_nb, source_nb, v.replace)
-    for name, nb in subs.items():
-        dest = workdir / "submitted" / name / chapter / f"{chapter}.ipynb"
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(nb, dest)
+    subs: dict[str, dict] = {}
+    for chapter, chosen in variants.items():
+        setup_course(workdir, chapter)
+        release_nb = nbformat.read(workdir / "release" / chapter / f"{chapter}.ipynb", as_version=4)
+        source_nb = nbformat.read(workdir / "source" / chapter / f"{chapter}.ipynb", as_version=4)
+        subs[chapter] = {UNTOUCHED: make_submission(release_nb, source_nb, None, fill=False),
+                         SOLUTION: make_submission(release_nb, source_nb, None)}
+        for v in chosen:
+            if v.name in subs[chapter]:
+                raise ValueError(f"duplicate variant name {v.name}")
+            subs[chapter][v.name] = make_submission(release_nb, source_nb, v.replace)
+        for name, nb in subs[chapter].items():
+            dest = workdir / "submitted" / name / chapter / f"{chapter}.ipynb"
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, dest)
     # the instructors' own command (make grade): sandboxed when the machine allows it,
     # warm kernels, seal check, feedback
     from coursekit.grade import pipeline
     from coursekit.grade.sandbox import sandbox_available
-    pipeline.grade(workdir, chapter=chapter, sandbox=sandbox_available()[0], quiet=True, report=False)
+    only = next(iter(variants)) if len(variants) == 1 else None
+    pipeline.grade(workdir, chapter=only, sandbox=sandbox_available()[0], quiet=True, report=False)
 
-    results: dict[str, Result] = {}
     with open(workdir / "grades_by_exercise.csv", newline="", encoding="utf-8") as f:
         exported = {row["student"]: row for row in csv.DictReader(f)}
+    out: dict[str, dict[str, Result]] = {}
     with Gradebook(f"sqlite:///{workdir / 'gradebook.db'}") as gb:
-        for name in subs:
-            res = Result(exported=exported.get(name, {}))
-            sub = gb.find_submission_notebook(chapter, chapter, name)
-            for grade in sub.grades:
-                score = grade.score if grade.score is not None else 0.0
-                res.scores[grade.name] = (score, grade.max_score)
-            graded = nbformat.read(workdir / "autograded" / name / chapter / f"{chapter}.ipynb", as_version=4)
-            for cell in graded.cells:
-                gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-                if gid:
-                    res.feedback[gid] = output_text(cell)
-            html = workdir / "feedback" / name / chapter / f"{chapter}.html"
-            res.feedback_html = html.read_text(encoding="utf-8") if html.exists() else ""
-            results[name] = res
-    return results
+        for chapter, names in subs.items():
+            results = out[chapter] = {}
+            for name in names:
+                res = Result(exported=exported.get(name, {}))
+                sub = gb.find_submission_notebook(chapter, chapter, name)
+                for grade in sub.grades:
+                    score = grade.score if grade.score is not None else 0.0
+                    res.scores[grade.name] = (score, grade.max_score)
+                graded = nbformat.read(workdir / "autograded" / name / chapter / f"{chapter}.ipynb", as_version=4)
+                for cell in graded.cells:
+                    gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+                    if gid:
+                        res.feedback[gid] = output_text(cell)
+                html = workdir / "feedback" / name / chapter / f"{chapter}.html"
+                res.feedback_html = html.read_text(encoding="utf-8") if html.exists() else ""
+                results[name] = res
+    return out

@@ -22,18 +22,26 @@ from harness import (
     catalogue,
     catalogue_sample,
     catalogued_chapters,
-    grade_class,
+    grade_classes,
     hidden_test_lines,
 )
 
 CHAPTERS = catalogued_chapters()
 _cache: dict[str, dict] = {}
+GROUP = "autograde"     # graded together: every test of this module on one worker
 sample = catalogue_sample
 
 
-def graded(chapter, tmp_path_factory):
+def graded(chapter, request) -> dict:
+    """The chapter's results. The first test asking grades, in one run, every chapter this
+    session tests here (one class handing in each of them: one warm kernel factory, one
+    gradebook and one export for all, as `make grade` grades a class)."""
     if chapter not in _cache:
-        _cache[chapter] = grade_class(chapter, sample(chapter), tmp_path_factory.mktemp(chapter))
+        here = {item.callspec.params["chapter"] for item in request.session.items
+                if item.module is request.module and hasattr(item, "callspec")}
+        todo = sorted(here - set(_cache) | {chapter})
+        base = request.getfixturevalue("tmp_path_factory").mktemp("class")
+        _cache.update(grade_classes({ch: sample(ch) for ch in todo}, base))
     return _cache[chapter]
 
 
@@ -43,7 +51,7 @@ def cases(attr):
         chosen = {v.name for v in sample(ch)}
         for v in getattr(catalogue(ch), attr):
             if v.name in chosen:
-                out.append(pytest.param(ch, v, id=f"{ch}-{v.name}", marks=pytest.mark.xdist_group(ch)))
+                out.append(pytest.param(ch, v, id=f"{ch}-{v.name}", marks=pytest.mark.xdist_group(GROUP)))
     return out
 
 
@@ -55,9 +63,9 @@ def test_the_sample_reaches_every_test_cell_a_bug_can_cost_and_both_kinds():
         assert any(v in cat.CORRECT for v in chosen) or not cat.CORRECT, ch
 
 
-@pytest.mark.parametrize("chapter", [pytest.param(c, marks=pytest.mark.xdist_group(c)) for c in CHAPTERS])
-def test_solution_full_marks_and_release_zero(chapter, tmp_path_factory):
-    res = graded(chapter, tmp_path_factory)
+@pytest.mark.parametrize("chapter", [pytest.param(c, marks=pytest.mark.xdist_group(GROUP)) for c in CHAPTERS])
+def test_solution_full_marks_and_release_zero(chapter, request):
+    res = graded(chapter, request)
     import nbformat
     from harness import ROOT
     ids = auto_graded_ids(nbformat.read(ROOT / "source" / chapter / f"{chapter}.ipynb", as_version=4))
@@ -73,8 +81,8 @@ def test_solution_full_marks_and_release_zero(chapter, tmp_path_factory):
 
 
 @pytest.mark.parametrize("chapter,variant", cases("BUGS"))
-def test_known_bug_loses_points_and_is_named(chapter, variant, tmp_path_factory):
-    res = graded(chapter, tmp_path_factory)[variant.name]
+def test_known_bug_loses_points_and_is_named(chapter, variant, request):
+    res = graded(chapter, request)[variant.name]
     assert variant.lose, "a bug variant must say which test cell it fails"
     for gid in variant.lose:
         score, max_score = res.scores[gid]
@@ -95,8 +103,8 @@ def test_known_bug_loses_points_and_is_named(chapter, variant, tmp_path_factory)
 
 
 @pytest.mark.parametrize("chapter,variant", cases("CORRECT"))
-def test_correct_variant_keeps_full_marks(chapter, variant, tmp_path_factory):
-    res = graded(chapter, tmp_path_factory)[variant.name]
+def test_correct_variant_keeps_full_marks(chapter, variant, request):
+    res = graded(chapter, request)[variant.name]
     import nbformat
     from harness import ROOT
     ids = auto_graded_ids(nbformat.read(ROOT / "source" / chapter / f"{chapter}.ipynb", as_version=4))
@@ -105,14 +113,14 @@ def test_correct_variant_keeps_full_marks(chapter, variant, tmp_path_factory):
         assert score == max_score, f"{variant.name} lost points on {gid}:\n{res.feedback[gid]}"
 
 
-@pytest.mark.parametrize("chapter", [pytest.param(c, marks=pytest.mark.xdist_group(c)) for c in CHAPTERS])
-def test_feedback_never_shows_hidden_tests(chapter, tmp_path_factory):
+@pytest.mark.parametrize("chapter", [pytest.param(c, marks=pytest.mark.xdist_group(GROUP)) for c in CHAPTERS])
+def test_feedback_never_shows_hidden_tests(chapter, request):
     import html
     import re
 
     import nbformat
     from harness import ROOT
-    res = graded(chapter, tmp_path_factory)
+    res = graded(chapter, request)
     secret = hidden_test_lines(nbformat.read(ROOT / "source" / chapter / f"{chapter}.ipynb", as_version=4))
     assert secret, "the chapter has no hidden tests"
     checked = 0
@@ -126,15 +134,15 @@ def test_feedback_never_shows_hidden_tests(chapter, tmp_path_factory):
     assert checked >= 3
 
 
-@pytest.mark.parametrize("chapter", [pytest.param(c, marks=pytest.mark.xdist_group(c)) for c in CHAPTERS])
-def test_feedback_has_no_internal_word_and_speaks_the_chapters_language(chapter, tmp_path_factory):
+@pytest.mark.parametrize("chapter", [pytest.param(c, marks=pytest.mark.xdist_group(GROUP)) for c in CHAPTERS])
+def test_feedback_has_no_internal_word_and_speaks_the_chapters_language(chapter, request):
     """Every feedback page of the chapter's catalogue (right, wrong, broken and
     unfinished answers): no verdict or bug token, no exception class, no
     seal; the page declares its language, and in the zh build the course's
     words (the frame, the checks' messages, errors) hold no English sentence
     outside code, maths, quoted errors and the titles of works."""
     from student_text import english_sentences, internal_words, page_text
-    res = graded(chapter, tmp_path_factory)
+    res = graded(chapter, request)
     for name, r in res.items():
         text = page_text(r.feedback_html)
         assert internal_words(text) == [], (name, internal_words(text))
