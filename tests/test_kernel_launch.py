@@ -11,6 +11,8 @@ handed the same port in between (jupyter_client#487).
   (``PrivateKernelManager``: IPC sockets in a folder of each kernel's own) and
   run a cell in each; every cell answers, none waits for its time limit, and
   no socket folder is left behind. The same kernels are what Validate starts.
+- A grading kernel's launcher dies with the process that started it (a grading
+  command killed with its process group does not reach a kernel's own session).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import textwrap
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 60      # a cell's time limit here; a healthy kernel answers in well under a second once started
 
 LAUNCH = textwrap.dedent('''
@@ -143,3 +146,77 @@ def test_a_tcp_port_taken_between_choice_and_start_leaves_the_kernel_mute(tmp_pa
         LocalPortCache.find_available_port = choose
     assert thieves, "no port was chosen through jupyter_client's port cache: the test proves nothing"
     assert outcome != "ready", "the kernel answered on a port another process held"
+
+
+def test_a_cold_kernel_dies_with_the_grading_command_that_started_it(tmp_path):
+    """jupyter_client starts a kernel in a session of its own, so killing a grading command
+    with its process group (a worker that dies) misses it: a cold, sandboxed kernel stayed
+    alive, idle, under init. Its launcher (coursekit.grade.sandbox) now outlives bubblewrap's
+    dropped privileges as bubblewrap's parent and takes it down when the command is killed."""
+    import signal
+    import uuid
+
+    import psutil
+    pytest = __import__("pytest")
+    from coursekit.grade.sandbox import sandbox_available
+    ok, why = sandbox_available()
+    if not ok:
+        pytest.skip(f"no sandbox here: {why}")
+    mark = uuid.uuid4().hex
+    (tmp_path / "ipc").mkdir(mode=0o777)
+    (tmp_path / "ipc").chmod(0o777)      # the kernel runs as a uid of its own
+    command = textwrap.dedent(f"""
+        import os, subprocess, sys, time
+        from jupyter_client.connect import write_connection_file
+        conn, _ = write_connection_file({str(tmp_path / 'kernel.json')!r}, transport="ipc",
+                                        ip={str(tmp_path / 'ipc' / 'kernel')!r})
+        env = dict(os.environ, COURSE_ROOT={str(ROOT)!r}, COURSE_SANDBOX="1", COURSE_TEST_MARK={mark!r})
+        log = open({str(tmp_path / 'kernel.log')!r}, "w")
+        subprocess.Popen([sys.executable, "-m", "coursekit.grade.sandbox", conn], env=env, stdout=log,
+                         stderr=log, cwd={str(tmp_path)!r}, start_new_session=True)   # as jupyter_client starts one
+        time.sleep(120)
+    """)
+    grader = subprocess.Popen([sys.executable, "-c", command], cwd=ROOT)
+
+    def marked() -> list:
+        out = []
+        for p in psutil.process_iter(["cmdline"]):
+            try:
+                if p.environ().get("COURSE_TEST_MARK") == mark:
+                    out.append(p)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+        return out
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(
+            "coursekit.grade.kernel_boot" in " ".join(p.cmdline()) for p in marked() if p.is_running()):
+        time.sleep(0.1)
+    time.sleep(3)                  # a kernel that is up stays up
+    seen = marked()
+    try:
+        assert any("kernel_boot" in " ".join(p.cmdline()) for p in seen), \
+            f"the kernel did not start or did not stay up: {(tmp_path / 'kernel.log').read_text()[-2000:]}"
+        grader.send_signal(signal.SIGKILL)
+        grader.wait()
+        gone, alive = psutil.wait_procs(seen, timeout=10)
+        assert not alive, [" ".join(p.cmdline())[-120:] for p in alive]
+    finally:
+        grader.kill()
+        for p in marked():
+            p.kill()
+
+
+def test_a_kernel_whose_grading_command_is_already_gone_does_not_start(tmp_path):
+    """The race behind the kernels left under init: the grading command killed while its
+    kernel's launcher was still starting (a worker killed as the notebook began). The
+    launcher, finding its parent is no longer the process that launched it (jupyter_client
+    names it: JPY_PARENT_PID), ends without starting bubblewrap or a kernel."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()                                   # a launcher that has ended already
+    (tmp_path / "kernel.json").write_text("{}")
+    env = dict(os.environ, COURSE_ROOT=str(ROOT), COURSE_SANDBOX="1", JPY_PARENT_PID=str(gone.pid))
+    run = subprocess.run([sys.executable, "-m", "coursekit.grade.sandbox", str(tmp_path / "kernel.json")],
+                         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1, (run.returncode, run.stderr[-1500:])
+    assert "kernel" not in run.stderr.lower() and "bwrap" not in run.stderr, run.stderr[-1500:]

@@ -249,7 +249,45 @@ def _ipc_folder(conn: str) -> str | None:
     return None
 
 
+def die_with_parent(sig: int = 9) -> None:
+    """Be sent ``sig`` (SIGKILL unless told) when the process that launched this kernel ends
+    (Linux's parent-death signal). jupyter_client starts each kernel in a session of its own,
+    so a grading command killed with its process group (a worker that dies) does not reach it.
+    The launcher is the process jupyter_client names (JPY_PARENT_PID): one that is gone
+    already, killed while this process started, leaves nothing to wait for."""
+    import ctypes
+    launcher = os.environ.get("JPY_PARENT_PID", "")
+    parent = int(launcher) if launcher.isdigit() else os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, sig, 0, 0, 0)                       # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):                     # not Linux: nothing to set
+        return
+    if os.getppid() != parent:                             # the launcher ended before the signal was set
+        os._exit(1)
+
+
+def supervise(cmd: list[str], env: dict, keep_fds: tuple[int, ...]) -> None:
+    """Run bubblewrap as this process's child and exit with its status. Bubblewrap cannot
+    be trusted with the parent-death signal (it clears it when it drops its privileges and
+    sets its own only once it has started, by when the grading command may be gone), so this
+    process keeps it: told that the command that launched the kernel has ended, it kills its
+    process group (itself, bubblewrap and the kernel: the group jupyter_client would kill).
+    A cold kernel whose grading command was killed with its worker used to stay alive, idle,
+    under init."""
+    import signal
+    import subprocess
+
+    signal.signal(signal.SIGTERM, lambda *_: os.killpg(0, signal.SIGKILL))
+    signal.signal(signal.SIGINT, lambda *_: None)   # an interrupt is the kernel's (its group gets it too)
+    die_with_parent(signal.SIGTERM)
+    child = subprocess.Popen(cmd, env=env, pass_fds=keep_fds)
+    code = child.wait()
+    sys.exit(code if code >= 0 else 128 - code)
+
+
 def main(argv: list[str]) -> None:
+    die_with_parent()
     conn = os.path.abspath(argv[0])   # {connection_file}; the client may append kernel options after it
     extra = argv[1:]
     cwd = os.getcwd()
@@ -293,7 +331,7 @@ def main(argv: list[str]) -> None:
     # a kernel on IPC sockets needs no network at all: it gets none (a TCP kernel keeps loopback)
     net = ["--unshare-net"] if ipc else []
     cmd = bwrap_args(root, cwd, conn, writable=(ipc,) if ipc else ()) + net + ["--"] + limit + drop + ["--"] + kernel
-    os.execve(cmd[0], cmd, env)
+    supervise(cmd, env, keep_fds=tuple(int(env[protocol.ENV_SEAL_FD]) for _ in [0] if protocol.ENV_SEAL_FD in env))
 
 
 if __name__ == "__main__":
