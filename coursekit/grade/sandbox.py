@@ -331,7 +331,7 @@ def main(argv: list[str]) -> None:
     # a kernel on IPC sockets needs no network at all: it gets none (a TCP kernel keeps loopback)
     net = ["--unshare-net"] if ipc else []
     cmd = bwrap_args(root, cwd, conn, writable=(ipc,) if ipc else ()) + net + ["--"] + limit + drop + ["--"] + kernel
-    supervise(cmd, env, keep_fds=tuple(int(env[protocol.ENV_SEAL_FD]) for _ in [0] if protocol.ENV_SEAL_FD in env))
+    supervise(cmd, env, keep_fds=(int(env[protocol.ENV_SEAL_FD]),) if protocol.ENV_SEAL_FD in env else ())
 
 
 if __name__ == "__main__":
