@@ -69,6 +69,20 @@ def catalogue_sample(chapter: str, whole_when_asked: bool = False) -> list:
     return [v for v in cat.BUGS + cat.CORRECT if v.name in set(names)]
 
 
+def processes_whose(variable: str, matches) -> list:
+    """The live processes whose environment has ``variable`` with a value ``matches`` accepts
+    (what a test started, found by a mark it put in their environment)."""
+    import psutil
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if matches(p.environ().get(variable)):
+                out.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return out
+
+
 @dataclass(frozen=True)
 class Variant:
     """One synthetic submission.

@@ -29,7 +29,6 @@ from harness import (
 CHAPTERS = catalogued_chapters()
 _cache: dict[str, dict] = {}
 GROUP = "autograde"     # graded together: every test of this module on one worker
-sample = catalogue_sample
 
 
 def graded(chapter, request) -> dict:
@@ -41,14 +40,14 @@ def graded(chapter, request) -> dict:
                 if item.module is request.module and hasattr(item, "callspec")}
         todo = sorted(here - set(_cache) | {chapter})
         base = request.getfixturevalue("tmp_path_factory").mktemp("class")
-        _cache.update(grade_classes({ch: sample(ch) for ch in todo}, base))
+        _cache.update(grade_classes({ch: catalogue_sample(ch) for ch in todo}, base))
     return _cache[chapter]
 
 
 def cases(attr):
     out = []
     for ch in CHAPTERS:
-        chosen = {v.name for v in sample(ch)}
+        chosen = {v.name for v in catalogue_sample(ch)}
         for v in getattr(catalogue(ch), attr):
             if v.name in chosen:
                 out.append(pytest.param(ch, v, id=f"{ch}-{v.name}", marks=pytest.mark.xdist_group(GROUP)))
@@ -57,7 +56,7 @@ def cases(attr):
 
 def test_the_sample_reaches_every_test_cell_a_bug_can_cost_and_both_kinds():
     for ch in CHAPTERS:
-        cat, chosen = catalogue(ch), sample(ch)
+        cat, chosen = catalogue(ch), catalogue_sample(ch)
         costs = {g for v in cat.BUGS for g in v.lose}
         assert {g for v in chosen for g in v.lose} == costs, ch
         assert any(v in cat.CORRECT for v in chosen) or not cat.CORRECT, ch

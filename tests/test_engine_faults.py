@@ -29,7 +29,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from harness import grading_course, make_submission, submit
+from harness import grading_course, make_submission, processes_whose, submit
 from services import dask_cluster
 
 from coursekit.grade import pipeline
@@ -317,29 +317,17 @@ def test_a_worker_restarted_by_its_nanny_proves_itself_again_and_grades_the_rest
     assert rc == 0, text[-3000:]
     assert scores(root, 3) == reference["scores"]
     # the kernel that was grading on the killed worker went with it (it used to stay, idle, under init)
+    here = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
     left = []
     for _ in range(50):
-        left = [p for p in _kernels_of(os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0])]
+        left = [p for p in processes_whose("PYTEST_CURRENT_TEST", lambda v: (v or "").split(" ")[0] == here)
+                if "coursekit.grade.kernel_boot" in " ".join(p.cmdline())]
         if not left:
             break
         time.sleep(0.1)
     for p in left:
         p.kill()
     assert not left, [" ".join(p.cmdline())[-200:] for p in left]
-
-
-def _kernels_of(test: str) -> list:
-    """The grading kernels still alive that were started while ``test`` ran."""
-    import psutil
-    out = []
-    for p in psutil.process_iter(["cmdline"]):
-        try:
-            if "coursekit.grade.kernel_boot" in " ".join(p.info["cmdline"] or ()) and \
-                    p.environ().get("PYTEST_CURRENT_TEST", "").split(" ")[0] == test:
-                out.append(p)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-    return out
 
 
 def test_a_command_forked_for_a_killed_grader_dies_with_it(tmp_path):

@@ -24,6 +24,9 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+from harness import processes_whose
+
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 60      # a cell's time limit here; a healthy kernel answers in well under a second once started
 
@@ -157,7 +160,7 @@ def test_a_cold_kernel_dies_with_the_grading_command_that_started_it(tmp_path):
     import uuid
 
     import psutil
-    pytest = __import__("pytest")
+
     from coursekit.grade.sandbox import sandbox_available
     ok, why = sandbox_available()
     if not ok:
@@ -179,14 +182,7 @@ def test_a_cold_kernel_dies_with_the_grading_command_that_started_it(tmp_path):
     grader = subprocess.Popen([sys.executable, "-c", command], cwd=ROOT)
 
     def marked() -> list:
-        out = []
-        for p in psutil.process_iter(["cmdline"]):
-            try:
-                if p.environ().get("COURSE_TEST_MARK") == mark:
-                    out.append(p)
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                pass
-        return out
+        return processes_whose("COURSE_TEST_MARK", lambda v: v == mark)
 
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not any(

@@ -35,6 +35,7 @@ from __future__ import annotations
 import os
 import resource
 import shutil
+import signal
 import sys
 
 from grading import protocol
@@ -249,7 +250,7 @@ def _ipc_folder(conn: str) -> str | None:
     return None
 
 
-def die_with_parent(sig: int = 9) -> None:
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
     """Be sent ``sig`` (SIGKILL unless told) when the process that launched this kernel ends
     (Linux's parent-death signal). jupyter_client starts each kernel in a session of its own,
     so a grading command killed with its process group (a worker that dies) does not reach it.
@@ -275,7 +276,6 @@ def supervise(cmd: list[str], env: dict, keep_fds: tuple[int, ...]) -> None:
     process group (itself, bubblewrap and the kernel: the group jupyter_client would kill).
     A cold kernel whose grading command was killed with its worker used to stay alive, idle,
     under init."""
-    import signal
     import subprocess
 
     signal.signal(signal.SIGTERM, lambda *_: os.killpg(0, signal.SIGKILL))
