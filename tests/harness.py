@@ -16,6 +16,7 @@ import re
 import shutil
 import sys
 from dataclasses import dataclass, field
+from dataclasses import replace as copied
 from pathlib import Path
 
 import nbformat
@@ -113,6 +114,7 @@ class Result:
     feedback: dict[str, str] = field(default_factory=dict)               # grade id -> text of outputs
     feedback_html: str = ""                                              # what nbgrader hands back
     exported: dict[str, str] = field(default_factory=dict)               # the row of grades_by_exercise.csv
+    others_lose: frozenset = frozenset()   # the cells the other wrong answers handed in with it must lose
 
     def total(self) -> tuple[float, float]:
         return (sum(s for s, _ in self.scores.values()), sum(m for _, m in self.scores.values()))
@@ -250,23 +252,53 @@ def grade_class(chapter: str, variants: list[Variant], workdir: Path) -> dict[st
     return grade_classes({chapter: variants}, workdir)[chapter]
 
 
+def packed(variants: list[Variant]) -> list[list[Variant]]:
+    """The variants handed in together, as a student who makes several mistakes at once
+    hands them in: each group's answers fill different answer cells and lose different
+    cells; wrong and correct answers are never mixed, and a wrong answer whose feedback
+    speaks of a later exercise (``said``: its words name every earlier mistake) is handed
+    in alone. Each exercise is graded on its own (an earlier exercise's
+    mistake is not charged again to a later one, which tests/test_grading_inprocess.py
+    proves for every entry alone), so a group scores, cell by cell, what each of its
+    members scores alone; a chapter's sample takes a few notebooks instead of one each."""
+    groups: list[tuple[list[Variant], set, set, bool]] = []
+    for v in variants:
+        touch, cells, wrong = set(v.replace), set(v.lose) | set(v.said), bool(v.lose)
+        for members, touched, spoken, kind in groups:
+            if kind == wrong and not v.said and not members[0].said and not touch & touched and not cells & spoken:
+                members.append(v)
+                touched |= touch
+                spoken |= cells
+                break
+        else:
+            groups.append(([v], touch, cells, wrong))
+    return [members for members, *_ in groups]
+
+
 def grade_classes(variants: dict[str, list[Variant]], workdir: Path) -> dict[str, dict[str, Result]]:
-    """Autograde, for each chapter, every variant of it (plus the untouched release and
-    the full solution) in one grading run of all the chapters, as a class that hands in
-    several chapters is graded; return each chapter's results by name."""
+    """Autograde, for each chapter, its variants (plus the untouched release and the
+    full solution) in one grading run of all the chapters, as a class that hands in
+    several chapters is graded; return each chapter's results by variant name. Variants
+    are handed in together where they can be (``packed``): each one's Result is its
+    notebook's, with ``others_lose`` the cells its notebook-mates must lose."""
     from nbgrader.api import Gradebook
 
     subs: dict[str, dict] = {}
+    members: dict[str, dict[str, list[Variant]]] = {}
     for chapter, chosen in variants.items():
         setup_course(workdir, chapter)
         release_nb = nbformat.read(workdir / "release" / chapter / f"{chapter}.ipynb", as_version=4)
         source_nb = nbformat.read(workdir / "source" / chapter / f"{chapter}.ipynb", as_version=4)
         subs[chapter] = {UNTOUCHED: make_submission(release_nb, source_nb, None, fill=False),
                          SOLUTION: make_submission(release_nb, source_nb, None)}
-        for v in chosen:
-            if v.name in subs[chapter]:
-                raise ValueError(f"duplicate variant name {v.name}")
-            subs[chapter][v.name] = make_submission(release_nb, source_nb, v.replace)
+        members[chapter] = {UNTOUCHED: [], SOLUTION: []}
+        if len({v.name for v in chosen} | {UNTOUCHED, SOLUTION}) != len(chosen) + 2:
+            raise ValueError(f"duplicate variant names in {chapter}")
+        for i, group in enumerate(packed(chosen)):
+            name = group[0].name if len(group) == 1 else f"together{i}"
+            answers = {gid: code for v in group for gid, code in v.replace.items()}
+            subs[chapter][name] = make_submission(release_nb, source_nb, answers)
+            members[chapter][name] = group
         for name, nb in subs[chapter].items():
             dest = workdir / "submitted" / name / chapter / f"{chapter}.ipynb"
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -285,7 +317,8 @@ def grade_classes(variants: dict[str, list[Variant]], workdir: Path) -> dict[str
         for chapter, names in subs.items():
             results = out[chapter] = {}
             for name in names:
-                res = Result(exported=exported.get(name, {}))
+                group = members[chapter][name]
+                res = Result(exported=exported.get(name, {}), others_lose=frozenset(g for v in group for g in v.lose))
                 sub = gb.find_submission_notebook(chapter, chapter, name)
                 for grade in sub.grades:
                     score = grade.score if grade.score is not None else 0.0
@@ -297,5 +330,8 @@ def grade_classes(variants: dict[str, list[Variant]], workdir: Path) -> dict[str
                         res.feedback[gid] = output_text(cell)
                 html = workdir / "feedback" / name / chapter / f"{chapter}.html"
                 res.feedback_html = html.read_text(encoding="utf-8") if html.exists() else ""
-                results[name] = res
+                for v in group:
+                    results[v.name] = copied(res, others_lose=res.others_lose - set(v.lose))
+                if not group:
+                    results[name] = res
     return out
