@@ -12,8 +12,9 @@ cold     a course folder where nothing was graded yet, one submission in it. The
          `nbgrader autograde C --student one`, `nbgrader generate_feedback C --student one`.
 graded   a course folder whose class (``--class-size`` notebooks) was graded once; the
          student hands in a new version and only that notebook is graded again. The course:
-         the same command; stock: `nbgrader autograde` and `nbgrader generate_feedback` of
-         that student.
+         the same command, within COURSE_KEEP_WARM of the run before (it forks from the kernel
+         factory and fork server that run kept: coursekit.grade.kept); stock: `nbgrader
+         autograde` and `nbgrader generate_feedback` of that student.
 
 Stock nbgrader runs as nbgrader's own command line, without the course's sandbox, warm
 kernels or report; the course's run includes the sandbox, the seal check, grades.csv and
@@ -42,6 +43,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from harness import grading_course, make_submission, submit  # noqa: E402
 
 from coursekit.base.nbgrader_run import env_with_bin  # noqa: E402
+from coursekit.grade import kept  # noqa: E402
 
 STUDENT = "one"
 
@@ -146,6 +148,7 @@ def main() -> None:
                     took = stock_grade(root, ch, tmp / f"cold-{side}-{i}.log", assignment=True)
                     rnd["cold_stock"] = {"s": round(took, 2)}
                 rnd[f"cold_{side}"]["load_1m"] = [before, load()]
+                kept.stop(root)          # what the course's run kept for the next run of that folder
                 shutil.rmtree(root, ignore_errors=True)
             # graded: the student hands in a new version; only that notebook is graded again
             for side, base in (("course", course_base), ("stock", stock_base)):
@@ -160,6 +163,7 @@ def main() -> None:
                 rnd[f"graded_{side}"]["load_1m"] = [before, load()]
             result["rounds"].append(rnd)
             print(json.dumps({k: v["s"] if isinstance(v, dict) else v for k, v in rnd.items()}), flush=True)
+        kept.stop(course_base)
     for case in ("cold", "graded"):
         course = [r[f"{case}_course"]["s"] for r in result["rounds"]]
         stock = [r[f"{case}_stock"]["s"] for r in result["rounds"]]

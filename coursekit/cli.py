@@ -6,33 +6,35 @@ import contextlib
 import sys
 from pathlib import Path
 
-from .author import build, dist, release
+from .base import chapters as course_base  # the chapter list, languages and ROOT (author modules load when used)
 
 
 def cmd_source(args) -> int:
-    from .author import probes
-    names = args.chapters or build.chapters()
+    from .author import build, probes
+    names = args.chapters or course_base.chapters()
     for ch in names:
         path = build.write_source(ch, args.lang)
-        print(f"source: {path.relative_to(build.ROOT)} ({args.lang})")
+        print(f"source: {path.relative_to(course_base.ROOT)} ({args.lang})")
         notes: list[str] = []
-        print(f"probes: {probes.write(ch, notes=notes).relative_to(build.ROOT)}")
+        print(f"probes: {probes.write(ch, notes=notes).relative_to(course_base.ROOT)}")
         for note in notes:
             print(f"  {note}")
     return 0
 
 
 def cmd_release(args) -> int:
-    names = args.chapters or build.chapters()
+    from .author import release
+    names = args.chapters or course_base.chapters()
     for path in release.generate_releases(names):
-        print(f"release: {path.relative_to(build.ROOT)}")
+        print(f"release: {path.relative_to(course_base.ROOT)}")
     return 0
 
 
 def cmd_dist(args) -> int:
-    for lang in args.langs or build.LANGS:
+    from .author import dist
+    for lang in args.langs or course_base.LANGS:
         path = dist.make_pack(lang)
-        print(f"student pack: {path.relative_to(build.ROOT)}")
+        print(f"student pack: {path.relative_to(course_base.ROOT)}")
     return 0
 
 
@@ -46,22 +48,30 @@ def cmd_site(args) -> int:
 def cmd_check(args) -> int:
     from .author import check
     only = [k.strip() for k in args.parts.split(",") if k.strip()] if args.parts else None
-    return check.check(args.chapter, only=only, root=Path(args.root) if args.root else build.ROOT, jobs=args.jobs)
+    return check.check(args.chapter, only=only, root=Path(args.root) if args.root else course_base.ROOT, jobs=args.jobs)
 
 
 def cmd_grade(args) -> int:
+    from .grade import forkserver, kept
+    if not args.let_go and not (kept.seconds() and kept.use_forkd(Path(args.root or course_base.ROOT))):
+        forkserver.start()    # nbgrader's import, while the pipeline's own goes on
     from .grade import pipeline
-    if args.check:
-        pipeline.check(root=args.root or build.ROOT, chapter=args.chapter, sandbox=not args.unsandboxed)
+    if args.let_go:
+        from .grade import kept
+        ended = kept.stop(Path(args.root or course_base.ROOT))
+        print("grade: the kept warm kernel factory has ended" if ended else "grade: no warm kernel factory was kept")
         return 0
-    jobs = pipeline.grade(root=args.root or build.ROOT, chapter=args.chapter, student=args.student, jobs=args.jobs,
+    if args.check:
+        pipeline.check(root=args.root or course_base.ROOT, chapter=args.chapter, sandbox=not args.unsandboxed)
+        return 0
+    jobs = pipeline.grade(root=args.root or course_base.ROOT, chapter=args.chapter, student=args.student, jobs=args.jobs,
                           sandbox=not args.unsandboxed, timeout=args.timeout, regrade=args.regrade)
     return 0 if all(j.ok for j in jobs) else 1
 
 
 def cmd_serve(args) -> int:
     from .serve import service
-    return service.serve(Path(args.root or build.ROOT), Path(args.exchange) if args.exchange else None,
+    return service.serve(Path(args.root or course_base.ROOT), Path(args.exchange) if args.exchange else None,
                          sandbox=not args.unsandboxed, poll=args.poll, class_files_every=args.class_files_every,
                          workers=args.jobs)
 
@@ -72,7 +82,7 @@ def _assignments(pairs) -> dict[str, int]:
     for pair in pairs or ():
         chapter, _, aid = pair.partition("=")
         if not aid.strip().isdigit():
-            raise build.BuildError(f"--assignment wants CHAPTER=ID (a Canvas assignment id), not {pair!r}")
+            raise course_base.BuildError(f"--assignment wants CHAPTER=ID (a Canvas assignment id), not {pair!r}")
         out[chapter.strip()] = int(aid)
     return out
 
@@ -84,7 +94,7 @@ def _canvas(args):
         return None, None
     token = os.environ.get("CANVAS_TOKEN", "")
     if not token:
-        raise build.BuildError("Canvas needs an access token in the CANVAS_TOKEN environment variable "
+        raise course_base.BuildError("Canvas needs an access token in the CANVAS_TOKEN environment variable "
                                "(Canvas: Account, Settings, New access token)")
     return token, args.canvas_course
 
@@ -97,13 +107,13 @@ def _canvas_errors(args):
     try:
         yield
     except (CanvasException, RequestException) as exc:
-        raise build.BuildError(f"Canvas at {args.canvas_url}, course {args.canvas_course}: {exc}") from exc
+        raise course_base.BuildError(f"Canvas at {args.canvas_url}, course {args.canvas_course}: {exc}") from exc
 
 
 def cmd_collect(args) -> int:
     from .lms import collect
     from .report import export
-    root = Path(args.root or build.ROOT)
+    root = Path(args.root or course_base.ROOT)
     token, course_id = _canvas(args)
     course = None
     if token:
@@ -113,22 +123,22 @@ def cmd_collect(args) -> int:
         result = collect.collect(root, [Path(p) for p in args.sources], lms=args.lms, worksheets=args.worksheet,
                                  timezone=args.timezone, canvas=course, assignment_ids=_assignments(args.assignment))
     except (ValueError, OSError) as exc:
-        raise build.BuildError(str(exc)) from exc
+        raise course_base.BuildError(str(exc)) from exc
     print(result.table())
     return 1 if result.left_out else 0
 
 
 def cmd_replay(args) -> int:
     from .grade import recorder
-    for ch in args.chapters or build.chapters():
+    for ch in args.chapters or course_base.chapters():
         path = recorder.record(ch)
-        print(f"{ch}: {path.relative_to(build.ROOT)}" if path.exists() else f"{ch}: no cell marked `replay`")
+        print(f"{ch}: {path.relative_to(course_base.ROOT)}" if path.exists() else f"{ch}: no cell marked `replay`")
     return 0
 
 
 def cmd_return(args) -> int:
     from .lms import handback
-    root = Path(args.root or build.ROOT)
+    root = Path(args.root or course_base.ROOT)
     token, course_id = _canvas(args)
     with _canvas_errors(args):
         result = handback.hand_back(root, chapter=args.chapter, canvas_url=args.canvas_url, token=token,
@@ -146,38 +156,7 @@ def _canvas_options(parser) -> None:
                         help="the Canvas assignment of a chapter (default: the one named like the chapter)")
 
 
-def parser() -> argparse.ArgumentParser:
-    """The course's commands and their options (``python course.py COMMAND``)."""
-    p = argparse.ArgumentParser(prog="course", description=__doc__)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("source", help="build source/ from notebooks/")
-    s.add_argument("chapters", nargs="*")
-    s.add_argument("--lang", default=build.DEFAULT_LANG, choices=build.LANGS)
-    s.set_defaults(fn=cmd_source)
-    rp = sub.add_parser("replay", help="record the outputs of the cells marked `replay` (replay/<chapter>.json)")
-    rp.add_argument("chapters", nargs="*")
-    rp.set_defaults(fn=cmd_replay)
-    r = sub.add_parser("release", help="regenerate release/ from source/")
-    r.add_argument("chapters", nargs="*")
-    r.set_defaults(fn=cmd_release)
-    d = sub.add_parser("dist", help="build the student packs (one zip per language) in dist/")
-    d.add_argument("langs", nargs="*", choices=[[], *build.LANGS])
-    d.set_defaults(fn=cmd_dist)
-    w = sub.add_parser("site", help="the course as a static website, zh and en, in _site/ (coursekit/author/site.py)")
-    w.add_argument("chapters", nargs="*", help="only these chapters (default: all)")
-    w.add_argument("--out", default=str(build.ROOT / "_site"), help="the output folder (default: _site/)")
-    w.add_argument("--no-run", action="store_true", help="leave the lecture outputs out (runs no chapter)")
-    w.add_argument("--jobs", type=int, help="chapters run at once (default: number of cores)")
-    w.set_defaults(fn=cmd_site)
-    k = sub.add_parser("check", help="everything to pass after editing one chapter: build and sync, the rule and "
-                                     "claims ledgers, its unit tests, the visible tests (zh, en), the hidden checks, "
-                                     "a sample through nbgrader, content, browser, lint")
-    k.add_argument("--chapter", required=True, help="the chapter, e.g. ch02_causal_mask")
-    k.add_argument("--parts", help="only these parts, comma-separated: build, ledgers, unit, visible, hidden, "
-                                   "nbgrader, content, browser, lint")
-    k.add_argument("--jobs", type=int, help="parts run at once (default: the number of cores, at least 2)")
-    k.add_argument("--root", help="the course folder to check (default: this one)")
-    k.set_defaults(fn=cmd_check)
+def _grade_parser(sub) -> None:
     g = sub.add_parser("grade", help="grade everything under submitted/ (autograde, feedback, grades.csv, report)")
     g.add_argument("--chapter", help="only this chapter, e.g. ch01_attention")
     g.add_argument("--student", help="only this student")
@@ -191,7 +170,45 @@ def parser() -> argparse.ArgumentParser:
                    help="grade every notebook again, even those unchanged since they were graded")
     g.add_argument("--check", action="store_true",
                    help="only the preflight: start one graded kernel per chapter, write nothing")
+    g.add_argument("--let-go", action="store_true",
+                   help="end the warm kernel factory and fork server an earlier run kept for the next "
+                        "one (COURSE_KEEP_WARM seconds, default 900; 0 keeps none), grading nothing")
     g.set_defaults(fn=cmd_grade)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The course's commands and their options (``python course.py COMMAND``)."""
+    p = argparse.ArgumentParser(prog="course", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("source", help="build source/ from notebooks/")
+    s.add_argument("chapters", nargs="*")
+    s.add_argument("--lang", default=course_base.DEFAULT_LANG, choices=course_base.LANGS)
+    s.set_defaults(fn=cmd_source)
+    rp = sub.add_parser("replay", help="record the outputs of the cells marked `replay` (replay/<chapter>.json)")
+    rp.add_argument("chapters", nargs="*")
+    rp.set_defaults(fn=cmd_replay)
+    r = sub.add_parser("release", help="regenerate release/ from source/")
+    r.add_argument("chapters", nargs="*")
+    r.set_defaults(fn=cmd_release)
+    d = sub.add_parser("dist", help="build the student packs (one zip per language) in dist/")
+    d.add_argument("langs", nargs="*", choices=[[], *course_base.LANGS])
+    d.set_defaults(fn=cmd_dist)
+    w = sub.add_parser("site", help="the course as a static website, zh and en, in _site/ (coursekit/author/site.py)")
+    w.add_argument("chapters", nargs="*", help="only these chapters (default: all)")
+    w.add_argument("--out", default=str(course_base.ROOT / "_site"), help="the output folder (default: _site/)")
+    w.add_argument("--no-run", action="store_true", help="leave the lecture outputs out (runs no chapter)")
+    w.add_argument("--jobs", type=int, help="chapters run at once (default: number of cores)")
+    w.set_defaults(fn=cmd_site)
+    k = sub.add_parser("check", help="everything to pass after editing one chapter: build and sync, the rule and "
+                                     "claims ledgers, its unit tests, the visible tests (zh, en), the hidden checks, "
+                                     "a sample through nbgrader, content, browser, lint")
+    k.add_argument("--chapter", required=True, help="the chapter, e.g. ch02_causal_mask")
+    k.add_argument("--parts", help="only these parts, comma-separated: build, ledgers, unit, visible, hidden, "
+                                   "nbgrader, content, browser, lint")
+    k.add_argument("--jobs", type=int, help="parts run at once (default: the number of cores, at least 2)")
+    k.add_argument("--root", help="the course folder to check (default: this one)")
+    k.set_defaults(fn=cmd_check)
+    _grade_parser(sub)
     v = sub.add_parser("serve", help="the grading service: grade each submission as it lands in nbgrader's "
                                      "exchange and release its feedback to its student")
     v.add_argument("--root", help="the course folder (default: this one), e.g. an instructor's on JupyterHub")
@@ -230,7 +247,7 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
         return args.fn(args)
-    except build.BuildError as exc:
+    except course_base.BuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

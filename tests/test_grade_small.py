@@ -148,3 +148,104 @@ def test_starting_the_grader_builds_no_grammar_it_does_not_use():
     took = time.monotonic() - started
     assert out.stdout.strip() == "[]", out.stdout
     assert took < 5, f"importing the grader's command line took {took:.1f} s"
+
+
+# ------------------------------------------------------------------ the factory kept for the next run
+
+def _alive(pid: int) -> bool:
+    from coursekit.grade import kept
+    return kept._alive(pid)
+
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    import time
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+@pytest.mark.autograde
+def test_the_next_run_of_a_folder_forks_from_the_factory_the_last_one_kept(tmp_path, capsys, monkeypatch):
+    """A run keeps its factory, idle, for the next run of the same folder: that run's kernels
+    are forked at once and the chapter its kernels passed the preflight for is not preflighted
+    again (its score is the one a fresh factory gives); its nbgrader commands come from the
+    fork server the run before left. Grading code that changed, or --let-go, ends what was
+    kept; left alone, it ends by itself once idle that long."""
+    import time
+
+    from coursekit.base import forkd
+    from coursekit.grade import kept
+    if not SANDBOX:
+        pytest.skip(f"no sandbox here: {WHY}")
+    rel, src = grading_course(tmp_path, CH)
+    submit(tmp_path, "one", CH, make_submission(rel, src, None))
+    base = kept.base_for(tmp_path)
+    served = []
+    real = forkd.start_command
+    monkeypatch.setattr(forkd, "start_command", lambda path, target, payload, *a: (
+        served.append(payload[0] if isinstance(payload, list) else target), real(path, target, payload, *a))[1])
+
+    def state() -> dict:
+        return json.loads((base / kept.STATE).read_text())
+    try:
+        pipeline.grade(tmp_path, chapter=CH, student="one", keep=120)
+        first = state()
+        assert _alive(first["factory"]["pid"]) and _alive(first["forkd"]["pid"]) and served == []
+        assert first["factory"]["ready"] == {CH: f"{first['factory']['key']}:{reuse.chapter_digest(tmp_path, CH)}"}
+        assert "stays 2 min, idle, for the next run" in capsys.readouterr().out
+
+        for _ in range(100):                  # the fork server imports nbgrader after the run (seconds)
+            if forkd.ping(str(base / "forkd" / "sock")):
+                break
+            time.sleep(0.2)
+        submit(tmp_path, "one", CH, make_submission(rel, src, WRONG))      # a new version, graded again
+        pipeline.grade(tmp_path, chapter=CH, student="one", keep=120)
+        times = json.loads((tmp_path / ".grading" / "timings.json").read_text())
+        assert times["kernel factory start (waiting)"] < 0.05 and times["preflight"] < 0.05, times
+        assert "an earlier run kept" in capsys.readouterr().out
+        assert "autograde" in served and "export" in served, served
+        assert auto_scores(tmp_path, CH, "one")["test_softmax"] == 0
+        assert state()["factory"]["pid"] == first["factory"]["pid"] and state()["forkd"] == first["forkd"]
+
+        (tmp_path / "helpers").mkdir(exist_ok=True)           # the grading code changes
+        (tmp_path / "helpers" / "added_by_the_instructor.py").write_text("X = 1\n")
+        submit(tmp_path, "one", CH, make_submission(rel, src, None))
+        served.clear()
+        pipeline.grade(tmp_path, chapter=CH, student="one", keep=2)
+        times = json.loads((tmp_path / ".grading" / "timings.json").read_text())
+        assert times["kernel factory start (waiting)"] > 0.3 and times["preflight"] > 0.05, times
+        assert "an earlier run kept" not in capsys.readouterr().out and served == [], served
+        for part in ("factory", "forkd"):
+            assert _gone_within(first[part]["pid"], 15), f"the {part} kept for the old grading code is still there"
+        assert auto_scores(tmp_path, CH, "one")["test_softmax"] > 0
+        second = state()
+        for part in ("factory", "forkd"):
+            assert _gone_within(second[part]["pid"], 20), f"a {part} kept for 2 s is still there long after"
+        assert not kept.stop(tmp_path)
+
+        pipeline.grade(tmp_path, chapter=CH, student="one", keep=120, regrade=True)
+        third = state()
+        assert kept.stop(tmp_path) and not (base / kept.STATE).exists()
+        assert _gone_within(third["factory"]["pid"], 15) and _gone_within(third["forkd"]["pid"], 15)
+    finally:
+        kept.stop(tmp_path)
+
+
+def test_a_kept_factorys_folder_that_is_not_the_graders_own_is_never_used(tmp_path):
+    import os
+    import shutil
+
+    from coursekit.grade import kept
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to make a folder of another user's")
+    base = kept.base_for(tmp_path)
+    shutil.rmtree(base)
+    base.mkdir()
+    os.chown(base, 65534, 65534)
+    try:
+        assert kept.base_for(tmp_path) is None
+    finally:
+        shutil.rmtree(base)

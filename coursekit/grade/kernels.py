@@ -91,28 +91,47 @@ class Zygote:
     start; kernels then start one by one, as without it."""
 
     def __init__(self, root: Path, state: Path, base: Path, sandbox: bool, imports: list[str] = (),
-                 lean: bool = False):
+                 lean: bool = False, keep: float = 0):
         from .sandbox import zygote_command
-        from .zygote import ENV_PRELOAD
+        from .zygote import ENV_IDLE, ENV_PRELOAD
         self.socket = None
         self.base = base
         self.lean = lean
+        self.kept = keep > 0        # it outlives the run, for the next one (coursekit.grade.kept)
         self.started = time.monotonic()
         self.ready_after: float | None = None   # seconds from its start to ready, once seen ready
         zdir = base / "zygote"
-        zdir.mkdir()
+        zdir.mkdir(exist_ok=self.kept)
         os.chmod(zdir, 0o700)
         self.sock = zdir / "sock"
         # this run's own log (another grader's would truncate a shared one under wait()),
-        # copied to logs/zygote.log when the factory closes
-        self.log = state / "logs" / f"zygote-{os.getpid()}.log"
-        self.latest = state / "logs" / "zygote.log"
+        # copied to logs/zygote.log when the factory closes; a kept factory's is in its folder,
+        # where the run that adopts it reads it
+        self.log = base / "zygote.log" if self.kept else state / "logs" / f"zygote-{os.getpid()}.log"
+        self.latest = self.log if self.kept else state / "logs" / "zygote.log"
         env = without_grader_secrets(env_with_bin({protocol.ENV_ROOT: str(root), "PYTHONDONTWRITEBYTECODE": "1",
                                                    protocol.ENV_ZYGOTE_IMPORTS: ",".join(imports),
-                                                   ENV_PRELOAD: "lean" if lean else "full"}))
+                                                   ENV_PRELOAD: "lean" if lean else "full",
+                                                   ENV_IDLE: str(keep)}))
+        cmd = zygote_command(str(root), str(base), sandbox)
+        if self.kept:   # bubblewrap ends with its parent: a parent of its own, which the run's end leaves alone
+            cmd = [sys.executable, "-S", "-c", "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))",
+                   *cmd]
         with open(self.log, "w") as out:
-            self.proc = subprocess.Popen(zygote_command(str(root), str(base), sandbox), cwd=zdir, env=env,
-                                         stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            os.chmod(self.log, 0o600)
+            self.proc = subprocess.Popen(cmd, cwd=zdir, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+
+    @classmethod
+    def adopt(cls, base: Path, lean: bool) -> Zygote:
+        """A factory an earlier run kept (coursekit.grade.kept), already ready."""
+        z = cls.__new__(cls)
+        z.base, z.lean, z.kept, z.proc = base, lean, True, None
+        z.sock = base / "zygote" / "sock"
+        z.socket = str(z.sock)
+        z.log = z.latest = base / "zygote.log"
+        z.started, z.ready_after = time.monotonic(), None
+        return z
 
     def ready(self) -> bool:
         """Whether the factory is ready now (it said so, its socket is there)."""
@@ -150,10 +169,17 @@ class Zygote:
             time.sleep(0.05)
         if self.proc is not None:
             say(f"grade: note: the warm kernel factory did not start (see {self.latest}); kernels start one by one")
-        self.close()
+        self.stop()
         return None
 
     def close(self) -> None:
+        """The run's end: stop the factory, but a kept one, left to the next run (coursekit.grade.kept)."""
+        if self.kept:
+            self.proc = None
+            return
+        self.stop()
+
+    def stop(self) -> None:
         import signal
         if self.proc is not None and self.proc.poll() is None:
             try:

@@ -69,7 +69,8 @@ from grading import protocol
 
 from ..base import runner
 from ..base.chapters import ROOT
-from . import figures, kernels
+from . import figures, forkserver, kernels
+from . import kept as _kept
 from .autograde import autograde_on_worker, probe_on_worker, step_autograde
 from .engine import ENGINE_ENV, SCHEDULER_ENV, Grader, from_environment
 from .intake import Job, discover
@@ -89,10 +90,7 @@ from .results import class_jobs, step_export, step_feedback, step_report, stop_s
 from .run import STATE, Run, Warm, rules, uid
 from .seal_check import seal_check_as_it_comes, seal_check_one, step_seal_check
 
-runner.preload("coursekit.grade.feedback")   # the feedback step's forked command (feedback.pages)
-for _module in ("coursekit.grade.replay", "coursekit.grade.batched", "coursekit.grade.kernel_client",
-                "coursekit.author.replay"):   # what each notebook's forked autograde imports (nbgrader_config.py)
-    runner.preload(_module)
+forkserver.register()
 __all__ = ["grade", "check", "Job", "Run", "Warm", "Lane", "GradebookAhead", "STEPS", "STATE", "GRADER",
            "class_jobs", "discover", "uid", "rules", "run_steps", "step_reuse", "step_kernels", "step_intake",
            "step_repair", "step_preflight", "step_gradebook", "step_autograde", "step_seal_check",
@@ -122,9 +120,11 @@ GRADER = Grader(warm=Warm, grade=autograde_on_worker, check=seal_check_as_it_com
 def grade(root: Path = ROOT, chapter: str | None = None, student: str | None = None, jobs: int | None = None,
           sandbox: bool = True, timeout: int = protocol.NOTEBOOK_TIMEOUT_S,
           cell_timeout: int = protocol.CELL_TIMEOUT_S, report: bool = True, quiet: bool = False,
-          warm: bool = True, regrade: bool = False, engine=None) -> list[Job]:
+          warm: bool = True, regrade: bool = False, engine=None, keep: float | None = None) -> list[Job]:
     """Grade submitted/ (all of it, or one chapter or student); returns the jobs
     with their flags (``job.reused``: its earlier result was kept; ``regrade``: keep none).
+    ``keep``: seconds the run's kernel factory stays, idle, for the next run of this course
+    folder (coursekit.grade.kept; None: COURSE_KEEP_WARM or its default; 0: none).
     ``engine``: where notebooks are autograded (a coursekit.grade.engine.Engine, which the
     caller closes); by default the one coursekit.grade.engine.from_environment picks.
     Raises SystemExit (GradingStopped) when the machine, not the students, is at fault."""
@@ -136,7 +136,8 @@ def grade(root: Path = ROOT, chapter: str | None = None, student: str | None = N
         say("grade: nothing to grade under submitted/")
         return []
     run = Run(root, todo, sandbox=sandbox, warm=warm, workers=jobs or max(1, os.cpu_count() or 1),
-              timeout=timeout, cell_timeout=cell_timeout, report=report, regrade=regrade, say=say, ahead=True)
+              timeout=timeout, cell_timeout=cell_timeout, report=report, regrade=regrade, say=say, ahead=True,
+              keep=_kept.seconds() if keep is None else keep)
     own = engine is None
     run.engine = default_engine(run) if own else engine
     _prepare(run)
@@ -156,6 +157,9 @@ def grade(root: Path = ROOT, chapter: str | None = None, student: str | None = N
     kept = f" ({len(run.reused) + len(run.feedback_only)} kept from earlier runs)" if run.reused or run.feedback_only else ""
     say(f"grade: done in {run.clock.times['total']:.0f} s; graded {len(run.jobs)}{kept}; grades.csv, feedback/, "
         "autograded/ updated")
+    if run.base_kept and run.zygote is not None:
+        say(f"grade: the warm kernel factory stays {run.keep / 60:.0f} min, idle, for the next run of this folder "
+            f"({_kept.ENV}=0 keeps none; --let-go ends it now)")
     return todo
 
 
@@ -215,13 +219,18 @@ def _prepare(run: Run) -> None:
         run.base = run.shared.base
         return
     run.base = kernels.short_base()
-    threading.Thread(target=runner.warm_up, daemon=True).start()
+    if not (run.keep and (runner.using_server() or _kept.use_forkd(run.root))):
+        runner.use_server(None)
+        forkserver.start()
     if run.engine is not None:   # the engine's cluster starts while the kernel factory does
         threading.Thread(target=run.engine.start, args=(run,), daemon=True).start()
 
 
 def _clean_up(run: Run) -> None:
     stop_similarity_aside(run, wait=False)
+    if run.shared is None:
+        runner.use_server(None)       # the next run of this process decides again
+        _kept.leave_forkd(run)
     if run.pages is not None:   # the feedback pages of a run stopped before it waited for them
         run.pages.join()
     if run.zygote is not None:
@@ -233,5 +242,5 @@ def _clean_up(run: Run) -> None:
     for job in run.jobs:
         run.key_file(job).unlink(missing_ok=True)
     shutil.rmtree(run.scratch.parent, ignore_errors=True)
-    if run.shared is None:
+    if run.shared is None and not run.base_kept:
         shutil.rmtree(run.base, ignore_errors=True)

@@ -2,12 +2,14 @@
 
     reuse      keep the result of every notebook nothing of whose grade changed since it was graded;
                the warm kernel factory starts as soon as the keys show a notebook to grade
-    kernels    start the factory if the reuse step did not; a class with no gradebook yet has its
+    kernels    start the factory if the reuse step did not (or adopt the one the run before kept for
+               this course folder: coursekit.grade.kept); a class with no gradebook yet has its
                chapters recorded meanwhile, in a file of the run's own (GradebookAhead)
     intake     copy each submission to the run's scratch folder (submitted/ is never written)
     repair     fix on that copy what stock nbgrader trips over, noting each repair as a Flag
     preflight  one graded kernel per chapter on its release notebook; on failure stop, writing nothing
-               (the factory is waited for at most ``patience``: then kernels start cold until it is ready)
+               (the factory is waited for at most ``patience``: then kernels start cold until it is ready;
+               a chapter an adopted factory's kernels passed as it is now is not preflighted again)
     gradebook  record the chapters' cells in the gradebook (the run's first write), unless recorded
                already as they are now (``recorded``)
 """
@@ -25,8 +27,8 @@ from grading import protocol
 
 from ..author.release import generate_assignments
 from ..base import runner
+from . import forkserver, kept, kernels, reuse, seals
 from . import intake as intake_mod
-from . import kernels, reuse, seals
 from . import preflight as pre
 from .intake import Job
 from .results import saved_flags
@@ -39,6 +41,8 @@ def step_reuse(run: Run) -> None:
     kernel factory starts as soon as some job surely is to be graded (its key
     is not the one recorded), before the gradebook is read."""
     keys = run.keys = reuse.Keys.of(run.root, run.jobs, rules(run))
+    if runner.using_server() and not kept.check_forkd(run):   # a kept fork server for other code
+        forkserver.start()
     for job in run.jobs:
         job.key = keys.key(run.root, job)
     if run.regrade or not reuse.may_reuse(run.root, run.state, run.jobs):
@@ -68,8 +72,15 @@ def start_factory(run: Run, jobs: list[Job]) -> None:
     if run.zygote is not None or run.shared is not None or not (run.warm and jobs):
         return
     chapters = sorted({j.chapter for j in jobs})
-    run.zygote = kernels.Zygote(run.root, run.state, run.base, run.sandbox,
-                                kernels.notebook_imports(run.root, chapters), lean=small(run, jobs))
+    imports, lean = kernels.notebook_imports(run.root, chapters), small(run, jobs)
+    if run.keep:
+        run.zygote = kept.factory_for(run, imports, lean)
+        if run.zygote is not None:
+            if run.zygote.proc is None:
+                run.say("grade: kernels come from the warm factory an earlier run kept "
+                        f"({kept.ENV}=0 keeps none; --let-go ends it)")
+            return
+    run.zygote = kernels.Zygote(run.root, run.state, run.base, run.sandbox, imports, lean=lean)
 
 
 def small(run: Run, jobs: list[Job]) -> bool:
@@ -175,14 +186,18 @@ def step_preflight(run: Run) -> None:
             run.zygote_socket = run.zygote.wait_at_most(patience(run), run.say)
         if run.zygote_socket is None:
             run.zygote = None
-    jobs = [Job(ch, "_preflight") for ch in new_chapters(run)]
+    ready = kept.ready_chapters(run)       # those the adopted factory's kernels passed as they are now
+    jobs = [Job(ch, "_preflight") for ch in new_chapters(run) if ch not in ready]
     try:
         failures = pre.run_probes([probe_request(run, job) for job in jobs], at_once=run.workers)
     finally:
         for job in jobs:
             run.key_file(job).unlink(missing_ok=True)
+    if not any(why is not None for why in failures):
+        kept.preflighted(run, [job.chapter for job in jobs])
     for job, why in zip(jobs, failures):
         if why is not None:
+            kept.forget(run)
             factory = run.zygote or (run.shared.zygote if run.shared else None)
             if factory is not None and factory.log.exists():
                 why += factory.log.read_text(errors="replace")[-3000:]   # a forked kernel's last words

@@ -99,6 +99,12 @@ def code_digest(root: Path) -> str:
     return digest_paths(paths)
 
 
+def chapter_digest(root: Path, chapter: str) -> str:
+    """A chapter's source and release, and the recorded outputs of its replayed cells
+    (coursekit.grade.replay), which are on its pages too."""
+    return digest_paths([root / "source" / chapter, root / "release" / chapter, root / "replay" / f"{chapter}.json"])
+
+
 @dataclass
 class Keys:
     """The parts of every notebook's key that a run shares."""
@@ -109,10 +115,7 @@ class Keys:
     def of(cls, root: Path, jobs: list[Job], rules: dict) -> Keys:
         run = hashlib.sha256(json.dumps([environment_digest(), code_digest(root), rules], sort_keys=True)
                              .encode()).hexdigest()
-        # the recorded outputs of the chapter's replayed cells (coursekit.grade.replay) are on its pages too
-        chapters = {ch: digest_paths([root / "source" / ch, root / "release" / ch, root / "replay" / f"{ch}.json"])
-                    for ch in sorted({j.chapter for j in jobs})}
-        return cls(run, chapters)
+        return cls(run, {ch: chapter_digest(root, ch) for ch in sorted({j.chapter for j in jobs})})
 
     def key(self, root: Path, job: Job) -> str:
         sub = digest_paths([root / "submitted" / job.student / job.chapter])

@@ -76,6 +76,9 @@ class Run:
     keys: reuse.Keys | None = None   # the parts of every notebook's key this run shares (step_reuse)
     engine: object | None = None     # where notebooks are autograded (coursekit.grade.engine); None: a thread pool
     shared: Warm | None = None       # a long-lived grader's kernel factory and prepared chapters (the service)
+    keep: float = 0                  # seconds its factory stays, idle, for the next run (coursekit.grade.kept)
+    base_kept: bool = False          # ``base`` is the kept factory's folder (the run's end leaves it)
+    kept_ready: dict = field(default_factory=dict)   # chapter -> its key, preflighted by the adopted factory
     class_files: bool = True         # write grades.csv, the LMS files and the class report at the end
     ahead: bool = False              # record a new gradebook while the kernel factory starts (GradebookAhead)
     gradebook_ahead: object | None = None    # its GradebookAhead (coursekit.grade.prepare)

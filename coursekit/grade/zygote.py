@@ -25,6 +25,11 @@ Protocol (one JSON line each way per connection)::
     launcher -> zygote  {"workdir", "conn", "key", "uid", "mem_mb", "nproc", "threads", "argv", "env"}
     zygote -> launcher  {"pid": N}           the kernel is starting
     zygote -> launcher  {"exit": code}       the kernel ended; its processes are gone
+    grader -> zygote    {"ping": true}       (a run that adopts a factory kept from an earlier one)
+    zygote -> grader    {"pong": N}          its pid; its idle time starts again
+
+A factory kept for the next run (coursekit.grade.kept, ENV_IDLE seconds) ends by itself
+once it has had no kernel and no request for that long.
 
 Closing the connection (the launcher was killed) kills the kernel and every
 process of its uid.
@@ -59,6 +64,7 @@ PRELOAD = ("torch", "numpy", "matplotlib", "matplotlib.pyplot", "matplotlib_inli
 # the same time, side by side, instead of ahead of every kernel.
 ONLY_SOME = ("torch._dynamo",)
 ENV_PRELOAD = protocol.ENV_ZYGOTE + "_PRELOAD"   # "lean" or "full" (the default); never reaches a kernel
+ENV_IDLE = protocol.ENV_ZYGOTE + "_IDLE"         # seconds without a kernel or a request after which it ends (0: never)
 
 
 def preload() -> None:
@@ -273,6 +279,7 @@ def _clean_tmp(uid: int) -> None:
 # ------------------------------------------------------------------ the server
 
 def serve(sock_path: str) -> None:
+    idle = float(os.environ.pop(ENV_IDLE, "0") or 0)
     preload()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     if os.path.exists(sock_path):
@@ -284,9 +291,15 @@ def serve(sock_path: str) -> None:
     print(f"zygote: ready ({threads()} threads)", flush=True)
     kernels: dict[int, dict] = {}   # pid -> {"sock", "uid", "exit"}
     by_sock: dict[socket.socket, int] = {}
+    last = time.monotonic()
     try:
         while True:
-            ready, _, _ = select.select([listener, *by_sock], [], [], 0.05)
+            ready, _, _ = select.select([listener, *by_sock], [], [], 0.05 if kernels else 0.5)
+            if kernels or ready:
+                last = time.monotonic()
+            elif idle and time.monotonic() - last > idle:
+                print(f"zygote: idle for {idle:.0f} s: ending", flush=True)
+                break
             for s in ready:
                 if s is listener:
                     conn, _ = listener.accept()
@@ -320,6 +333,13 @@ def _start(conn: socket.socket, listener: socket.socket, kernels: dict, by_sock:
         line = conn.makefile("rb").readline()
         req = json.loads(line)
     except Exception:  # noqa: BLE001
+        conn.close()
+        return
+    if req.get("ping"):
+        try:
+            conn.sendall(json.dumps({"pong": os.getpid()}).encode() + b"\n")
+        except OSError:
+            pass
         conn.close()
         return
     pid = os.fork()
