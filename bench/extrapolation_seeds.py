@@ -44,6 +44,19 @@ def chapter_functions() -> dict:
     return ns
 
 
+def fingerprint(ns: dict) -> str:
+    """What the kept runs were made with: the experiment's code (helpers/extrapolation.py),
+    its settings, and what the chapter's two answers return on the inputs a run gives them.
+    tests/test_content.py checks the kept file against it (the suite runs the experiment
+    itself only with COURSE_RUN_TRAINING_CHAPTERS=1)."""
+    import hashlib
+
+    from helpers import extrapolation
+    code = (ROOT / "helpers" / "extrapolation.py").read_bytes()
+    inputs = extrapolation._fingerprint(extrapolation.Setup(), ns["sinusoidal_encoding"], ns["apply_rope"])
+    return hashlib.sha256(code + inputs.encode()).hexdigest()[:16]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -67,12 +80,12 @@ def main(argv=None) -> int:
                                            for k, v in result.losses.items()) + " at the longest length")
     setup = extrapolation.Setup()
     report = {"what": "loss on the repeats (positions 16 on) at each length read, per way of giving positions",
-              "setup": {k: v for k, v in vars(setup).items()}, "runs": runs,
+              "setup": {k: v for k, v in vars(setup).items()}, "fingerprint": fingerprint(ns), "runs": runs,
               "machine": {"python": platform.python_version(), "platform": platform.platform()}}
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "extrapolation_seeds.json"
     path.write_text(json.dumps(report, indent=1, default=list) + "\n", encoding="utf-8")
-    print(f"wrote {path.relative_to(ROOT)}")
+    print(f"wrote {path}")
     return 0
 
 
