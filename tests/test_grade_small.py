@@ -249,3 +249,37 @@ def test_a_kept_factorys_folder_that_is_not_the_graders_own_is_never_used(tmp_pa
         assert kept.base_for(tmp_path) is None
     finally:
         shutil.rmtree(base)
+
+
+def test_a_command_from_the_kept_fork_server_ends_as_one_from_the_runs_own(tmp_path):
+    """A command forked by the kept fork server gives its exit code, is killed whole when it
+    runs past its time, and ends when the grader that asked for it goes (its connection)."""
+    import os
+    import subprocess
+    import time
+
+    from coursekit.base import forkd, runner
+    sock = tmp_path / "forkd" / "sock"
+    sock.parent.mkdir(mode=0o700)
+    env = dict(os.environ, **{forkd.ENV_PATH: json.dumps(sys.path), forkd.ENV_PRELOAD: json.dumps(["json"])})
+    server = subprocess.Popen([sys.executable, "-m", "coursekit.base.forkd", str(sock), "30"], env=env,
+                              start_new_session=True)
+    try:
+        for _ in range(100):
+            if forkd.ping(str(sock)):
+                break
+            time.sleep(0.1)
+        runner.use_server(str(sock))
+        log = tmp_path / "command.log"
+        assert runner.run_forked("sys:exit", 3, tmp_path, dict(os.environ), log) == 3
+        started = time.monotonic()
+        assert runner.run_forked("time:sleep", 60, tmp_path, dict(os.environ), log, timeout=1) is None
+        assert time.monotonic() - started < 10
+        command = runner.start_forked("time:sleep", 60, tmp_path, dict(os.environ), log)
+        assert isinstance(command, forkd.Command) and command.is_alive()
+        command.sock.close()                                   # the grader that asked for it is gone
+        assert _gone_within(command.pid, 5), "a command outlived the grader that asked for it"
+    finally:
+        runner.use_server(None)
+        server.terminate()
+        server.wait(timeout=10)

@@ -189,12 +189,11 @@ def ready_chapters(run) -> set[str]:
 
 
 def forget(run) -> None:
-    """A run stopped for a reason of the machine: its kept factory goes too."""
-    if run.base_kept and run.base is not None:
-        with _locked(run.base):
-            state = _read(run.base)
-            _end(state, "factory")
-            _write(run.base, state)
+    """A run stopped for a reason of the machine: what was kept for this folder goes too
+    (the next run starts afresh rather than adopt what may be at fault)."""
+    run.forgotten = True
+    if run.keep and run.shared is None:
+        stop(run.root)
 
 
 # ------------------------------------------------------------------ the fork server

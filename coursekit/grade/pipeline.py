@@ -146,6 +146,9 @@ def grade(root: Path = ROOT, chapter: str | None = None, student: str | None = N
             f"sandbox {'on' if sandbox else 'OFF'}, kernels {'warm (forked)' if warm else 'cold'}"
             + (f", {run.engine.describe()}" if run.engine is not None else ""))
         run_steps(run)
+    except SystemExit:        # stopped for a reason of the machine: what was kept for the next run goes too
+        _kept.forget(run)
+        raise
     finally:
         _clean_up(run)
         if own and run.engine is not None:
@@ -230,7 +233,8 @@ def _clean_up(run: Run) -> None:
     stop_similarity_aside(run, wait=False)
     if run.shared is None:
         runner.use_server(None)       # the next run of this process decides again
-        _kept.leave_forkd(run)
+        if not run.forgotten:
+            _kept.leave_forkd(run)
     if run.pages is not None:   # the feedback pages of a run stopped before it waited for them
         run.pages.join()
     if run.zygote is not None:

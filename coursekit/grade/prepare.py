@@ -197,7 +197,6 @@ def step_preflight(run: Run) -> None:
         kept.preflighted(run, [job.chapter for job in jobs])
     for job, why in zip(jobs, failures):
         if why is not None:
-            kept.forget(run)
             factory = run.zygote or (run.shared.zygote if run.shared else None)
             if factory is not None and factory.log.exists():
                 why += factory.log.read_text(errors="replace")[-3000:]   # a forked kernel's last words

@@ -79,6 +79,7 @@ class Run:
     keep: float = 0                  # seconds its factory stays, idle, for the next run (coursekit.grade.kept)
     base_kept: bool = False          # ``base`` is the kept factory's folder (the run's end leaves it)
     kept_ready: dict = field(default_factory=dict)   # chapter -> its key, preflighted by the adopted factory
+    forgotten: bool = False          # stopped for a reason of the machine: nothing is kept for the next run
     class_files: bool = True         # write grades.csv, the LMS files and the class report at the end
     ahead: bool = False              # record a new gradebook while the kernel factory starts (GradebookAhead)
     gradebook_ahead: object | None = None    # its GradebookAhead (coursekit.grade.prepare)
