@@ -183,6 +183,7 @@ def test_the_next_run_of_a_folder_forks_from_the_factory_the_last_one_kept(tmp_p
     rel, src = grading_course(tmp_path, CH)
     submit(tmp_path, "one", CH, make_submission(rel, src, None))
     base = kept.base_for(tmp_path)
+    monkeypatch.setattr(kept, "BUSY_S", 0)     # the runs here follow one another: none is in another's middle
     served = []
     real = forkd.start_command
     monkeypatch.setattr(forkd, "start_command", lambda path, target, payload, *a: (
@@ -283,3 +284,14 @@ def test_a_command_from_the_kept_fork_server_ends_as_one_from_the_runs_own(tmp_p
         runner.use_server(None)
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_what_another_run_may_be_using_is_not_ended_for_this_one():
+    """A kept factory or fork server that does not fit a run is ended only when no other
+    run may be in its middle: none of its kernels or commands runs, and it has been idle a while."""
+    from coursekit.grade import kept
+    assert kept._busy({"pong": 1, "kernels": 1, "idle": 0.0})
+    assert kept._busy({"running": 1, "idle": 0.0})
+    assert kept._busy({"pong": 1, "kernels": 0, "idle": kept.BUSY_S / 2})
+    assert not kept._busy({"pong": 1, "kernels": 0, "idle": kept.BUSY_S + 1})
+    assert not kept._busy({"running": 0, "idle": kept.BUSY_S + 1}) and not kept._busy(None)

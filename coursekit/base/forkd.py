@@ -14,6 +14,7 @@ its user's alone, in a folder only that user enters):
     grader -> server   (target, payload, root, env, log, grader_pid)   or  "ping"
     server -> grader   {"pid": N}       the command runs
     server -> grader   {"exit": code}   it ended (the connection closing early ends it)
+    server -> grader   {"running": N, "idle": S}   (to a ping) its commands now, the seconds since its last
 
     python -m coursekit.base.forkd SOCKET IDLE_SECONDS   (sys.path and the modules to
     import come in COURSE_FORKD_PATH and COURSE_FORKD_PRELOAD, JSON lists)
@@ -83,14 +84,16 @@ class Command:
         return self.exitcode is None
 
 
-def ping(path: str, timeout: float = 2.0) -> bool:
+def ping(path: str, timeout: float = 2.0) -> dict | None:
+    """The server's answer ({"running", "idle"}), or None when it does not answer."""
     with contextlib.suppress(OSError, ConnectionError, pickle.UnpicklingError, ValueError):
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(timeout)
             s.connect(path)
             _send(s, "ping")
-            return _recv(s) == "pong"
-    return False
+            answer = _recv(s)
+            return answer if isinstance(answer, dict) else None
+    return None
 
 
 def start_command(path: str, target: str, payload, root: str, env: dict, log: str) -> Command | None:
@@ -129,14 +132,15 @@ def serve(path: str, idle: float) -> None:
     try:
         while True:
             ready, _, _ = select.select([listener, *running], [], [], 0.05 if running else 0.5)
+            idle_for = 0.0 if running else time.monotonic() - last
             if running or ready:
                 last = time.monotonic()
-            elif time.monotonic() - last > idle:
+            elif idle_for > idle:
                 print(f"forkd: idle for {idle:.0f} s: ending", flush=True)
                 return
             for s in ready:
                 if s is listener:
-                    _accept(listener, running)
+                    _accept(listener, running, idle_for)
                 else:                        # the grader went away: its command goes too
                     _end(running.pop(s), s)
             for s, pid in list(running.items()):
@@ -154,13 +158,13 @@ def serve(path: str, idle: float) -> None:
             os.unlink(path)
 
 
-def _accept(listener: socket.socket, running: dict) -> None:
+def _accept(listener: socket.socket, running: dict, idle_for: float) -> None:
     conn, _ = listener.accept()
     try:
         conn.settimeout(10)
         request = _recv(conn)
         if request == "ping":
-            _send(conn, "pong")
+            _send(conn, {"running": len(running), "idle": round(idle_for, 1)})
             conn.close()
             return
         target, payload, root, env, log, grader = request

@@ -89,18 +89,31 @@ def _write(base: Path, state: dict) -> None:
     write_atomically(base / STATE, lambda tmp: tmp.write_text(json.dumps(state)))
 
 
-def _ping(base: Path, timeout: float = 2.0) -> bool:
-    """Whether the factory answers (and, answering, starts its idle time again)."""
+def _ping(base: Path, timeout: float = 2.0) -> dict | None:
+    """The factory's answer ({"kernels", "idle"}; answering starts its idle time again),
+    or None when it does not answer."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(timeout)
     try:
         s.connect(str(base / "zygote" / "sock"))
         s.sendall(b'{"ping": true}\n')
-        return b"pong" in s.makefile("rb").readline()
+        answer = json.loads(s.makefile("rb").readline() or b"null")
+        return answer if isinstance(answer, dict) and "pong" in answer else None
     except (OSError, ValueError):
-        return False
+        return None
     finally:
         s.close()
+
+
+BUSY_S = 5    # a kept process that served something this recently may be in another run's middle
+
+
+def _busy(answer: dict | None) -> bool:
+    """Whether another run may be using it now: it runs kernels or commands, or did lately.
+    What does not fit this run is ended only when not busy (ending it would end another
+    run's kernel, a fault of the machine scored as the student's); else this run keeps its own."""
+    return bool(answer) and (answer.get("kernels", 0) > 0 or answer.get("running", 0) > 0
+                             or answer.get("idle", BUSY_S) < BUSY_S)
 
 
 def _alive(pid) -> bool:
@@ -144,11 +157,14 @@ def factory_for(run, imports: list[str], lean: bool):
             fits = (kept.get("key") == run.keys.run and kept.get("sandbox") == run.sandbox
                     and kept.get("root") == str(run.root)
                     and (lean or (not kept.get("lean") and set(imports) <= set(kept.get("imports", [])))))
-            if _ping(base):
+            answer = _ping(base)
+            if answer:
                 if fits:
                     run.kept_ready = dict(kept.get("ready", {}))
                     _use_base(run, base)
                     return kernels.Zygote.adopt(base, bool(kept.get("lean")))
+                if _busy(answer):
+                    return None      # another run's, perhaps in its middle: this run keeps its own
                 _end(state, "factory")
             elif _alive(kept.get("pid")):
                 return None          # starting, for a run beside this one: this run keeps its own
@@ -227,8 +243,9 @@ def check_forkd(run) -> bool:
         if (state.get("forkd") or {}).get("key") == run.keys.run:
             return True
         runner.use_server(None)
-        _end(state, "forkd")
-        _write(base, state)
+        if not _busy(forkd.ping(str(_forkd_socket(base)), timeout=1.0)):
+            _end(state, "forkd")
+            _write(base, state)
     return False
 
 
@@ -243,8 +260,9 @@ def leave_forkd(run) -> None:
         return
     with _locked(base):
         state = _read(base)
-        if (state.get("forkd") or {}).get("key") == run.keys.run and forkd.ping(str(_forkd_socket(base))):
-            return
+        answer = forkd.ping(str(_forkd_socket(base)))
+        if answer and ((state.get("forkd") or {}).get("key") == run.keys.run or _busy(answer)):
+            return           # one that fits is there, or another run's that may be in its middle
         _end(state, "forkd")
         folder = base / "forkd"
         folder.mkdir(mode=0o700, exist_ok=True)
@@ -267,7 +285,8 @@ def stop(root: Path) -> bool:
         return False
     with _locked(base):
         state = _read(base)
-        running = any(_alive((state.get(part) or {}).get("pid")) for part in ("factory", "forkd")) or _ping(base, 0.5)
+        running = any(_alive((state.get(part) or {}).get("pid")) for part in ("factory", "forkd")) \
+            or _ping(base, 0.5) is not None
         _end(state, "factory")
         _end(state, "forkd")
         (base / STATE).unlink(missing_ok=True)

@@ -26,7 +26,8 @@ Protocol (one JSON line each way per connection)::
     zygote -> launcher  {"pid": N}           the kernel is starting
     zygote -> launcher  {"exit": code}       the kernel ended; its processes are gone
     grader -> zygote    {"ping": true}       (a run that adopts a factory kept from an earlier one)
-    zygote -> grader    {"pong": N}          its pid; its idle time starts again
+    zygote -> grader    {"pong": N, "kernels": K, "idle": S}   its pid, its kernels now, the seconds
+                                             since its last kernel or request; its idle time starts again
 
 A factory kept for the next run (coursekit.grade.kept, ENV_IDLE seconds) ends by itself
 once it has had no kernel and no request for that long.
@@ -295,6 +296,7 @@ def serve(sock_path: str) -> None:
     try:
         while True:
             ready, _, _ = select.select([listener, *by_sock], [], [], 0.05 if kernels else 0.5)
+            idle_for = 0.0 if kernels else time.monotonic() - last
             if kernels or ready:
                 last = time.monotonic()
             elif idle and time.monotonic() - last > idle:
@@ -303,7 +305,7 @@ def serve(sock_path: str) -> None:
             for s in ready:
                 if s is listener:
                     conn, _ = listener.accept()
-                    _start(conn, listener, kernels, by_sock)
+                    _start(conn, listener, kernels, by_sock, idle_for)
                 else:  # the launcher went away (killed): the kernel goes too
                     pid = by_sock[s]
                     try:
@@ -327,7 +329,7 @@ def serve(sock_path: str) -> None:
             pass
 
 
-def _start(conn: socket.socket, listener: socket.socket, kernels: dict, by_sock: dict) -> None:
+def _start(conn: socket.socket, listener: socket.socket, kernels: dict, by_sock: dict, idle_for: float = 0.0) -> None:
     conn.settimeout(10)
     try:
         line = conn.makefile("rb").readline()
@@ -337,7 +339,8 @@ def _start(conn: socket.socket, listener: socket.socket, kernels: dict, by_sock:
         return
     if req.get("ping"):
         try:
-            conn.sendall(json.dumps({"pong": os.getpid()}).encode() + b"\n")
+            conn.sendall(json.dumps({"pong": os.getpid(), "kernels": len(kernels), "idle": round(idle_for, 1)})
+                         .encode() + b"\n")
         except OSError:
             pass
         conn.close()
