@@ -219,8 +219,8 @@ def _quick_experiments(chapter: str):
     real = extrapolation.run
 
     def quick(sinusoidal_encoding, apply_rope, s=None, progress=True):
-        s = dataclasses.replace(s or extrapolation.Setup(), steps=min(QUICK_STEPS, (s or extrapolation.Setup()).steps))
-        return real(sinusoidal_encoding, apply_rope, s, progress)
+        s = s or extrapolation.Setup()
+        return real(sinusoidal_encoding, apply_rope, dataclasses.replace(s, steps=min(QUICK_STEPS, s.steps)), progress)
     extrapolation.run = quick
     try:
         yield

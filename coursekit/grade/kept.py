@@ -8,7 +8,7 @@ same course folder adopts it when it still fits: the same environment, grading c
 rules (``reuse.Keys.run``), the same sandbox, and for a class (not a small run) a full
 factory with the modules its chapters' notebooks import. Its kernels are then forked at
 once, and a chapter whose preflight this factory's kernels passed with the same key (the
-chapter's source and release, ``chapter_key``) is not preflighted again, as in the
+chapter's source and release, coursekit.grade.run.chapter_key) is not preflighted again, as in the
 grading service (coursekit.grade.run.Warm). A factory that does not fit is stopped, and
 the run keeps its own instead.
 
@@ -36,6 +36,7 @@ from pathlib import Path
 from ..base import forkd, runner
 from ..base.runner import write_atomically
 from . import kernels
+from .run import chapter_key
 
 ENV = "COURSE_KEEP_WARM"
 DEFAULT = 900           # seconds a kept factory waits, idle, for the next run
@@ -70,11 +71,6 @@ def base_for(root: Path) -> Path | None:
     spool.mkdir(exist_ok=True)
     os.chmod(spool, 0o711)
     return base
-
-
-def chapter_key(run, chapter: str) -> str | None:
-    """What a chapter's preflight depends on: the run's key and the chapter's own."""
-    return f"{run.keys.run}:{run.keys.chapters.get(chapter)}" if run.keys else None
 
 
 def _read(base: Path) -> dict:

@@ -32,7 +32,7 @@ from . import intake as intake_mod
 from . import preflight as pre
 from .intake import Job
 from .results import saved_flags
-from .run import Run, new_chapters, rules, uid
+from .run import Run, chapter_key, new_chapters, rules, uid
 
 
 def step_reuse(run: Run) -> None:
@@ -338,6 +338,6 @@ def step_gradebook(run: Run) -> None:
                 raise SystemExit(f"grade: nbgrader generate_assignment failed for {', '.join(failed)}:\n{said}")
         note_recorded(run, chapters)
     if run.shared is not None:   # preflighted (the step before) and recorded: not again while nothing changes
-        run.shared.ready.update({ch: run.shared.chapter_key(run, ch) for ch in chapters})
+        run.shared.ready.update({ch: chapter_key(run, ch) for ch in chapters})
 
 

@@ -172,13 +172,16 @@ class Warm:
             return None
         return z.socket or z.wait(say)
 
-    def chapter_key(self, run: Run, chapter: str) -> str | None:
-        return f"{run.keys.run}:{run.keys.chapters.get(chapter)}" if run.keys else None
-
     def close(self) -> None:
         if self.zygote is not None:
             self.zygote.close()
         shutil.rmtree(self.base, ignore_errors=True)
+
+
+def chapter_key(run: Run, chapter: str) -> str | None:
+    """What a chapter's one-off steps depend on (a long-lived grader's, or a factory kept for
+    the next run: coursekit.grade.kept): the run's key and the chapter's own."""
+    return f"{run.keys.run}:{run.keys.chapters.get(chapter)}" if run.keys else None
 
 
 def new_chapters(run: Run) -> list[str]:
@@ -187,7 +190,7 @@ def new_chapters(run: Run) -> list[str]:
     if run.shared is None:
         return run.chapters
     return [ch for ch in run.chapters
-            if run.shared.ready.get(ch) is None or run.shared.ready[ch] != run.shared.chapter_key(run, ch)]
+            if run.shared.ready.get(ch) is None or run.shared.ready[ch] != chapter_key(run, ch)]
 
 
 
