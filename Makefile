@@ -12,7 +12,7 @@ endif
 override LANG := C.UTF-8
 export LANG
 
-.PHONY: help env lab instructor-lab test check source release dist site grade serve collect return bench bench-train
+.PHONY: help env lab instructor-lab test test-system check source release dist site grade serve collect return bench bench-train
 
 help:
 	@$(PY) course.py help
@@ -26,8 +26,11 @@ lab:      ## start JupyterLab on your own workspace (workspace/, copied from rel
 instructor-lab:  ## JupyterLab on the whole course folder (formgrader, Create Assignment)
 	$(PY) course.py instructor-lab
 
-test:     ## the whole test suite
+test:     ## the test suite (all but the deployment's own tests)
 	$(PY) course.py test
+
+test-system:  ## the deployment's own tests: Dask clusters, JupyterHub, PostgreSQL, the service, the LMS, a fresh pack
+	$(PY) course.py test --system
 
 # make check CHAPTER=ch02_causal_mask [PARTS=visible,ledgers]
 check:    ## everything to pass after editing one chapter: one line per part, then the failures' own messages

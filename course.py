@@ -133,7 +133,8 @@ COMMANDS = {
     "env": ("", "only create the environment (.venv)", ()),
     "instructor-lab": ("", "JupyterLab on the whole course folder, with the formgrader and Create Assignment",
                        ("source", "coursekit")),
-    "test": ("", "run the whole test suite", ("tests",)),
+    "test": ("[--system | --all]", "the test suite; --system: the deployment's own tests (clusters, JupyterHub, "
+             "PostgreSQL, the service, the LMS, a fresh pack); --all: both", ("tests",)),
     "check": ("--chapter CHAPTER [--parts P,...]",
               "everything to pass after editing one chapter, one line per part, with the failures' messages",
               ("tests", "coursekit")),
@@ -247,9 +248,32 @@ def cmd_instructor_lab(argv: list[str]) -> int:
     return serve(lab_args(ROOT, port, ip, token) + argv, ROOT, env())
 
 
+SYSTEM = "system"   # the pytest mark of the deployment's own tests (pyproject.toml)
+
+
+def test_selection(argv: list[str]) -> list[str]:
+    """pytest's arguments for `test [--system | --all] [pytest options]`. Plain `test` is
+    the suite: every test but those marked ``system`` (Dask clusters, JupyterHub,
+    PostgreSQL, the grading service, the LMS round trip, a student pack installed
+    afresh), which `test --system` runs alone and `test --all` with the rest; `.ci/run`
+    runs both. Tests named by path or node id, or chosen with -m, run as asked."""
+    argv = list(argv)
+    tier = "suite"
+    for flag in ("--system", "--all"):
+        if flag in argv:
+            argv.remove(flag)
+            tier = flag[2:]
+    named = any(a.endswith(".py") or "::" in a or a.rstrip("/") == "tests" or a.startswith("tests/") for a in argv)
+    if tier == "system":
+        return ["-m", SYSTEM, *argv]
+    if tier == "suite" and not named and "-m" not in argv:
+        return ["-m", f"not {SYSTEM}", *argv]
+    return argv
+
+
 def cmd_test(argv: list[str]) -> int:
     args = [str(PYTHON), "-m", "pytest", "-n", os.environ.get("TEST_WORKERS", "auto"), "--dist", "loadgroup",
-            "-p", "no:cacheprovider", *argv]
+            "-p", "no:cacheprovider", *test_selection(argv)]
     rc = run(args)
     if rc == 5:
         say("pytest collected no tests.")

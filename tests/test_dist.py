@@ -100,6 +100,7 @@ def test_built_notebooks_hold_only_their_language(lang):
 
 
 @pytest.mark.skipif(os.environ.get("COURSE_SKIP_PACK_INSTALL") == "1", reason="COURSE_SKIP_PACK_INSTALL=1")
+@pytest.mark.system
 def test_student_starts_from_the_pack_and_visible_tests_pass(packs, tmp_path):
     """Unpack the zh pack into an empty folder, run `python course.py env` as
     its README says, and run ch01 with the model answers filled in: its

@@ -133,6 +133,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.system
 def test_a_killed_worker_costs_no_notebook_and_grades_none_twice(killed_run):
     assert killed_run["killed"], "no worker was seen grading a notebook, so none was killed:\n" + \
         killed_run["log"][-3000:]
@@ -151,6 +152,7 @@ def test_a_killed_worker_costs_no_notebook_and_grades_none_twice(killed_run):
     assert killed_run["worker2_alive"]
 
 
+@pytest.mark.system
 def test_the_cluster_gives_the_scores_make_grade_gives(killed_run):
     here, there = scores(killed_run["local"]), scores(killed_run["remote"])
     assert there == here
@@ -159,5 +161,6 @@ def test_the_cluster_gives_the_scores_make_grade_gives(killed_run):
     assert any(s < m for (st, _), (s, m) in here.items() if st == "s1" and s is not None)
 
 
+@pytest.mark.system
 def test_nothing_of_the_killed_worker_goes_on_running(killed_run):
     assert killed_run["left_running"] == [], "the killed worker's nbgrader, kernel or factory kept running"

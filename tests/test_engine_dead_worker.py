@@ -185,6 +185,7 @@ def killed(tmp_path_factory):
     return out
 
 
+@pytest.mark.system
 def test_a_worker_killed_in_its_probe_or_first_job_costs_the_class_no_wait(killed):
     run, live = killed["killed"], killed["live"]
     said = "\n".join(run["said"])

@@ -229,6 +229,7 @@ def reference(tmp_path_factory):
     return {"base": base, "template": template, "scores": scores(local, 3)}
 
 
+@pytest.mark.system
 def test_plain_workers_grade_right_and_bad_ones_are_refused_by_name(reference):
     base = reference["base"]
     root = base / "cluster"
@@ -253,6 +254,7 @@ def test_plain_workers_grade_right_and_bad_ones_are_refused_by_name(reference):
     assert len(used) == 1, used   # only the worker that proved itself
 
 
+@pytest.mark.system
 def test_with_only_workers_that_cannot_grade_nothing_is_scored(reference):
     base = reference["base"]
     root = base / "refused"
@@ -278,6 +280,7 @@ def _grading(pid: int) -> bool:
         return False
 
 
+@pytest.mark.system
 def test_a_worker_restarted_by_its_nanny_proves_itself_again_and_grades_the_rest(reference):
     """The only worker is killed mid-notebook; its nanny starts it again under a new
     address. The jobs that waited for the old one go to the new one once it has

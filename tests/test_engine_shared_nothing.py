@@ -164,6 +164,7 @@ def shared_nothing(tmp_path_factory):
 @CLUSTER[0]
 @CLUSTER[1]
 @CLUSTER[2]
+@pytest.mark.system
 def test_a_worker_sees_nothing_of_the_grader(shared_nothing):
     assert shared_nothing["sees_grader"] and not any(shared_nothing["sees_grader"].values())
     assert not any(shared_nothing["sees_code"].values())
@@ -175,6 +176,7 @@ def test_a_worker_sees_nothing_of_the_grader(shared_nothing):
 @CLUSTER[0]
 @CLUSTER[1]
 @CLUSTER[2]
+@pytest.mark.system
 def test_the_workers_give_the_gradebook_make_grade_gives(shared_nothing):
     assert shared_nothing["local_rc"] == 0, shared_nothing["local_log"][-3000:]
     assert shared_nothing["rc"] == 0, shared_nothing["log"][-3000:]
@@ -192,6 +194,7 @@ def test_the_workers_give_the_gradebook_make_grade_gives(shared_nothing):
 @CLUSTER[0]
 @CLUSTER[1]
 @CLUSTER[2]
+@pytest.mark.system
 def test_the_grader_alone_writes_the_graded_notebooks_and_feedback(shared_nothing):
     remote = shared_nothing["remote"]
     for s in STUDENTS:
@@ -206,6 +209,7 @@ def test_the_grader_alone_writes_the_graded_notebooks_and_feedback(shared_nothin
 @CLUSTER[0]
 @CLUSTER[1]
 @CLUSTER[2]
+@pytest.mark.system
 def test_a_killed_worker_changes_nothing(shared_nothing):
     assert shared_nothing["killed"], "no worker was seen grading, so none was killed:\n" + \
         shared_nothing["log"][-3000:]

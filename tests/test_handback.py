@@ -161,6 +161,7 @@ def test_moodle_feedback_archive_is_what_moodles_importer_takes(tmp_path):
 
 # ------------------------------------------------------------------ the round trip, graded
 
+@pytest.mark.system
 def test_round_trip_canvas_moodle_and_a_folder(tmp_path, quiet_http):
     """Collect a Canvas download (chapter 2), a Moodle download with its worksheet
     (chapter 1) and a plain folder; grade (the real pipeline, sandboxed); hand back.

@@ -62,6 +62,7 @@ pytestmark = [
     pytest.mark.skipif(not SANDBOX, reason=f"no sandbox here: {WHY}"),
     pytest.mark.skipif(shutil.which("useradd") is None, reason="no useradd here"),
     pytest.mark.xdist_group("hub"),
+    pytest.mark.system,
 ]
 
 HUB_CONFIG = '''\

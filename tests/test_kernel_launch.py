@@ -82,6 +82,7 @@ def launch_together(tmp_path: Path, processes: int, kernels: int) -> list[list[d
     return out
 
 
+@pytest.mark.system
 def test_two_processes_start_ten_kernels_each_at_once_and_none_waits(tmp_path):
     runs = launch_together(tmp_path, processes=2, kernels=10)
     results = [r for run in runs for r in run]

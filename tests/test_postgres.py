@@ -34,7 +34,7 @@ STUDENTS = ("alice", "bob")   # the full solution; a catalogued bug in each chap
 GRADE_TIMEOUT = 420
 SNOOP = "import os as _os\nprint('DB_URL_SEEN:', _os.environ.get('COURSE_DB_URL'))\n"
 SANDBOX, WHY = sandbox_available()
-pytestmark = [pytest.mark.skipif(not SANDBOX, reason=f"no sandbox here: {WHY}"), pytest.mark.xdist_group("postgres")]
+pytestmark = [pytest.mark.skipif(not SANDBOX, reason=f"no sandbox here: {WHY}"), pytest.mark.xdist_group("postgres"), pytest.mark.system]
 
 
 def make_class(root: Path) -> None:

@@ -35,7 +35,7 @@ CH = "ch01_attention"
 COURSE = protocol.COURSE_ID
 BUG = "sm_no_max"
 SANDBOX, WHY = sandbox_available()
-pytestmark = [pytest.mark.skipif(not SANDBOX, reason=f"no sandbox here: {WHY}"), pytest.mark.xdist_group("service")]
+pytestmark = [pytest.mark.skipif(not SANDBOX, reason=f"no sandbox here: {WHY}"), pytest.mark.xdist_group("service"), pytest.mark.system]
 
 
 def submit(exchange: Path, student: str, nb) -> tuple[str, str]:
