@@ -286,6 +286,31 @@ def test_a_command_from_the_kept_fork_server_ends_as_one_from_the_runs_own(tmp_p
         server.wait(timeout=10)
 
 
+def test_a_command_whose_grader_goes_before_it_made_its_session_is_ended_too():
+    """The kept fork server ends a command whose grader went at once, even before the command
+    made its own session (its first step): a child still in its parent's process group."""
+    import os
+    import socket
+    import threading
+    import time
+
+    from coursekit.base import forkd
+    pid = os.fork()
+    if pid == 0:                    # a command that has not called os.setsid yet
+        time.sleep(30)
+        os._exit(0)
+    a, b = socket.socketpair()
+    ender = threading.Thread(target=forkd._end, args=(pid, a), daemon=True)
+    started = time.monotonic()
+    ender.start()
+    ender.join(10)
+    b.close()
+    if ender.is_alive():
+        os.kill(pid, 9)
+    assert not ender.is_alive() and time.monotonic() - started < 10, \
+        "a command forked an instant before its grader went outlived it"
+
+
 def test_what_another_run_may_be_using_is_not_ended_for_this_one():
     """A kept factory or fork server that does not fit a run is ended only when no other
     run may be in its middle: none of its kernels or commands runs, and it has been idle a while."""

@@ -183,8 +183,12 @@ def _accept(listener: socket.socket, running: dict, idle_for: float) -> None:
 
 
 def _end(pid: int, conn: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        os.killpg(pid, signal.SIGKILL)
+    """Kill the command, then its session: forked an instant ago, it may not have made its
+    session yet (os.setsid, its first step), and then a kill of the group alone misses it
+    (seen under load: a command that outlived its grader by its whole run)."""
+    for kill in (os.kill, os.killpg):
+        with contextlib.suppress(OSError):
+            kill(pid, signal.SIGKILL)
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
     conn.close()
