@@ -161,3 +161,21 @@ def test_both_parts_list_every_chapter_and_point_to_every_guide_in_their_languag
             for f in files.values():
                 assert (ROOT / "docs" / f).is_file(), f"docs/{f} is missing"
             assert f"](docs/{files[lang]})" in text, f"the README's {lang} part does not point to docs/{files[lang]}"
+
+
+def test_the_suite_leaves_the_deployments_tests_to_test_system_and_ci_runs_both():
+    """`course.py test` deselects the tests marked system, `--system` runs only them,
+    `--all` both; tests named by path run as named. `.ci/run` runs the two parts."""
+    front = course_py()
+    assert front.test_selection([]) == ["-m", "not system"]
+    assert front.test_selection(["-k", "ch02", "-x"]) == ["-m", "not system", "-k", "ch02", "-x"]
+    assert front.test_selection(["--system", "-x"]) == ["-m", "system", "-x"]
+    assert front.test_selection(["--all"]) == []
+    assert front.test_selection(["tests/test_postgres.py"]) == ["tests/test_postgres.py"]
+    assert front.test_selection(["tests/test_dist.py::test_pack_contains_no_solution_or_hidden_test"]) == \
+        ["tests/test_dist.py::test_pack_contains_no_solution_or_hidden_test"]
+    assert front.test_selection(["-m", "autograde"]) == ["-m", "autograde"]
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    loop = re.search(r'for part in (.*); do\n\s*python3 course.py test \$part', ci)
+    assert loop and shlex.split(loop.group(1)) == ["", "--system"], ci
+    assert "system:" in (ROOT / "pyproject.toml").read_text(encoding="utf-8")   # the mark is registered
