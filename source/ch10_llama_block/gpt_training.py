@@ -99,12 +99,10 @@ def train(model, get_batch, train_data: torch.Tensor, val_data: torch.Tensor, re
     last_eval = start
     ema = None
     step = 0
-    while True:
+    # the budget is read once per step, after it (`done`): the last step is always evaluated
+    done = (limit_steps is not None and limit_steps <= 0) or (seconds is not None and seconds <= 0)
+    while not done:
         elapsed = time.perf_counter() - start
-        if limit_steps is not None and step >= limit_steps:
-            break
-        if seconds is not None and elapsed >= seconds:
-            break
         lr = learning_rate(recipe, step, elapsed, seconds, limit_steps)
         for group in opt.param_groups:
             group["lr"] = lr
