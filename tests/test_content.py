@@ -299,8 +299,9 @@ def test_ch07_figures_draw_their_text():
     assert not problems, problems[:5]
 
 
-def test_training_progress_bar_shows_the_time_budget(capsys):
-    import gpt_training  # notebooks/given: the trainer ch09 and ch10 hand out
+def _bigram_run(tokens: int):
+    """A bigram model, its batches, ``tokens`` tokens of data and a tiny recipe, for the
+    trainer chapters 9 and 10 hand out (notebooks/given/gpt_training.py)."""
     import torch
     from torch import nn
 
@@ -320,9 +321,14 @@ def test_training_progress_bar_shows_the_time_budget(capsys):
         i = torch.randint(len(data) - block - 1, (batch,), generator=generator)
         return torch.stack([data[j:j + block] for j in i]), torch.stack([data[j + 1:j + block + 1] for j in i])
 
-    data = torch.randint(8, (2_000,), generator=torch.Generator().manual_seed(0))
-    recipe = training.scaled(training.COURSE_RECIPE, n_ctx=8, batch_size=4, threads=1)
-    hist = gpt_training.train(Bigram(), get_batch, data, data, recipe, seconds=1.0, eval_every=5.0, eval_tokens=64)
+    data = torch.randint(8, (tokens,), generator=torch.Generator().manual_seed(0))
+    return Bigram(), get_batch, data, training.scaled(training.COURSE_RECIPE, n_ctx=8, batch_size=4, threads=1)
+
+
+def test_training_progress_bar_shows_the_time_budget(capsys):
+    import gpt_training  # notebooks/given: the trainer ch09 and ch10 hand out
+    model, get_batch, data, recipe = _bigram_run(2_000)
+    hist = gpt_training.train(model, get_batch, data, data, recipe, seconds=1.0, eval_every=5.0, eval_tokens=64)
     bar = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
     assert re.search(r"1/1 s", bar) and "?" not in bar and f"step={hist.steps[-1]}" in bar, bar
 
@@ -335,30 +341,11 @@ def test_the_given_trainer_evaluates_its_last_step_however_the_clock_falls(monke
     import itertools
 
     import gpt_training
-    import torch
-    from torch import nn
-
-    from helpers import training
-
-    class Bigram(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.table = nn.Embedding(8, 8)
-
-        def forward(self, x, y=None):
-            logits = self.table(x)
-            return logits, None if y is None else nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
-
-    def get_batch(data, block, batch, generator=None):
-        i = torch.randint(len(data) - block - 1, (batch,), generator=generator)
-        return torch.stack([data[j:j + block] for j in i]), torch.stack([data[j + 1:j + block + 1] for j in i])
-
+    model, get_batch, data, recipe = _bigram_run(500)
     # start, then step 1 (evaluated: the first), step 2 ends at 0.5 s, and the next read is past 1 s
     clock = itertools.chain([0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 1.5], itertools.count(1.6, 0.1))
     monkeypatch.setattr(gpt_training.time, "perf_counter", lambda: next(clock))
-    data = torch.randint(8, (500,), generator=torch.Generator().manual_seed(0))
-    recipe = training.scaled(training.COURSE_RECIPE, n_ctx=8, batch_size=4, threads=1)
-    hist = gpt_training.train(Bigram(), get_batch, data, data, recipe, seconds=1.0, eval_every=100.0,
+    hist = gpt_training.train(model, get_batch, data, data, recipe, seconds=1.0, eval_every=100.0,
                               eval_tokens=64, progress=False)
     steps = hist.tokens // (recipe.n_ctx * recipe.batch_size)
     assert steps >= 2 and hist.steps[-1] == steps and hist.val_steps[-1] == steps, (steps, hist.steps)
