@@ -79,6 +79,76 @@ def test_a_factory_is_waited_for_a_few_times_as_long_as_it_took_before(tmp_path)
     assert prepare.patience(run) == prepare.PATIENCE_FLOOR
 
 
+def test_a_kernels_report_of_what_it_imported_is_read_as_a_plain_file_of_known_names_only(tmp_path):
+    """The factory reads each ended kernel's report (coursekit.grade.zygote.REPORT) with its
+    own rights, in a folder the student's code could write: a link, a pipe or a name outside
+    ONLY_SOME counts for nothing, and reading never blocks."""
+    import os
+    import threading
+
+    from coursekit.grade import zygote
+    report = tmp_path / zygote.REPORT
+    assert zygote._read_report(str(tmp_path)) == [] and zygote._read_report(None) == []
+    report.write_text("os\n/etc/shadow\ntorch._dynamo\n")
+    assert zygote._read_report(str(tmp_path)) == ["torch._dynamo"]
+    report.write_text("x" * 2000 + "\ntorch._dynamo")      # past the first kilobyte: not read
+    assert zygote._read_report(str(tmp_path)) == []
+    report.unlink()
+    (tmp_path / "elsewhere").write_text("torch._dynamo")
+    report.symlink_to(tmp_path / "elsewhere")
+    assert zygote._read_report(str(tmp_path)) == []
+    report.unlink()
+    os.mkfifo(report)
+    done = threading.Event()
+    threading.Thread(target=lambda: (zygote._read_report(str(tmp_path)), done.set()), daemon=True).start()
+    assert done.wait(5), "reading a pipe blocked the factory"
+    # the kernel's side writes only what it imported itself, never through a link
+    report.unlink()
+    zygote._report(str(report), [])
+    assert not report.exists()
+    report.symlink_to(tmp_path / "target")
+    zygote._report(str(report), ["torch._dynamo"])
+    assert not (tmp_path / "target").exists()
+    report.unlink()
+    zygote._report(str(report), ["torch._dynamo"])
+    assert zygote._read_report(str(tmp_path)) == ["torch._dynamo"]
+
+
+def test_a_full_factory_imports_what_the_chapters_kernels_imported_before_and_a_lean_one_does_not(tmp_path):
+    from coursekit.grade import kernels
+    rel, src = grading_course(tmp_path, CH)
+    state = tmp_path / ".grading"
+    state.mkdir()
+    assert "torch._dynamo" not in kernels.factory_imports(tmp_path, state, [CH])
+    kernels.remember_needs(state, ["ch02_causal_mask"], ["torch._dynamo"])
+    assert "torch._dynamo" not in kernels.factory_imports(tmp_path, state, [CH])   # another chapter's
+    kernels.remember_needs(state, [CH], ["torch._dynamo"])
+    assert "torch._dynamo" in kernels.factory_imports(tmp_path, state, [CH])
+    assert "torch._dynamo" not in kernels.factory_imports(tmp_path, state, [CH], lean=True)
+    assert json.loads((state / kernels.FACTORY).read_text())[kernels.NEEDS] == {
+        "ch02_causal_mask": ["torch._dynamo"], CH: ["torch._dynamo"]}
+
+
+def test_a_kept_full_factory_that_learned_a_module_still_fits_the_runs_that_need_it(tmp_path):
+    """What a kept full factory imported for its kernels (kept.learned) joins the imports it is
+    kept with, which the next run's factory_imports must be within for it to be adopted; a lean
+    one imports nothing for them and notes nothing."""
+    from types import SimpleNamespace
+
+    from coursekit.grade import kept
+    base = tmp_path / "kept"
+    base.mkdir()
+    (base / kept.STATE).write_text(json.dumps({"factory": {"key": "k", "lean": False, "imports": ["torch"]}}))
+    run = SimpleNamespace(base=base, base_kept=True, keys=SimpleNamespace(run="k"),
+                          zygote=SimpleNamespace(kept=True, lean=False))
+    kept.learned(run, ["torch._dynamo"])
+    assert json.loads((base / kept.STATE).read_text())["factory"]["imports"] == ["torch", "torch._dynamo"]
+    (base / kept.STATE).write_text(json.dumps({"factory": {"key": "k", "lean": True, "imports": ["torch"]}}))
+    run.zygote.lean = True
+    kept.learned(run, ["torch._dynamo"])
+    assert json.loads((base / kept.STATE).read_text())["factory"]["imports"] == ["torch"]
+
+
 # ------------------------------------------------------------------ a class graded once, then one student
 
 @pytest.fixture(scope="module")

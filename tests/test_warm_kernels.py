@@ -16,7 +16,8 @@ CH = "ch01_attention"
 SANDBOX, WHY = sandbox_available()
 pytestmark = [pytest.mark.skipif(not SANDBOX, reason=f"no sandbox here: {WHY}"), pytest.mark.xdist_group("warm")]
 
-LEAVER = """import os, subprocess, torch, helpers.checks
+LEAVER = """import os, subprocess, sys, torch, helpers.checks
+print('DYNAMO', 'torch._dynamo' in sys.modules)
 helpers.checks.PLANTED = 1
 torch.PLANTED = 1
 torch.manual_seed(1234)
@@ -55,6 +56,7 @@ except OSError:
     pass
 print('LEAK', found) if found else print('CLEAN uid', os.getuid())
 print('NBGRADER_EXECUTION =', os.environ.get('NBGRADER_EXECUTION'))
+print('DYNAMO', 'torch._dynamo' in sys.modules)
 def softmax(x, dim=-1):
     e = torch.exp(x - x.max(dim=dim, keepdim=True).values)
     return e / e.sum(dim=dim, keepdim=True)
@@ -80,6 +82,15 @@ def softmax(x, dim=-1):
 """
 
 
+# prints whether the kernel it runs in was forked with torch._dynamo already imported
+DYNAMO_SEEN = """import sys, torch
+print('DYNAMO', 'torch._dynamo' in sys.modules)
+def softmax(x, dim=-1):
+    e = torch.exp(x - x.max(dim=dim, keepdim=True).values)
+    return e / e.sum(dim=dim, keepdim=True)
+"""
+
+
 def _course(tmp_path_factory, name: str):
     root = tmp_path_factory.mktemp(name)
     return (root, *grading_course(root, CH))
@@ -95,7 +106,8 @@ def _scores(root, student):
 
 @pytest.fixture(scope="module")
 def sequential(tmp_path_factory):
-    """One worker: a_leaver's kernel ends before b_snooper's is forked from the same zygote."""
+    """One worker: a_leaver's kernel ends before b_snooper's is forked from the same zygote;
+    c_trainer's optimiser imports torch._dynamo, which the factory had not imported."""
     import socket
     root, rel, src = _course(tmp_path_factory, "warm")
     listener = socket.create_server(("127.0.0.1", 0))   # a service on the grader's machine
@@ -103,6 +115,7 @@ def sequential(tmp_path_factory):
     submit(root, "a_leaver", CH, make_submission(rel, src, {"softmax": LEAVER}))
     submit(root, "b_snooper", CH, make_submission(rel, src, {"softmax": SNOOPER.replace("PORT", str(port))}))
     submit(root, "c_trainer", CH, make_submission(rel, src, {"softmax": TRAINER}))
+    submit(root, "d_after", CH, make_submission(rel, src, {"softmax": DYNAMO_SEEN}))
     try:
         jobs = pipeline.grade(root, jobs=1, sandbox=True, cell_timeout=30, timeout=240, quiet=True, report=False)
     finally:
@@ -124,6 +137,41 @@ def test_a_forked_kernel_trains_without_waiting_for_threads_it_does_not_have(seq
     assert "trained True (700, 700)" in _text(root, "c_trainer", "softmax")
     assert jobs["c_trainer"].seconds < 20 and not jobs["c_trainer"].flags, jobs["c_trainer"]
     assert _scores(root, "c_trainer")["test_softmax"] == 3
+
+
+def _span(root, student):
+    """When the student's kernel ran its first cell and answered its last (nbclient's record)."""
+    import json
+    from datetime import datetime
+    nb = json.loads((root / "autograded" / student / CH / f"{CH}.ipynb").read_text())
+    ex = [c["metadata"]["execution"] for c in nb["cells"] if c["metadata"].get("execution")]
+    return (datetime.fromisoformat(ex[0]["iopub.execute_input"].replace("Z", "+00:00")),
+            datetime.fromisoformat(ex[-1]["shell.execute_reply"].replace("Z", "+00:00")))
+
+
+def test_what_one_kernel_imported_itself_the_factory_imports_for_the_kernels_after_it(sequential):
+    """ch01's kernels never import torch._dynamo, so the factory does not either; c_trainer's
+    optimiser imports it in its own kernel, which says so as it ends, and the factory imports it
+    for every kernel forked after that, and the folder remembers it for ch01's next full factory."""
+    import json
+
+    from coursekit.grade import kernels
+    from coursekit.grade.zygote import LEARNED
+    root, jobs = sequential
+    log = (root / ".grading" / "logs" / "zygote.log").read_text()
+    # c_trainer's kernel had to import it itself: the factory had not
+    assert f"{LEARNED}torch._dynamo (the kernel of uid {pipeline.uid(jobs['c_trainer'])})" in log, log
+    assert log.index(LEARNED) < log.index("imported torch._dynamo for the kernels to come"), log
+    trained = _span(root, "c_trainer")[1]
+    after = {s: _span(root, s)[0] > trained for s in ("a_leaver", "b_snooper", "d_after")}
+    assert any(after.values()), after   # (one worker grades them one by one: a, d, c, b)
+    for student, later in after.items():
+        assert f"DYNAMO {later}" in _text(root, student, "softmax"), (student, after)
+    state = root / ".grading"
+    assert json.loads((state / kernels.FACTORY).read_text())[kernels.NEEDS] == {CH: ["torch._dynamo"]}
+    assert "torch._dynamo" in kernels.factory_imports(root, state, [CH])
+    assert "torch._dynamo" not in kernels.factory_imports(root, state, [CH], lean=True)
+    assert _scores(root, "d_after")["test_softmax"] == 3
 
 
 def test_nothing_a_student_leaves_behind_reaches_the_next_kernel(sequential):

@@ -6,7 +6,8 @@ run of `make grade` leaves its factory running, idle, for COURSE_KEEP_WARM secon
 (``ENV``; default ``DEFAULT``; 0 keeps none) after its last kernel, and the next run of the
 same course folder adopts it when it still fits: the same environment, grading code and
 rules (``reuse.Keys.run``), the same sandbox, and for a class (not a small run) a full
-factory with the modules its chapters' notebooks import. Its kernels are then forked at
+factory with the modules its chapters' notebooks import (and those their kernels imported
+themselves before: coursekit.grade.kernels.factory_imports, ``learned``). Its kernels are then forked at
 once, and a chapter whose preflight this factory's kernels passed with the same key (the
 chapter's source and release, coursekit.grade.run.chapter_key) is not preflighted again, as in the
 grading service (coursekit.grade.run.Warm). A factory that does not fit is stopped, and
@@ -192,6 +193,20 @@ def preflighted(run, chapters: list[str]) -> None:
         if kept.get("key") != run.keys.run:
             return
         kept.setdefault("ready", {}).update({ch: chapter_key(run, ch) for ch in chapters})
+        _write(run.base, state)
+
+
+def learned(run, modules: list[str]) -> None:
+    """Note that the kept full factory imported ``modules`` in this run (coursekit.grade.zygote:
+    a kernel imported them itself), so that a run whose chapters need them still adopts it."""
+    if not (modules and run.base_kept and run.zygote is not None and run.zygote.kept and not run.zygote.lean):
+        return
+    with _locked(run.base):
+        state = _read(run.base)
+        kept = state.get("factory") or {}
+        if kept.get("key") != run.keys.run or kept.get("lean"):
+            return
+        kept["imports"] = sorted(set(kept.get("imports", [])) | set(modules))
         _write(run.base, state)
 
 

@@ -59,6 +59,40 @@ def notebook_imports(root: Path, chapters: list[str]) -> list[str]:
     return list(names)
 
 
+FACTORY = "factory.json"   # .grading/factory.json: the latest factories' start (coursekit.grade.prepare) and NEEDS
+NEEDS = "needs"            # in it: {chapter: modules its kernels imported that no factory had}
+
+
+def factory_imports(root: Path, state: Path, chapters: list[str], lean: bool = False) -> list[str]:
+    """What a factory for ``chapters`` imports beyond what every kernel needs: the modules
+    their release notebooks import, and for a full factory those that their kernels imported
+    themselves in an earlier run of this folder (coursekit.grade.zygote.ONLY_SOME, learned by
+    the factory as it served them: ``learned``), so that no kernel pays for them again."""
+    names = notebook_imports(root, chapters)
+    if not lean:
+        try:
+            needs = json.loads((state / FACTORY).read_text()).get(NEEDS, {})
+        except (OSError, ValueError, AttributeError):
+            needs = {}
+        for ch in chapters:
+            names += [m for m in needs.get(ch, []) if isinstance(m, str) and m not in names]
+    return names
+
+
+def remember_needs(state: Path, chapters: list[str], modules: list[str]) -> None:
+    """Note that the kernels of a run of ``chapters`` imported ``modules`` themselves (``factory_imports``)."""
+    if not modules:
+        return
+    try:
+        seen = json.loads((state / FACTORY).read_text())
+    except (OSError, ValueError):
+        seen = {}
+    needs = seen.setdefault(NEEDS, {})
+    for ch in chapters:
+        needs[ch] = sorted(set(needs.get(ch, [])) | set(modules))
+    write_atomically(state / FACTORY, lambda tmp: tmp.write_text(json.dumps(seen)))
+
+
 def uid_for(chapter: str, student: str) -> int:
     """An unprivileged uid of this notebook's own (not in /etc/passwd)."""
     return 200_000 + zlib.crc32(f"{chapter}/{student}".encode()) % 100_000
@@ -109,6 +143,7 @@ class Zygote:
         # where the run that adopts it reads it
         self.log = base / "zygote.log" if self.kept else state / "logs" / f"zygote-{os.getpid()}.log"
         self.latest = self.log if self.kept else state / "logs" / "zygote.log"
+        self.log_from = 0      # where this run's part of the log starts (a kept factory's log goes on)
         env = without_grader_secrets(env_with_bin({protocol.ENV_ROOT: str(root), "PYTHONDONTWRITEBYTECODE": "1",
                                                    protocol.ENV_ZYGOTE_IMPORTS: ",".join(imports),
                                                    ENV_PRELOAD: "lean" if lean else "full",
@@ -131,7 +166,24 @@ class Zygote:
         z.socket = str(z.sock)
         z.log = z.latest = base / "zygote.log"
         z.started, z.ready_after = time.monotonic(), None
+        try:
+            z.log_from = z.log.stat().st_size
+        except OSError:
+            z.log_from = 0
         return z
+
+    def learned(self) -> list[str]:
+        """The modules the factory's kernels imported themselves in this run (its log's
+        coursekit.grade.zygote.LEARNED lines since the run began)."""
+        from .zygote import LEARNED, ONLY_SOME
+        try:
+            with open(self.log, "rb") as f:
+                f.seek(self.log_from)
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return []
+        names = {line[len(LEARNED):].split(" ", 1)[0] for line in text.splitlines() if line.startswith(LEARNED)}
+        return [m for m in ONLY_SOME if m in names]
 
     def ready(self) -> bool:
         """Whether the factory is ready now (it said so, its socket is there)."""

@@ -72,7 +72,8 @@ def start_factory(run: Run, jobs: list[Job]) -> None:
     if run.zygote is not None or run.shared is not None or not (run.warm and jobs):
         return
     chapters = sorted({j.chapter for j in jobs})
-    imports, lean = kernels.notebook_imports(run.root, chapters), small(run, jobs)
+    lean = small(run, jobs)
+    imports = kernels.factory_imports(run.root, run.state, chapters, lean)
     if run.keep:
         run.zygote = kept.factory_for(run, imports, lean)
         if run.zygote is not None:
@@ -85,8 +86,9 @@ def start_factory(run: Run, jobs: list[Job]) -> None:
 
 def small(run: Run, jobs: list[Job]) -> bool:
     """Whether every notebook of ``jobs`` has a worker of its own: then what the factory
-    would import for some kernels only (coursekit.grade.zygote.ONLY_SOME) costs each of
-    those kernels, side by side, no more than it would cost the factory, ahead of all."""
+    would import for some kernels only (course modules no notebook of the run imports, and
+    coursekit.grade.zygote.ONLY_SOME even where the chapters' kernels imported it before) costs
+    each of those kernels, side by side, no more than it would cost the factory, ahead of all."""
     return len(jobs) <= run.workers
 
 
@@ -205,7 +207,7 @@ def step_preflight(run: Run) -> None:
                                                  f"the preflight kernel of {job.chapter}", why))
 
 
-FACTORY = "factory.json"      # .grading/factory.json: seconds the latest lean and full factories took to start
+FACTORY = kernels.FACTORY    # .grading/factory.json: seconds the latest lean and full factories took to start
 PATIENCE = 60                 # seconds a factory is waited for at most when none started here before
 PATIENCE_FACTOR, PATIENCE_FLOOR = 3, 5
 
@@ -227,9 +229,15 @@ def factory_kind(zygote) -> str:
 
 
 def remember_factory(run: Run) -> None:
-    """Keep how long the run's factory took to start (``patience`` of the next run)."""
+    """Keep how long the run's factory took to start (``patience`` of the next run), and
+    what its kernels imported themselves (kernels.factory_imports of the next run)."""
     z = run.zygote
-    if z is None or z.ready_after is None:
+    if z is None:
+        return
+    learned = z.learned()
+    kernels.remember_needs(run.state, sorted({j.chapter for j in run.jobs}), learned)
+    kept.learned(run, learned)
+    if z.ready_after is None:
         return
     try:
         seen = json.loads((run.state / FACTORY).read_text())

@@ -157,7 +157,7 @@ class Warm:
         os.chmod(state / "keys", 0o700)
         kernels.kernel_spec(state)
         warm = cls(root, sandbox, kernels.short_base())
-        warm.zygote = kernels.Zygote(root, state, warm.base, sandbox, kernels.notebook_imports(root, chapters))
+        warm.zygote = kernels.Zygote(root, state, warm.base, sandbox, kernels.factory_imports(root, state, chapters))
         threading.Thread(target=runner.warm_up, daemon=True).start()
         return warm
 
@@ -165,7 +165,7 @@ class Warm:
         """The factory's socket; a factory that died is started again first."""
         z = self.zygote
         if z is not None and z.socket and (z.proc is None or z.proc.poll() is not None):
-            imports = kernels.notebook_imports(self.root, sorted(self.ready))
+            imports = kernels.factory_imports(self.root, self.root / STATE, sorted(self.ready))
             z.close()
             self.zygote = z = kernels.Zygote(self.root, self.root / STATE, self.base, self.sandbox, imports)
         if z is None:

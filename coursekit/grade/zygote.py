@@ -56,34 +56,46 @@ PRELOAD = ("torch", "numpy", "matplotlib", "matplotlib.pyplot", "matplotlib_inli
            "ipykernel.debugger", "ipykernel.zmqshell", "IPython.core.history", "sqlite3", "pdb",
            "tornado.queues", "tornado.locks", "tornado.gen", "tornado.platform.asyncio", "faulthandler",
            "numpy.testing", "IPython.extensions.storemagic", "IPython.core.completerlib", "IPython.core.debugger",
-           "IPython.core.oinspect", "IPython.utils.wildcard", "coursekit.grade.kernel_boot")
+           "IPython.core.oinspect", "IPython.utils.wildcard", "coursekit.grade.kernel_boot",
+           # what torch imports the first time a shape is broadcast (torch.broadcast_shapes: sympy),
+           # which the checks do while they diagnose a wrong answer: imported here, it cannot fail
+           # under builtins a student's code replaced (0.4 s)
+           "torch.fx.experimental.symbolic_shapes")
 
 
-# What only some kernels import (torch._dynamo: an optimiser's first step, 2 s of the factory's
-# 4 s of imports), and every course module: a factory that forks a kernel or two for each worker
-# (a small run: ENV_PRELOAD=lean) leaves them to the kernels that need them, where each costs
-# the same time, side by side, instead of ahead of every kernel.
+# What only some kernels import: torch._dynamo (an optimiser's step, a tensor on the meta device, a
+# dispatch mode: about 1 s of the factory's 3 s of imports; the kernels of ch01, ch03, ch06, ch08
+# and ch12 never import it, those of the other chapters do). No factory imports it before it is
+# ready unless the grader asks (ENV_ZYGOTE_IMPORTS: the run's chapters' kernels imported it
+# before, coursekit.grade.kernels.factory_imports). A kernel that imports it itself says so as it
+# ends (REPORT); a full factory then imports it at once, so that every kernel forked after that
+# one ended has it (LEARNED), and the grader remembers it for the chapter's next runs. A lean
+# factory (a small run: ENV_PRELOAD=lean) leaves it, and the course modules no notebook of the
+# run imports, to the kernels that need them, where each costs the same time, side by side.
 ONLY_SOME = ("torch._dynamo",)
 ENV_PRELOAD = protocol.ENV_ZYGOTE + "_PRELOAD"   # "lean" or "full" (the default); never reaches a kernel
 ENV_IDLE = protocol.ENV_ZYGOTE + "_IDLE"         # seconds without a kernel or a request after which it ends (0: never)
+REPORT = ".course-imported"   # in a kernel's working folder: which of ONLY_SOME it imported itself, one a line
+LEARNED = "zygote: a kernel imported "           # the log's line for each, then the module's name
+_LEAN = [False]                                  # whether this factory is lean (it learns nothing then)
 
 
 def preload() -> None:
     """Import what every grading kernel imports (no code of a student's): the
     modules above, every course module, and the modules the release notebooks
     of the run's chapters import (ENV_ZYGOTE_IMPORTS, e.g. transformers' LLaMA);
-    then warm up what the first cells of a notebook would pay for. A lean
-    factory (ENV_PRELOAD) leaves out ONLY_SOME and the course modules no
-    notebook of the run imports."""
+    then warm up what the first cells of a notebook would pay for. ONLY_SOME
+    only when ENV_ZYGOTE_IMPORTS names it; a lean factory (ENV_PRELOAD) leaves
+    out the course modules no notebook of the run imports too."""
     import importlib
     import pkgutil
 
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")   # debugpy's note on frozen modules, once a kernel
     extra = [m for m in os.environ.pop(protocol.ENV_ZYGOTE_IMPORTS, "").split(",") if m]
-    lean = os.environ.pop(ENV_PRELOAD, "full") == "lean"
+    lean = _LEAN[0] = os.environ.pop(ENV_PRELOAD, "full") == "lean"
     for name in (*PRELOAD, *extra):
-        if lean and name in ONLY_SOME and name not in extra:
+        if name in ONLY_SOME and name not in extra:
             continue
         try:
             importlib.import_module(name)
@@ -199,9 +211,13 @@ def _become_kernel(req: dict, sock: socket.socket, listener: socket.socket) -> N
             torch.set_num_threads(threads)
         sys.argv = [sys.executable, "-m", "ipykernel_launcher", "-f", conn_path, *options]
         from coursekit.grade.kernel_boot import start
+        missing = [m for m in ONLY_SOME if m not in sys.modules]
         # the kernel's own options only: "-m ipykernel_launcher" would make IPython run that module
         # in the kernel (it fails, and formatting its traceback cost 0.4 s a notebook)
-        start(["-f", conn_path, *options], key)
+        try:
+            start(["-f", conn_path, *options], key)
+        finally:
+            _report(os.path.join(workdir, REPORT), [m for m in missing if m in sys.modules])
         os._exit(0)
     except SystemExit as exc:
         os._exit(exc.code if isinstance(exc.code, int) else 1)
@@ -209,6 +225,57 @@ def _become_kernel(req: dict, sock: socket.socket, listener: socket.socket) -> N
         import traceback
         traceback.print_exc()
         os._exit(70)
+
+
+def _report(path: str, names: list[str]) -> None:
+    """The ending kernel's REPORT: which of ONLY_SOME it imported itself (nothing when none)."""
+    if not names:
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, "\n".join(names).encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def _read_report(workdir: str | None) -> list[str]:
+    """The modules of ONLY_SOME a kernel's REPORT names. Its folder is the kernel's own, so
+    the file is read as anything a student may have put there: a plain file only (never
+    through a link, never a pipe that would block), 1 KB at most, and only names of ONLY_SOME
+    count. It can cost the factory an import, nothing more."""
+    import stat
+    if not workdir:
+        return []
+    try:
+        fd = os.open(os.path.join(workdir, REPORT), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return []
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return []
+        text = os.read(fd, 1024).decode("ascii", "replace")
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    return [m for m in ONLY_SOME if m in text.split()]
+
+
+def _learn(names: list[str]) -> None:
+    """Import, for the kernels forked from now on, what a kernel of this factory imported
+    itself (a full factory only: a lean one leaves it to each kernel)."""
+    import importlib
+    for name in names:
+        if name in sys.modules or _LEAN[0]:
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001  (a module that fails costs only time)
+            continue
+        print(f"zygote: imported {name} for the kernels to come ({threads()} threads)", flush=True)
 
 
 # ------------------------------------------------------------------ cleaning up a uid
@@ -251,6 +318,7 @@ def kill_uid(uid: int, rounds: int = 50) -> None:
 
 
 _ENDED: dict[int, int] = {}   # pid -> exit code, of children reaped and not yet handled
+_LEARN: list[str] = []        # modules of ONLY_SOME that ended kernels imported themselves, not yet learned
 
 
 def _reap() -> None:
@@ -319,6 +387,9 @@ def serve(sock_path: str) -> None:
                 _finish(pid, kernels, by_sock, code=_ENDED.pop(pid))
             for pid in [p for p in _ENDED if p not in kernels]:
                 _ENDED.pop(pid)  # a killer child of kill_uid
+            if _LEARN:   # before the next kernel is forked
+                _learn(_LEARN)
+                _LEARN.clear()
     finally:
         for pid in list(kernels):
             _finish(pid, kernels, by_sock, code=None)
@@ -349,8 +420,9 @@ def _start(conn: socket.socket, listener: socket.socket, kernels: dict, by_sock:
     if pid == 0:
         _become_kernel(req, conn, listener)
     uid = int(req["uid"])
+    workdir = str(req.get("workdir") or "")
     req.clear()
-    kernels[pid] = {"sock": conn, "uid": uid}
+    kernels[pid] = {"sock": conn, "uid": uid, "workdir": workdir}
     by_sock[conn] = pid
     conn.settimeout(None)
     try:
@@ -380,6 +452,10 @@ def _finish(pid: int, kernels: dict, by_sock: dict, code: int | None) -> None:
             pass
     _reap()
     _ENDED.pop(pid, None)
+    for name in _read_report(info.get("workdir")):   # before the launcher removes the folder
+        print(f"{LEARNED}{name} (the kernel of uid {info['uid']})", flush=True)
+        if name not in _LEARN:
+            _LEARN.append(name)
     try:
         info["sock"].sendall(json.dumps({"exit": code}).encode() + b"\n")
     except OSError:
