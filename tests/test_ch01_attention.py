@@ -137,3 +137,19 @@ def test_the_challenge_stub_prints_not_attempted_and_a_finite_answer_passes(caps
         assert "row 1" in str(exc)
     else:
         raise AssertionError("a masked softmax that gives nan passed the self-check")
+
+
+def test_the_hidden_checks_reference_variance_is_the_float64_one_of_the_stated_draw():
+    """The reference takes the dot products in float32 (half the cost of float64, in every
+    graded notebook): for each draw the checks compare against, it must stay within 1e-6 of
+    the variance of float64 products, a thousand times inside the checks' 0.1 % margin."""
+    import torch
+
+    from grading.ch01_attention import ref_score_variance, seeded
+    for d_k, n, scaled, seed in [(16, 20_000, False, 16), (64, 20_000, True, 65), (200, 20_000, False, 200),
+                                 (200, 20_000, True, 201), (16, 100_000, False, 6), (16, 2_000, True, 20)]:
+        gen = seeded(seed)
+        q, k = torch.randn(n, d_k, generator=gen), torch.randn(n, d_k, generator=gen)
+        s = (q.double() * k.double()).sum(-1) / (math.sqrt(d_k) if scaled else 1.0)
+        exact = float(s.var())
+        assert abs(ref_score_variance(d_k, n, scaled, seed) - exact) < 1e-6 * exact
