@@ -149,6 +149,20 @@ def test_a_kept_full_factory_that_learned_a_module_still_fits_the_runs_that_need
     assert json.loads((base / kept.STATE).read_text())["factory"]["imports"] == ["torch"]
 
 
+def test_a_small_run_imports_nbgrader_while_its_notebooks_are_graded_and_a_class_leaves_it_to_the_lane():
+    """The seal check step reads the gradebook in the grader's own process: a run whose
+    notebooks each have a worker starts that import (0.7 s) as autograde starts, on the core
+    that waits, instead of after its last notebook; a class's lane imports it itself."""
+    import subprocess
+    code = ("import sys\nfrom types import SimpleNamespace as N\nfrom coursekit.grade import autograde\n"
+            "run = N(jobs=[1] * {n}, workers=2)\nt = autograde.import_nbgrader_aside(run)\n"
+            "print(t is not None and t.name, end=' ')\nt and t.join()\nprint('nbgrader.api' in sys.modules)")
+    for n, expected in ((1, "nbgrader-import True"), (2, "nbgrader-import True"), (3, "False False")):
+        out = subprocess.run([sys.executable, "-c", code.format(n=n)], capture_output=True, text=True, check=True,
+                             cwd=str(Path(__file__).resolve().parent.parent)).stdout.strip()
+        assert out == expected, (n, out)
+
+
 # ------------------------------------------------------------------ a class graded once, then one student
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,11 @@ feedback page (coursekit.grade.lane).
 from __future__ import annotations
 
 import concurrent.futures as cf
+import importlib
 import json
 import os
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -25,7 +27,7 @@ from . import intake as intake_mod
 from . import preflight as pre
 from .intake import Job
 from .lane import Lane
-from .prepare import probe_request
+from .prepare import probe_request, small
 from .results import similarity_aside
 from .run import Run, source_size, uid
 
@@ -100,11 +102,27 @@ def autograde_in_threads(run: Run, jobs: list[Job]):
             yield fut.result()
 
 
+def import_nbgrader_aside(run: Run) -> threading.Thread | None:
+    """For a small run (prepare.small: each notebook has a worker, so one core or more waits),
+    this process's import of nbgrader's gradebook (0.7 s), which the seal check step needs,
+    in a thread while the notebooks are graded; without it, a one-notebook run imported it
+    after autograde, with nothing else to do. None when there is nothing to overlap (it is
+    imported already, or a class's lane imports it as its first notebooks come back)."""
+    import sys
+    if "nbgrader.api" in sys.modules or not run.jobs or not small(run, run.jobs):
+        return None
+    thread = threading.Thread(target=importlib.import_module, args=("nbgrader.api",), name="nbgrader-import",
+                              daemon=True)
+    thread.start()
+    return thread
+
+
 def step_autograde(run: Run) -> None:
     """Every notebook's autograde: on the run's engine (a Dask cluster, coursekit.grade.engine),
     or in a thread pool of this process; what follows each notebook's autograde goes on in the
     lane as it finishes."""
     done = 0
+    import_nbgrader_aside(run)
     run.similarity_aside = similarity_aside(run) if run.jobs else None
     each = run.engine.autograde(run, longest_first(run)) if run.engine is not None else \
         autograde_in_threads(run, longest_first(run))
