@@ -17,6 +17,7 @@ import importlib
 import json
 import os
 import shutil
+import sys
 import threading
 import time
 from pathlib import Path
@@ -108,7 +109,6 @@ def import_nbgrader_aside(run: Run) -> threading.Thread | None:
     in a thread while the notebooks are graded; without it, a one-notebook run imported it
     after autograde, with nothing else to do. None when there is nothing to overlap (it is
     imported already, or a class's lane imports it as its first notebooks come back)."""
-    import sys
     if "nbgrader.api" in sys.modules or not run.jobs or not small(run, run.jobs):
         return None
     thread = threading.Thread(target=importlib.import_module, args=("nbgrader.api",), name="nbgrader-import",

@@ -207,7 +207,8 @@ def step_preflight(run: Run) -> None:
                                                  f"the preflight kernel of {job.chapter}", why))
 
 
-FACTORY = kernels.FACTORY    # .grading/factory.json: seconds the latest lean and full factories took to start
+FACTORY = kernels.FACTORY    # .grading/factory.json: seconds the latest lean and full factories took to start,
+                             # and what each chapter's kernels imported themselves (kernels.NEEDS)
 PATIENCE = 60                 # seconds a factory is waited for at most when none started here before
 PATIENCE_FACTOR, PATIENCE_FLOOR = 3, 5
 
