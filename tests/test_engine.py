@@ -52,6 +52,27 @@ def test_the_ledger_writes_a_key_once(tmp_path):
     ledger.close()
 
 
+def test_the_local_cluster_samples_nothing_beside_the_kernels():
+    """The in-process cluster a class run starts has no sampling profiler and checks its event
+    loop and memory seldom (engine.QUIET): each would take CPU from the kernels it grades. The
+    settings hold for the cluster's own worker, not only while it is made, and leave the rest
+    of the process's Dask settings as they were."""
+    import dask
+
+    from coursekit.grade.engine import Engine
+    from coursekit.grade.pipeline import GRADER
+    engine = Engine(GRADER, workers=2)
+    try:
+        engine.start()
+        worker = next(iter(engine._cluster.workers.values()))
+        assert "profile" not in worker.periodic_callbacks and "profile-cycle" not in worker.periodic_callbacks
+        assert engine.client.submit(sum, [1, 2], pure=False).result(timeout=30) == 3
+        assert worker._tick_interval == 1.0 and engine._cluster.scheduler._tick_interval == 1.0
+    finally:
+        engine.close()
+    assert dask.config.get("distributed.worker.profile.enabled") is True   # this process's own settings are untouched
+
+
 def test_two_students_with_the_same_bytes_are_two_jobs():
     a, b = Job(CH, "amy", key="same"), Job(CH, "bob", key="same")
     assert job_key(a) != job_key(b) and job_key(a) == job_key(Job(CH, "amy", key="same"))

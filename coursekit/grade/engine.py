@@ -111,6 +111,16 @@ FIXES = {
 
 # ------------------------------------------------------------------ in the grader
 
+# A local cluster shares the grader's two cores with the kernels it grades: Dask's own sampling
+# profiler (a look at every thread's stack each 10 ms), its event loop's health check (each 20 ms)
+# and its machine and memory monitors (each 0.5 s and 0.1 s) cost about 0.2 s of CPU over a
+# 5-second run on this machine, for a status page no one reads during `make grade`. A remote
+# cluster's workers keep their own settings.
+QUIET = {"distributed.worker.profile.enabled": False, "distributed.admin.tick.interval": "1s",
+         "distributed.admin.system-monitor.interval": "5s", "distributed.admin.system-monitor.gil.enabled": False,
+         "distributed.worker.memory.monitor-interval": "1s"}
+
+
 class Engine:
     """A Dask cluster the grader sends its notebooks to (see the module's doc);
     its jobs run what ``grader`` gives."""
@@ -168,7 +178,7 @@ class Engine:
             self._client = Client(self.address, timeout=60)
             return
         # Dask always serves a status page: on a free loopback port here
-        with dask.config.set({"distributed.worker.daemon": False}):   # a job starts processes (nbgrader)
+        with dask.config.set({"distributed.worker.daemon": False, **QUIET}):   # a job starts processes (nbgrader)
             if self.processes:
                 self._cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
                                              dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
