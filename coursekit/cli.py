@@ -17,6 +17,9 @@ def cmd_source(args) -> int:
         print(f"source: {path.relative_to(course_base.ROOT)} ({args.lang})")
         notes: list[str] = []
         print(f"probes: {probes.write(ch, notes=notes).relative_to(course_base.ROOT)}")
+        stored = probes.write_stored(ch)
+        if stored is not None:
+            print(f"stored: {stored.relative_to(course_base.ROOT)}")
         for note in notes:
             print(f"  {note}")
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 import matplotlib
+import pytest
 
 matplotlib.use("Agg")
 
@@ -153,3 +154,52 @@ def test_the_hidden_checks_reference_variance_is_the_float64_one_of_the_stated_d
         s = (q.double() * k.double()).sum(-1) / (math.sqrt(d_k) if scaled else 1.0)
         exact = float(s.var())
         assert abs(ref_score_variance(d_k, n, scaled, seed) - exact) < 1e-6 * exact
+
+
+def test_the_hidden_check_reads_its_stored_references_and_computes_them_for_another_torch():
+    """check_score_variance compares with the seven references `make source` stored
+    (grading/ch01_attention_stored.py) instead of drawing 25 million numbers again in every
+    graded kernel: with the computation counted, the model answer passes and a draw of
+    another shape is still named without one reference computed. Stored for another torch,
+    they are computed again: a stored value that would reject the model answer is not read.
+    (In a fresh interpreter: the guard takes its picture of the grading module at the first
+    check a process runs, and the counting below replaces one of its functions.)"""
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = """
+import math, torch
+import grading.ch01_attention as g
+from grading import guard
+from grading.core import GradingFailure
+
+def right(d_k, n_samples=100_000, scaled=False, generator=None):
+    q = torch.randn(n_samples, d_k, generator=generator)
+    k = torch.randn(n_samples, d_k, generator=generator)
+    s = (q * k).sum(-1)
+    return (s / math.sqrt(d_k) if scaled else s).var().item()
+
+def other_draw(d_k, n_samples=100_000, scaled=False, generator=None):
+    both = torch.randn(n_samples, 2 * d_k, generator=generator)
+    s = (both[:, :d_k] * both[:, d_k:]).sum(-1)
+    return (s / math.sqrt(d_k) if scaled else s).var().item()
+
+assert {g._draw_name(*d) for d in g.EXACT_DRAWS} == set(g._stored.VALUES)
+computed, real = [], g.ref_score_variance
+g.ref_score_variance = lambda *a: computed.append(a) or real(*a)
+g.check_score_variance(right)
+try:
+    g.check_score_variance(other_draw)
+    raise SystemExit("another draw passed")
+except GradingFailure as err:
+    assert "[bug:variance_other_draw]" in str(err), str(err)
+assert computed == [], computed
+g._stored.TORCH, g._stored.VALUES = "0.0.0", {name: 1e6 for name in g._stored.VALUES}
+guard.boot(None)        # as a kernel would start with them (changed after its start, they are tampering)
+g.check_score_variance(right)
+assert sorted(computed) == sorted(g.EXACT_DRAWS), computed
+print("ok")
+"""
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.splitlines()[-1] == "ok", out.stderr[-3000:] + out.stdout

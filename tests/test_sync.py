@@ -52,8 +52,51 @@ def test_the_visible_tests_probes_match_a_fresh_build(chapter):
     from coursekit.author import probes
     path = probes.DATA / f"{chapter}.json"
     assert path.exists(), f"helpers/probes/{chapter}.json missing: run `make source`"
-    assert path.read_text(encoding="utf-8") == probes.dumps(probes.build(chapter)), \
-        f"helpers/probes/{chapter}.json is out of date: run `make source`"
+    kept = json.loads(path.read_text(encoding="utf-8"))
+    fresh = json.loads(probes.dumps(probes.build(chapter)))
+    wrong = probes.differences(kept, fresh)
+    assert not wrong, f"helpers/probes/{chapter}.json is out of date: run `make source` ({wrong[:5]})"
+
+
+@pytest.mark.parametrize("chapter", build.chapters())
+def test_the_hidden_checks_stored_values_match_a_fresh_build(chapter):
+    """grading/<chapter>_stored.py holds what the grading module's stored_values() gives now,
+    for the torch it names (the pinned one), and exists exactly for the chapters that store."""
+    import importlib
+
+    import torch
+
+    from coursekit.author import probes
+    path = probes.STORED / f"{chapter}_stored.py"
+    text = probes.stored_text(chapter)
+    if text is None:
+        assert not path.exists(), f"{path.name}: {chapter} stores nothing now: remove it"
+        return
+    assert path.exists(), f"grading/{chapter}_stored.py missing: run `make source`"
+    kept = importlib.import_module(f"grading.{chapter}_stored")
+    fresh = {}
+    exec(compile(text, "fresh", "exec"), fresh)
+    assert kept.TORCH == torch.__version__ == fresh["TORCH"], f"grading/{chapter}_stored.py is for torch {kept.TORCH}"
+    wrong = probes.differences(kept.VALUES, fresh["VALUES"])
+    assert not wrong, f"grading/{chapter}_stored.py is out of date: run `make source` ({wrong[:5]})"
+
+
+def test_a_probe_file_from_another_machine_is_current_and_a_changed_one_is_not():
+    """Two builds agree when their numbers differ only by another processor's rounding
+    (a float32 output a few units in its last place apart); a changed expected value, a
+    bug missing from a probe, or a changed word is a difference."""
+    from coursekit.author import probes
+    build_a = {"probes": {"p": {"expected": 0.7710516, "bugs": [{"key": "k", "out": [1.0, float("nan")]}]}},
+               "words": {"k": "zh"}}
+    other_machine = {"probes": {"p": {"expected": 0.77105165, "bugs": [{"key": "k", "out": [1.0, float("nan")]}]}},
+                     "words": {"k": "zh"}}
+    assert probes.differences(build_a, other_machine) == []
+    changed = json.loads(json.dumps(other_machine).replace("0.77105165", "0.7711"))
+    assert probes.differences(build_a, changed) == ["/probes/p/expected: 0.7710516 != 0.7711"]
+    assert probes.differences(build_a, {**build_a, "words": {"k": "en"}}) == ["/words/k: 'zh' != 'en'"]
+    fewer = {"probes": {"p": {"expected": 0.7710516, "bugs": []}}, "words": {"k": "zh"}}
+    assert probes.differences(build_a, fewer) == ["/probes/p/bugs: 1 items != 0"]
+    assert probes.differences({"x": True}, {"x": 1}) == ["/x"]
 
 
 def test_a_chapter_cannot_hand_out_a_file_that_is_not_written(tmp_path):

@@ -14,7 +14,12 @@ A bug is left out of a probe when its output there equals the expected one
 (the probe cannot see it) or another bug's (the probe cannot tell them apart:
 naming either could name the wrong one).
 
-    python course.py source          # writes source/ and helpers/probes/
+A grading module may also declare ``stored_values()`` (name -> a number its hidden checks
+compare with, each costly to compute in every graded kernel): ``write_stored`` keeps them in
+``grading/<chapter>_stored.py`` with the torch version they were computed with, and the
+module uses them only where that is the version it runs with.
+
+    python course.py source          # writes source/, helpers/probes/ and grading/*_stored.py
 """
 from __future__ import annotations
 
@@ -199,5 +204,71 @@ def write(chapter: str, dest: Path = DATA, notes: list | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     text = dumps(build(chapter, notes))
     json.loads(text)                      # what is written reads back
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# The same build on another machine: PyTorch's kernels (its vector exp, the BLAS it calls) are
+# chosen by the processor, so a float32 output may move by a few units in its last place, and
+# a float64 reference computed from float32 draws by about 1e-9 of itself. A probe file, or a
+# stored value, is current when it differs from a fresh build by no more than that.
+SAME_BUILD = 1e-5
+
+
+def differences(kept, fresh, where: str = "", rel: float = SAME_BUILD) -> list[str]:
+    """Where two builds (parsed JSON, or any nest of dicts, lists and numbers) differ by
+    more than another machine's rounding: each number within ``rel`` of the other (relative,
+    and absolute below 1); anything else equal."""
+    if isinstance(kept, bool) or isinstance(fresh, bool):
+        return [] if type(kept) is type(fresh) and kept == fresh else [where or "/"]
+    if isinstance(kept, (int, float)) and isinstance(fresh, (int, float)):
+        if kept == fresh or (math.isnan(kept) and math.isnan(fresh)):
+            return []
+        close = math.isfinite(kept) and math.isfinite(fresh) and abs(kept - fresh) <= rel * max(1.0, abs(kept), abs(fresh))
+        return [] if close else [f"{where or '/'}: {kept!r} != {fresh!r}"]
+    if isinstance(kept, dict) and isinstance(fresh, dict):
+        if kept.keys() != fresh.keys():
+            return [f"{where or '/'}: keys {sorted(set(kept) ^ set(fresh))}"]
+        return [d for k in kept for d in differences(kept[k], fresh[k], f"{where}/{k}", rel)]
+    if isinstance(kept, list) and isinstance(fresh, list):
+        if len(kept) != len(fresh):
+            return [f"{where or '/'}: {len(kept)} items != {len(fresh)}"]
+        return [d for i, (a, b) in enumerate(zip(kept, fresh)) for d in differences(a, b, f"{where}/{i}", rel)]
+    return [] if kept == fresh else [f"{where or '/'}: {kept!r} != {fresh!r}"]
+
+
+# ------------------------------------------------------------------ the hidden checks' stored values
+
+STORED = ROOT / "grading"
+
+
+def stored_text(chapter: str) -> str | None:
+    """The text of ``grading/<chapter>_stored.py`` (None: the chapter stores nothing): a
+    Python module, not data a hidden check parses, so that it is imported, and watched by the
+    guard, as the grading module itself is."""
+    module = _grading_module(chapter)
+    if not hasattr(module, "stored_values"):
+        return None
+    values = module.stored_values()
+    lines = [f'"""The values grading/{chapter}.py\'s hidden checks compare with, stored by `make source`',
+             "(coursekit.author.probes.write_stored): computing them took every graded kernel its time.",
+             'Generated: do not edit; tests/test_sync.py proves them current."""',
+             f"TORCH = {torch.__version__!r}",
+             "VALUES = {"]
+    for name in sorted(values):
+        value = float(values[name])
+        if not math.isfinite(value):
+            raise ProbeError(f"{chapter}: stored value {name} is {value}")
+        lines.append(f"    {name!r}: {value!r},")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def write_stored(chapter: str, dest: Path = STORED) -> Path | None:
+    text = stored_text(chapter)
+    if text is None:
+        return None
+    path = Path(dest) / f"{chapter}_stored.py"
+    compile(text, str(path), "exec")      # what is written imports
     path.write_text(text, encoding="utf-8")
     return path
