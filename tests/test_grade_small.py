@@ -79,6 +79,70 @@ def test_a_factory_is_waited_for_a_few_times_as_long_as_it_took_before(tmp_path)
     assert prepare.patience(run) == prepare.PATIENCE_FLOOR
 
 
+def test_the_similarity_findings_start_before_the_factory_is_waited_for(tmp_path, monkeypatch):
+    """The class report's similarity findings need submitted/ alone: the preflight step starts
+    the process that makes them before it waits for the kernel factory (whose imports leave the
+    other core idle), once per run; the autograde step does not start a second, and the report
+    step waits for the one started."""
+    from coursekit.grade import autograde, results
+    rel, src = grading_course(tmp_path, CH)
+    for s in ("one", "two", "three"):
+        submit(tmp_path, s, CH, make_submission(rel, src, None))
+    order: list[str] = []
+
+    class Proc:
+        pid, exitcode = 0, 0
+
+        def is_alive(self):
+            return False
+
+    def aside(run):
+        order.append("similarity")
+        return Proc()
+
+    class Factory:
+        lean = False
+
+        def wait_at_most(self, patience, say):   # the similarity process is on its way by now
+            order.append(f"factory waited for, the findings {'started' if run.similarity_start else 'not started'}")
+            return None                       # no factory: the step goes on without one
+
+    monkeypatch.setattr(results, "similarity_aside", aside)
+    monkeypatch.setattr(prepare.pre, "run_probes", lambda requests, at_once: [None] * len(requests))
+    run = pipeline.Run(tmp_path, intake.discover(tmp_path, CH), workers=2, say=lambda *a: None)
+    run.base, run.zygote = tmp_path, Factory()
+    (tmp_path / ".grading" / "keys").mkdir(parents=True)
+    prepare.step_preflight(run)
+    run.similarity_start.join(5)
+    assert sorted(order) == ["factory waited for, the findings started", "similarity"]
+    autograde.start_similarity_aside(run)      # what the autograde step calls: nothing new
+    results.stop_similarity_aside(run)
+    assert order.count("similarity") == 1 and run.similarity_aside is None
+
+
+def test_the_fork_servers_warm_up_page_is_made_and_leaves_no_trace_on_a_real_page(tmp_path):
+    """coursekit.grade.page_warm makes one page as the fork servers import it (a failure there
+    would only cost time, silently: so it is asked here whether it made it); a feedback page
+    made after it is byte for byte the page a process that never warmed up makes."""
+    import subprocess
+
+    from coursekit.grade import forkserver
+    assert "coursekit.grade.page_warm" in forkserver.MODULES
+    code = ("import sys, nbformat\n"
+            "{warm}\n"
+            "from coursekit.grade import feedback\n"
+            "nb = nbformat.read(sys.argv[1], as_version=4)\n"
+            "sys.stdout.write(feedback.page(nb, None, 'ch01_attention'))\n")
+    release = str(Path(__file__).resolve().parent.parent / "release" / CH / f"{CH}.ipynb")
+    pages = []
+    for warm in ("from coursekit.grade import page_warm\nassert page_warm.warm()", ""):
+        out = subprocess.run([sys.executable, "-c", code.format(warm=warm), release], capture_output=True, text=True,
+                             cwd=Path(__file__).resolve().parent.parent, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        pages.append(out.stdout)
+    assert len(pages[0]) > 10_000 and pages[0] == pages[1]
+
+
 def test_a_kernels_report_of_what_it_imported_is_read_as_a_plain_file_of_known_names_only(tmp_path):
     """The factory reads each ended kernel's report (coursekit.grade.zygote.REPORT) with its
     own rights, in a folder the student's code could write: a link, a pipe or a name outside

@@ -29,7 +29,7 @@ from . import preflight as pre
 from .intake import Job
 from .lane import Lane
 from .prepare import probe_request, small
-from .results import similarity_aside
+from .results import start_similarity_aside
 from .run import Run, source_size, uid
 
 # What a gradebook says when another grader got there first: SQLite's lock, and the
@@ -123,7 +123,7 @@ def step_autograde(run: Run) -> None:
     lane as it finishes."""
     done = 0
     import_nbgrader_aside(run)
-    run.similarity_aside = similarity_aside(run) if run.jobs else None
+    start_similarity_aside(run)   # where the preflight step has not started it already
     each = run.engine.autograde(run, longest_first(run)) if run.engine is not None else \
         autograde_in_threads(run, longest_first(run))
     with Lane(run) as lane:

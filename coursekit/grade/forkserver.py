@@ -8,9 +8,9 @@ import threading
 from ..base import runner
 
 # what each notebook's forked autograde (nbgrader_config.py) and the feedback step's forked
-# command (feedback.pages) import
+# command (feedback.pages) import, and the page those make first (coursekit.grade.page_warm)
 MODULES = ("coursekit.grade.feedback", "coursekit.grade.replay", "coursekit.grade.batched",
-           "coursekit.grade.kernel_client", "coursekit.author.replay")
+           "coursekit.grade.kernel_client", "coursekit.author.replay", "coursekit.grade.page_warm")
 _started = threading.Event()
 
 

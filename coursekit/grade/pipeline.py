@@ -185,7 +185,7 @@ def check(root: Path = ROOT, chapter: str | None = None, sandbox: bool = True, w
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     _refuse_without_sandbox(sandbox, say)
     run = Run(root, discover(root, chapter), sandbox=sandbox, warm=warm, say=say,
-              workers=max(1, os.cpu_count() or 1))
+              workers=max(1, os.cpu_count() or 1), report=False)   # (no class report: no similarity findings)
     if not run.jobs:
         return []
     _prepare(run)

@@ -31,7 +31,7 @@ from . import forkserver, kept, kernels, reuse, seals
 from . import intake as intake_mod
 from . import preflight as pre
 from .intake import Job
-from .results import saved_flags
+from .results import saved_flags, start_similarity_aside
 from .run import Run, chapter_key, new_chapters, rules, uid
 
 
@@ -183,6 +183,7 @@ def step_repair(run: Run) -> None:
 def step_preflight(run: Run) -> None:
     """One graded kernel per chapter, exactly as a notebook will get it, the
     chapters side by side over the workers; stop on the first failure."""
+    start_similarity_aside(run)   # it needs submitted/ alone: it runs while the factory starts
     if run.zygote is not None:
         with run.clock("kernel factory start (waiting)"):
             run.zygote_socket = run.zygote.wait_at_most(patience(run), run.say)

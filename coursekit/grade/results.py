@@ -160,8 +160,29 @@ def similarity_aside(run: Run):
                                run.state / "logs" / "similarity_aside.log")
 
 
+def start_similarity_aside(run: Run) -> None:
+    """``similarity_aside``, started from a thread as soon as the run knows what it grades
+    (the preflight step calls it before it waits for the kernel factory): the factory's
+    imports keep one core busy for a second or two while the other has little to do, and
+    the findings take about a second of a class of twelve. The thread may wait for the fork
+    server's own start; ``stop_similarity_aside`` waits for it."""
+    if run.similarity_start is not None or not run.jobs:
+        return
+
+    def start() -> None:
+        try:
+            run.similarity_aside = similarity_aside(run)
+        except Exception:  # noqa: BLE001 (not started: the report step makes the findings itself)
+            run.similarity_aside = None
+
+    run.similarity_start = threading.Thread(target=start, name="similarity-aside", daemon=True)
+    run.similarity_start.start()
+
+
 def stop_similarity_aside(run: Run, wait: bool = True) -> None:
     """The findings made aside: waited for at the usual priority (``wait``), or stopped."""
+    if run.similarity_start is not None:
+        run.similarity_start.join()
     proc, run.similarity_aside = run.similarity_aside, None
     if proc is None:
         return

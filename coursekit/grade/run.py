@@ -85,6 +85,7 @@ class Run:
     gradebook_ahead: object | None = None    # its GradebookAhead (coursekit.grade.prepare)
     pages: object | None = None              # the thread making the feedback pages (coursekit.grade.results)
     similarity_aside: object | None = None   # the process making the report's similarity findings ahead
+    similarity_start: object | None = None   # the thread starting it (coursekit.grade.results.start_similarity_aside)
 
     @property
     def everyone(self) -> list[Job]:

@@ -57,6 +57,8 @@ PRELOAD = ("torch", "numpy", "matplotlib", "matplotlib.pyplot", "matplotlib_inli
            "tornado.queues", "tornado.locks", "tornado.gen", "tornado.platform.asyncio", "faulthandler",
            "numpy.testing", "IPython.extensions.storemagic", "IPython.core.completerlib", "IPython.core.debugger",
            "IPython.core.oinspect", "IPython.utils.wildcard", "coursekit.grade.kernel_boot",
+           # what ipykernel imports as each kernel shuts down (it looks for the kernel's children)
+           "psutil",
            # what torch imports the first time a shape is broadcast (torch.broadcast_shapes: sympy),
            # which the checks do while they diagnose a wrong answer: imported here, it cannot fail
            # under builtins a student's code replaced (0.4 s)
