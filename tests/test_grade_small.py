@@ -80,10 +80,11 @@ def test_a_factory_is_waited_for_a_few_times_as_long_as_it_took_before(tmp_path)
 
 
 def test_the_similarity_findings_start_before_the_factory_is_waited_for(tmp_path, monkeypatch):
-    """The class report's similarity findings need submitted/ alone: the preflight step starts
-    the process that makes them before it waits for the kernel factory (whose imports leave the
-    other core idle), once per run; the autograde step does not start a second, and the report
-    step waits for the one started."""
+    """The class report's similarity findings need submitted/ alone: a class's preflight step
+    starts the process that makes them (at the lowest priority) before it waits for the kernel
+    factory, whose imports leave the other core idle, once per run; the autograde step does not
+    start a second, and the report step waits for the one started. A small run's findings run at
+    the usual priority: started there, they would slow its factory, so they wait for autograde."""
     from coursekit.grade import autograde, results
     rel, src = grading_course(tmp_path, CH)
     for s in ("one", "two", "three"):
@@ -118,6 +119,11 @@ def test_the_similarity_findings_start_before_the_factory_is_waited_for(tmp_path
     autograde.start_similarity_aside(run)      # what the autograde step calls: nothing new
     results.stop_similarity_aside(run)
     assert order.count("similarity") == 1 and run.similarity_aside is None
+    order.clear()                              # a small run (a worker for each notebook): after the factory
+    run = pipeline.Run(tmp_path, intake.discover(tmp_path, CH, "one"), workers=2, say=lambda *a: None)
+    run.base, run.zygote = tmp_path, Factory()
+    prepare.step_preflight(run)
+    assert order == ["factory waited for, the findings not started"]
 
 
 def test_the_fork_servers_warm_up_page_is_made_and_leaves_no_trace_on_a_real_page(tmp_path):

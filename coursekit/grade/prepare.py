@@ -183,7 +183,8 @@ def step_repair(run: Run) -> None:
 def step_preflight(run: Run) -> None:
     """One graded kernel per chapter, exactly as a notebook will get it, the
     chapters side by side over the workers; stop on the first failure."""
-    start_similarity_aside(run)   # it needs submitted/ alone: it runs while the factory starts
+    if not small(run, run.jobs):   # a class's findings, at the lowest priority, while the factory starts (a
+        start_similarity_aside(run)   # small run's, at the usual one, would slow its factory: they wait)
     if run.zygote is not None:
         with run.clock("kernel factory start (waiting)"):
             run.zygote_socket = run.zygote.wait_at_most(patience(run), run.say)
