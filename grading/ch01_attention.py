@@ -312,8 +312,10 @@ def ref_score_variance(d_k: int, n_samples: int, scaled: bool, seed: int) -> flo
 # variances take 25 million random numbers, 0.09 s of a ch01 kernel's 0.5 s of CPU here, the
 # same in every graded notebook: `make source` stores them; a value stored for another torch
 # is computed again (torch fixes what a seed draws only within one version).
-EXACT_DRAWS = [*((d_k, 20_000, scaled, d_k + scaled) for d_k in (16, 64, 200) for scaled in (False, True)),
-               (16, 100_000, False, 6)]
+BAND_DIMS = (16, 64, 200)                 # each d_k drawn unscaled (seed d_k) and scaled (seed d_k + 1)
+DEFAULTS_DRAW = (16, 100_000, False, 6)   # score_variance(16, generator=seed 6), the other arguments left out
+EXACT_DRAWS = [*((d_k, 20_000, scaled, d_k + scaled) for d_k in BAND_DIMS for scaled in (False, True)),
+               DEFAULTS_DRAW]
 
 
 def _draw_name(d_k: int, n_samples: int, scaled: bool, seed: int) -> str:
@@ -350,7 +352,7 @@ def check_score_variance(score_variance) -> None:
 
     # 20 000 samples: the estimate's relative spread is about 1 %, so ±7 % is a wide margin
     got = []
-    for d_k in (16, 64, 200):
+    for d_k in BAND_DIMS:
         for scaled, target in ((False, d_k), (True, 1.0)):
             v, label = run(d_k, scaled, d_k + scaled)
             check.n += 1
@@ -378,8 +380,9 @@ def check_score_variance(score_variance) -> None:
     # the signature's defaults: n_samples=100_000, scaled=False, generator=None
     label = t("score_variance(16, generator=...)（其余参数取默认值）", "score_variance(16, generator=...) (the other "
               "arguments at their defaults)")
-    dflt = check.call(16, generator=seeded(6), label=label)   # 1 000 … 50 000 samples land > 0.3 % away
-    exact = exact_variance(16, 100_000, False, 6)
+    d_k, _, _, seed = DEFAULTS_DRAW
+    dflt = check.call(d_k, generator=seeded(seed), label=label)   # 1 000 … 50 000 samples land > 0.3 % away
+    exact = exact_variance(*DEFAULTS_DRAW)
     if not isinstance(dflt, numbers.Real) or abs(float(dflt) - exact) > 1e-3 * exact:
         raise check.fail(label, f"{exact:.6g}", str(dflt), VARIANCE_BUGS["defaults"])
     label = t("score_variance(4)（不传 generator）", "score_variance(4) (no generator)")
