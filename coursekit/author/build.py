@@ -30,6 +30,7 @@ from pathlib import Path
 
 import nbformat
 
+from ..base import syntax
 from ..base.chapters import (  # noqa: F401
     DEFAULT_LANG,
     LANGS,
@@ -142,7 +143,7 @@ def resolve_code(source: str, lang: str) -> str:
     ``lang``, so a build's code shows one language. Anything else is left alone
     (``t(a, b)`` of variables still picks at run time)."""
     try:
-        tree = ast.parse(source)
+        tree = syntax.parse(source)
     except SyntaxError:          # IPython magics and the like: leave the cell as it is
         return source
     starts = _offsets(source)

@@ -52,6 +52,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..base import syntax
 from ..base.chapters import LANGS, ROOT, BuildError
 
 MARK = "replay"
@@ -75,12 +76,12 @@ class Names:
 
 def _parse(source: str):
     try:
-        return ast.parse(source)
+        return syntax.parse(source)
     except SyntaxError:
         pass
     try:        # IPython's magics and shell escapes, as the kernel would run them
         from IPython.core.inputtransformer2 import TransformerManager
-        return ast.parse(TransformerManager().transform_cell(source))
+        return syntax.parse(TransformerManager().transform_cell(source))
     except Exception:  # noqa: BLE001 (unreadable: reads and may define anything)
         return None
 

@@ -50,6 +50,7 @@ from pathlib import Path
 
 import nbformat
 
+from ..base import syntax
 from . import build
 
 ROOT = build.ROOT
@@ -245,7 +246,7 @@ def setup_kind(source: str) -> str | None:
     """``"language"`` for a cell that only chooses the notebook's language
     (``set_language("zh")``), ``"setup"`` for any other set-up cell, None for the rest."""
     try:
-        body = ast.parse(source).body
+        body = syntax.parse(source).body
     except SyntaxError:                       # IPython syntax (%magic): not plain set-up
         return None
     imported = {alias.asname or alias.name for stmt in body if isinstance(stmt, ast.ImportFrom)

@@ -39,6 +39,9 @@ def notebook_imports(root: Path, chapters: list[str]) -> list[str]:
     import ast
 
     import nbformat
+
+    from ..base import syntax
+
     names: dict[str, None] = {}
     for ch in chapters:
         path = root / "release" / ch / f"{ch}.ipynb"
@@ -48,7 +51,7 @@ def notebook_imports(root: Path, chapters: list[str]) -> list[str]:
             if cell.cell_type != "code" or cell.metadata.get("nbgrader", {}).get("solution"):
                 continue
             try:
-                tree = ast.parse(cell.source)
+                tree = syntax.parse(cell.source)
             except SyntaxError:
                 continue
             for node in tree.body:
