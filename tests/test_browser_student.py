@@ -156,36 +156,43 @@ def menu_bar(page) -> list[str]:
     return [t.strip() for t in page.locator(".lm-MenuBar-itemLabel").all_inner_texts()]
 
 
-def open_menu(page, top: str):
-    """Open the menu bar's ``top`` menu and return it (a click that lands
-    while another menu closes is tried again)."""
+MENU = ".lm-Menu.lm-MenuBar-menu"
+
+
+def menu_items(page, top: str) -> list[str]:
+    """Open the menu bar's ``top`` menu and read its visible items, in one step: the
+    menu is read where it is found, and opened again when it closed before it was read
+    (a click that lands while another menu closes, or the lab moving its focus as it
+    finishes loading, closes it; on a busy machine the menu's items are laid out
+    visibly after it appears). It is left open: ``close_menu`` closes it."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
     label = page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(f"^{re.escape(top)}$"))
-    menu = page.locator(".lm-Menu.lm-MenuBar-menu")
     for _ in range(3):
         label.click()
         try:
-            menu.wait_for(timeout=5_000)
+            page.locator(MENU).wait_for(timeout=5_000)
         except PlaywrightTimeout:
             page.keyboard.press("Escape")
             continue
-        try:   # its items are laid out after the menu appears (on a busy machine, visibly later)
-            page.wait_for_function("""() => [...document.querySelectorAll('.lm-Menu.lm-MenuBar-menu .lm-Menu-item')]
+        try:
+            page.wait_for_function(f"""() => [...document.querySelectorAll('{MENU} .lm-Menu-item')]
                 .some(e => e.getBoundingClientRect().height > 0)""", timeout=5_000)
         except PlaywrightTimeout:
             pass   # a menu without items is reported by the caller
-        return menu
-    raise AssertionError(f"the {top!r} menu does not open")
+        items = page.evaluate(f"""() => {{
+            const m = document.querySelector('{MENU}');
+            return m && [...m.querySelectorAll('.lm-Menu-item')]
+                .filter(e => e.getBoundingClientRect().height > 0).map(e => e.textContent.trim());
+        }}""")
+        if items is not None:
+            return items
+    raise AssertionError(f"the {top!r} menu does not stay open long enough to be read")
 
 
-def visible_items(menu) -> list[str]:
-    return menu.evaluate("""m => [...m.querySelectorAll('.lm-Menu-item')]
-        .filter(e => e.getBoundingClientRect().height > 0).map(e => e.textContent.trim())""")
-
-
-def close_menu(page, menu) -> None:
+def close_menu(page) -> None:
     """Escape, or a click outside the menu when Escape went elsewhere."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    menu = page.locator(MENU)
     page.keyboard.press("Escape")
     for _ in range(3):
         try:
@@ -337,10 +344,9 @@ def test_zh_pack_shows_a_chinese_student_lab_without_instructor_tools(context, t
         assert {"文件", "编辑", "运行"} <= set(labels), labels
         assert "Nbgrader" not in labels, labels
         for top in labels:                                   # every menu, opened: no instructor entry
-            menu = open_menu(page, top)
-            items = visible_items(menu)
+            items = menu_items(page, top)
             assert items and not INSTRUCTOR_WORDS.search(" ".join(items)), (top, items)
-            close_menu(page, menu)
+            close_menu(page)
         palette = palette_results(page, "nbgrader")
         assert not INSTRUCTOR_WORDS.search(palette), palette
         page.keyboard.press("Escape")
@@ -372,7 +378,7 @@ def test_the_assignment_list_appears_where_an_exchange_is_configured(context, tm
         page = context.new_page()
         page.goto(lab.url("lab", reset=""))
         assert "Nbgrader" in menu_bar(page)
-        items = visible_items(open_menu(page, "Nbgrader"))
+        items = menu_items(page, "Nbgrader")
         assert items == ["Assignment List"], items                # and nothing for instructors
         page.locator(".lm-Menu-itemLabel", has_text="Assignment List").click()
         page.get_by_text("Released assignments").wait_for()
