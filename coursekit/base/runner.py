@@ -79,6 +79,40 @@ def _allow_children() -> None:
         me._config["daemon"] = False
 
 
+# Packages whose ``__init__`` imports their own submodules while other packages import one
+# of those submodules directly (nbclient: ``from jupyter_client.client import ...``). When
+# one thread imports such a package and another, at the same moment, one of its submodules,
+# Python 3.11's per-module import locks may give one of them a module still being made
+# ("cannot import name 'AsyncKernelManager' from partially initialized module
+# 'jupyter_client.manager'": a Dask worker died of it, importing a probe's code while its
+# own thread imported nbgrader). So they are imported whole, in the calling thread, before
+# any thread of the course's imports something aside (``import_aside``, ``warm_up_aside``).
+SHARED_ROOTS = ("jupyter_client",)
+
+
+def import_shared_roots() -> None:
+    import importlib
+    for name in SHARED_ROOTS:
+        importlib.import_module(name)
+
+
+def import_aside(name: str, thread_name: str = "import-aside") -> threading.Thread:
+    """Import ``name`` in a thread, after this thread has imported ``SHARED_ROOTS``."""
+    import importlib
+    import_shared_roots()
+    thread = threading.Thread(target=importlib.import_module, args=(name,), name=thread_name, daemon=True)
+    thread.start()
+    return thread
+
+
+def warm_up_aside() -> threading.Thread:
+    """``warm_up`` in a thread, after this thread has imported ``SHARED_ROOTS``."""
+    import_shared_roots()
+    thread = threading.Thread(target=warm_up, name="warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
 def warm_up() -> None:
     """Start the fork server now (it imports nbgrader), so that the first
     command does not wait for it; then import nbgrader's gradebook here too

@@ -24,4 +24,4 @@ def start() -> None:
     register()
     if not _started.is_set():
         _started.set()
-        threading.Thread(target=runner.warm_up, daemon=True).start()
+        runner.warm_up_aside()

@@ -11,7 +11,6 @@ import contextlib
 import os
 import secrets
 import shutil
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,7 +158,7 @@ class Warm:
         kernels.kernel_spec(state)
         warm = cls(root, sandbox, kernels.short_base())
         warm.zygote = kernels.Zygote(root, state, warm.base, sandbox, kernels.factory_imports(root, state, chapters))
-        threading.Thread(target=runner.warm_up, daemon=True).start()
+        runner.warm_up_aside()
         return warm
 
     def socket(self, say=print) -> str | None:

@@ -47,6 +47,11 @@ class CourseWorker:
         return "course-grader-" + hashlib.sha256(text.encode()).hexdigest()[:12]
 
     def setup(self, worker=None) -> None:
+        # what a probe's and a job's code import when the worker unpickles them, imported
+        # before this worker's own threads import anything aside (runner.SHARED_ROOTS says why)
+        from ..base import runner
+        from . import autograde  # noqa: F401
+        runner.import_shared_roots()
         root = self.root
         if not root:   # jobs that carry their files: the worker's own course folder (coursekit.grade.carried)
             home = carried.home(self.chapters)
