@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import threading
@@ -135,13 +136,14 @@ def grade(address: str, root: Path, limit: float) -> dict:
     return out
 
 
-def kill_when(address: str, procs: dict, until: threading.Event, seen: dict) -> None:
+def kill_when(address: str, procs: dict, until: threading.Event, seen: dict, targets: dict | None = None) -> None:
     """SIGKILL worker1 while its probe runs there and worker2 once its first job has begun, as
-    the scheduler shows them (a quarter of the job in: mid-job); ``seen``: when each was killed."""
+    the scheduler shows them (a quarter of the job in: mid-job); ``seen``: when each was killed.
+    ``targets``: other workers, each with the prefix of the key it is killed in ("probe-", "grade-")."""
     from distributed import Client
     with Client(address, timeout=30) as client:
         where = {str(w["name"]): a for a, w in client.scheduler_info(n_workers=-1)["workers"].items()}
-        targets = {"worker1": "probe-", "worker2": "grade-"}
+        targets = dict(targets or {"worker1": "probe-", "worker2": "grade-"})
         t0 = time.monotonic()
         while targets and not until.is_set():
             busy = client.processing(workers=[where[n] for n in targets])
@@ -180,8 +182,21 @@ def killed(tmp_path_factory):
         out["live"] = grade(address, base / "live", LIMIT)
         with Client(address, timeout=30) as client:
             out["workers"] = {a: str(w["name"]) for a, w in client.scheduler_info(n_workers=-1)["workers"].items()}
-        os.killpg(procs["worker3"].pid, signal.SIGKILL)   # not SIGTERM: such a worker took 20 s to end
+        # then the last worker killed in its first job, and a class with no worker at all: the
+        # grader waits PROBE_TIMEOUT for one to join (shortened here), then stops and says why
+        mp.setattr(engine_mod, "PROBE_TIMEOUT", int(2 * PROBE_S))
+        until, seen = threading.Event(), {}
+        killer = threading.Thread(target=kill_when, args=(address, procs, until, seen, {"worker3": "grade-"}),
+                                  daemon=True)
+        killer.start()
+        out["last_killed"] = grade(address, base / "last-killed", LIMIT)
+        until.set()
+        killer.join(10)
+        out["last_seen"] = dict(seen)
+        if procs["worker3"].poll() is None:
+            os.killpg(procs["worker3"].pid, signal.SIGKILL)   # not SIGTERM: such a worker took 20 s to end
         procs["worker3"].wait()
+        out["none"] = grade(address, base / "none", LIMIT)
     return out
 
 
@@ -281,3 +296,53 @@ def test_a_job_only_a_departed_worker_may_run_comes_back_to_be_sent_elsewhere(th
     assert sorted(done) == ["amy", "bob"] and [b[:2] for b in back] == [("amy", gone)], (done, back)
     assert "left the cluster" in back[0][2]
     assert time.monotonic() - t0 < engine_mod.LOOK + 5
+
+
+def test_a_cluster_left_without_workers_is_said_and_waited_for_a_bounded_time(threads, monkeypatch):
+    """Every worker gone (at the start, or mid-run when all that proved themselves died): the
+    grader says so and how long it waits for one to join, and stops after that time, naming
+    why; a worker that joins in time ends the wait."""
+    monkeypatch.setattr(engine_mod, "PROBE_TIMEOUT", 2)
+    cluster = threads._cluster
+    threads.address = cluster.scheduler_address            # as a remote cluster's grader sees it
+    said: list[str] = []
+    run = type("R", (), {"say": staticmethod(said.append)})()
+    threads.wait_for_a_worker(run)                           # workers there: no wait, nothing said
+    assert said == []
+    cluster.scale(0)
+    deadline = time.monotonic() + 30
+    while threads.worker_names() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    t0 = time.monotonic()
+    with pytest.raises(engine_mod.NoWorker, match="no worker joined the Dask cluster .* in 2 s"):
+        threads.wait_for_a_worker(run)
+    assert 2 <= time.monotonic() - t0 < 10
+    assert len(said) == 1 and "has no worker now; waiting up to 2 s for one to join" in said[0], said
+    assert f"dask worker {cluster.scheduler_address}" in said[0], said
+    monkeypatch.setattr(engine_mod, "PROBE_TIMEOUT", 60)
+    threading.Timer(1.0, cluster.scale, args=(1,)).start()   # one joins a second later
+    t0 = time.monotonic()
+    threads.wait_for_a_worker(run)
+    assert time.monotonic() - t0 < 30 and threads.worker_names()
+
+
+@pytest.mark.system
+def test_a_class_left_without_a_worker_stops_after_a_bounded_wait_and_says_why(killed):
+    """Mid-run (the last worker killed in its first job) and from the start (no worker at all):
+    the grader says it waits for a worker and for how long, then stops naming why, without
+    hanging and without scoring anyone from a job that never ran."""
+    wait = int(2 * PROBE_S)
+    mid, none = killed["last_killed"], killed["none"]
+    assert killed["last_seen"].get("worker3") is not None, killed["last_seen"]
+    for run in (mid, none):
+        said = "\n".join(run["said"])
+        assert run["seconds"] != "timeout" and run["seconds"] < wait + engine_mod.LOOK + 2 * PROBE_S + 20, run
+        assert f"has no worker now; waiting up to {wait} s for one to join" in said, said
+        assert "dask worker tcp://" in said, said
+        assert run["done"] == [], run
+    assert re.fullmatch(rf"SystemExit: grade: no worker joined the Dask cluster \S+ in {wait} s; 0 of 4 "
+                        r"notebooks are done and kept\. Run the same command again to grade the rest\.",
+                        mid["error"]), mid["error"]
+    assert none["error"].startswith("GradingStopped: grade: stopped before scoring anyone: no worker joined the "
+                                    "Dask cluster"), none["error"]
+    assert "Start a worker and run the same command again." in none["error"], none["error"]

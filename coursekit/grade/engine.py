@@ -121,6 +121,10 @@ QUIET = {"distributed.worker.profile.enabled": False, "distributed.admin.tick.in
          "distributed.worker.memory.monitor-interval": "1s"}
 
 
+class NoWorker(Exception):
+    """The cluster had no worker for PROBE_TIMEOUT seconds."""
+
+
 class Engine:
     """A Dask cluster the grader sends its notebooks to (see the module's doc);
     its jobs run what ``grader`` gives."""
@@ -241,7 +245,7 @@ class Engine:
         grader's own code and factory, which the preflight has just proved: all of them."""
         if not self.remote and not self.carried:
             return list(self.worker_names())
-        self.client.wait_for_workers(1, timeout=PROBE_TIMEOUT)
+        self.wait_for_a_worker(run)
         spec = {"root": str(run.root), "sandbox": run.sandbox, "warm": run.warm, "plugin": plugin,
                 "chapters": chapters, "timeout": run.timeout, "cell_timeout": run.cell_timeout,
                 **{k: v for k, v in self.digests(run, chapters).items() if k != "chapter_digests"}}
@@ -267,6 +271,19 @@ class Engine:
                                  f"{self.address} can grade:\n" + "\n".join(f"  {x}" for x in refused) +
                                  "\n  Nothing was scored: no grades, no feedback, no grades.csv.")
         return good
+
+    def wait_for_a_worker(self, run) -> None:
+        """Return once the cluster has a worker; said when it has none (at the start, or when
+        every worker that proved itself has gone mid-run: one restarted by its nanny, or a new
+        one, may join). NoWorker after PROBE_TIMEOUT seconds without one."""
+        if self.worker_names():
+            return
+        run.say(f"grade: the Dask cluster {self.address} has no worker now; waiting up to {PROBE_TIMEOUT} s "
+                f"for one to join (start one: `dask worker {self.address}`, as docs/deploy.md says)")
+        try:
+            self.client.wait_for_workers(1, timeout=PROBE_TIMEOUT)
+        except TimeoutError as exc:
+            raise NoWorker(f"no worker joined the Dask cluster {self.address} in {PROBE_TIMEOUT} s") from exc
 
     def _probed(self, futures: dict) -> dict:
         """address -> (the name the worker gives itself or None, its problems), for each probe of
@@ -374,7 +391,12 @@ class Engine:
             self._digests.pop("chapter_digests", None)   # a long-lived grader's chapters may have changed since
             self.start()
             plugin = self._plugin(run) if self.remote or self.carried else None
-            self._allowed = self.admit(run, sorted({j.chapter for j in todo}), plugin)
+            try:
+                self._allowed = self.admit(run, sorted({j.chapter for j in todo}), plugin)
+            except NoWorker as exc:
+                raise GradingStopped(f"grade: stopped before scoring anyone: {exc}.\n  Nothing was scored: no "
+                                     "grades, no feedback, no grades.csv. Start a worker and run the same "
+                                     "command again.") from exc
             futures: dict = {}
 
             def send(job: Job, where: list[str]):
@@ -394,10 +416,11 @@ class Engine:
                     taking.take(job, result)
                     yield job
             except Exception as exc:
-                if _cluster_gone(exc):
-                    raise SystemExit(f"grade: the Dask cluster went away ({type(exc).__name__}: {exc}); "
-                                     f"{len(jobs) - len(futures)} of {len(jobs)} notebooks are done and kept. "
-                                     "Run the same command again to grade the rest.") from exc
+                if isinstance(exc, NoWorker) or _cluster_gone(exc):
+                    what = str(exc) if isinstance(exc, NoWorker) else \
+                        f"the Dask cluster went away ({type(exc).__name__}: {exc})"
+                    raise SystemExit(f"grade: {what}; {len(jobs) - len(futures)} of {len(jobs)} notebooks are done "
+                                     "and kept. Run the same command again to grade the rest.") from exc
                 raise
             finally:
                 for fut in futures:
