@@ -86,7 +86,7 @@ def _allow_children() -> None:
 # ("cannot import name 'AsyncKernelManager' from partially initialized module
 # 'jupyter_client.manager'": a Dask worker died of it, importing a probe's code while its
 # own thread imported nbgrader). So they are imported whole, in the calling thread, before
-# any thread of the course's imports something aside (``import_aside``, ``warm_up_aside``).
+# any thread of the course's imports something aside (``aside``).
 SHARED_ROOTS = ("jupyter_client",)
 
 
@@ -96,19 +96,11 @@ def import_shared_roots() -> None:
         importlib.import_module(name)
 
 
-def import_aside(name: str, thread_name: str = "import-aside") -> threading.Thread:
-    """Import ``name`` in a thread, after this thread has imported ``SHARED_ROOTS``."""
-    import importlib
+def aside(fn, *args, name: str) -> threading.Thread:
+    """``fn(*args)`` in a daemon thread called ``name``, started once this thread has
+    imported ``SHARED_ROOTS``: how the course starts work that imports while it goes on."""
     import_shared_roots()
-    thread = threading.Thread(target=importlib.import_module, args=(name,), name=thread_name, daemon=True)
-    thread.start()
-    return thread
-
-
-def warm_up_aside() -> threading.Thread:
-    """``warm_up`` in a thread, after this thread has imported ``SHARED_ROOTS``."""
-    import_shared_roots()
-    thread = threading.Thread(target=warm_up, name="warm-up", daemon=True)
+    thread = threading.Thread(target=fn, args=args, name=name, daemon=True)
     thread.start()
     return thread
 

@@ -13,6 +13,7 @@ feedback page (coursekit.grade.lane).
 from __future__ import annotations
 
 import concurrent.futures as cf
+import importlib
 import json
 import os
 import shutil
@@ -110,7 +111,7 @@ def import_nbgrader_aside(run: Run) -> threading.Thread | None:
     imported already, or a class's lane imports it as its first notebooks come back)."""
     if "nbgrader.api" in sys.modules or not run.jobs or not small(run, run.jobs):
         return None
-    return runner.import_aside("nbgrader.api", "nbgrader-import")
+    return runner.aside(importlib.import_module, "nbgrader.api", name="nbgrader-import")
 
 
 def step_autograde(run: Run) -> None:

@@ -121,6 +121,9 @@ QUIET = {"distributed.worker.profile.enabled": False, "distributed.admin.tick.in
          "distributed.worker.memory.monitor-interval": "1s"}
 
 
+NOTHING_SCORED = "Nothing was scored: no grades, no feedback, no grades.csv."
+
+
 class NoWorker(Exception):
     """The cluster had no worker for PROBE_TIMEOUT seconds."""
 
@@ -269,7 +272,7 @@ class Engine:
             from .preflight import GradingStopped
             raise GradingStopped("grade: stopped before scoring anyone: no worker of the Dask cluster "
                                  f"{self.address} can grade:\n" + "\n".join(f"  {x}" for x in refused) +
-                                 "\n  Nothing was scored: no grades, no feedback, no grades.csv.")
+                                 "\n  " + NOTHING_SCORED)
         return good
 
     def wait_for_a_worker(self, run) -> None:
@@ -394,9 +397,8 @@ class Engine:
             try:
                 self._allowed = self.admit(run, sorted({j.chapter for j in todo}), plugin)
             except NoWorker as exc:
-                raise GradingStopped(f"grade: stopped before scoring anyone: {exc}.\n  Nothing was scored: no "
-                                     "grades, no feedback, no grades.csv. Start a worker and run the same "
-                                     "command again.") from exc
+                raise GradingStopped(f"grade: stopped before scoring anyone: {exc}.\n  {NOTHING_SCORED} "
+                                     "Start a worker and run the same command again.") from exc
             futures: dict = {}
 
             def send(job: Job, where: list[str]):

@@ -24,4 +24,4 @@ def start() -> None:
     register()
     if not _started.is_set():
         _started.set()
-        runner.warm_up_aside()
+        runner.aside(runner.warm_up, name="warm-up")

@@ -158,7 +158,7 @@ class Warm:
         kernels.kernel_spec(state)
         warm = cls(root, sandbox, kernels.short_base())
         warm.zygote = kernels.Zygote(root, state, warm.base, sandbox, kernels.factory_imports(root, state, chapters))
-        runner.warm_up_aside()
+        runner.aside(runner.warm_up, name="warm-up")
         return warm
 
     def socket(self, say=print) -> str | None:

@@ -51,13 +51,12 @@ class CourseWorker:
         # before this worker's own threads import anything aside (runner.SHARED_ROOTS says why)
         from ..base import runner
         from . import autograde  # noqa: F401
-        runner.import_shared_roots()
         root = self.root
         if not root:   # jobs that carry their files: the worker's own course folder (coursekit.grade.carried)
             home = carried.home(self.chapters)
             root = str(home)
             if self.first:   # the run's chapters' assignments, made while the kernel factory starts
-                threading.Thread(target=_quietly, args=(carried.prepare, home, self.first), daemon=True).start()
+                runner.aside(_quietly, carried.prepare, home, self.first, name="assignments")
         self.warm = self.warm_type.start(Path(root), self.sandbox, self.chapters)
 
     def teardown(self, worker=None) -> None:
